@@ -1,0 +1,174 @@
+"""The keystore of data keys: one AES-256 key per atom, artifact or subject.
+
+A separate database from the event store (SQLAlchemy Core; SQLite by default,
+PostgreSQL when configured). Destroying a key is crypto-shredding: the row is
+deleted with SQLite's ``secure_delete`` (freed bytes overwritten with zeros),
+the write-ahead log is checkpointed and truncated, so no file keeps the key.
+On PostgreSQL the table is rewritten with ``VACUUM FULL``; see ADR 0003 for
+what PostgreSQL cannot promise (WAL archives, replicas, backups).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from sqlalchemy.pool import NullPool
+
+from keys.aead import new_data_key
+from keys.errors import DataKeyUnavailable, KeystoreError
+
+
+def make_engine(url: str, schema: str | None = None) -> Engine:
+    """Create an engine; SQLite connections get WAL and ``secure_delete``."""
+    if url.startswith("sqlite"):
+        engine = sa.create_engine(url, poolclass=NullPool)
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA secure_delete=ON")
+            cur.execute("PRAGMA busy_timeout=10000")
+            cur.close()
+
+        return engine
+    engine = sa.create_engine(url, pool_pre_ping=True)
+    if schema:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
+    return engine
+
+
+class DataKeyStore:
+    """Create, fetch and destroy data keys. Keys are cached for this process only."""
+
+    def __init__(self, engine: Engine, schema: str | None = None) -> None:
+        self.engine = engine
+        self.schema = schema
+        md = sa.MetaData(schema=schema)
+        self.keys = sa.Table(
+            "data_keys", md,
+            sa.Column("key_id", sa.String(64), primary_key=True),
+            sa.Column("key_material", sa.LargeBinary, nullable=False),
+            sa.Column("created_at", sa.String(40), nullable=False),
+        )
+        self.destroyed = sa.Table(
+            "destroyed_keys", md,
+            sa.Column("key_id", sa.String(64), primary_key=True),
+            sa.Column("destroyed_at", sa.String(40), nullable=False),
+        )
+        md.create_all(engine)
+        self._cache: dict[str, bytes] = {}
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.engine.dialect.name == "sqlite"
+
+    def create_many(self, key_ids: Iterable[str], at: datetime) -> dict[str, bytes]:
+        """Create fresh keys for new items, in one transaction."""
+        new = {kid: new_data_key() for kid in key_ids}
+        if not new:
+            return {}
+        rows = [{"key_id": k, "key_material": v, "created_at": at.isoformat()}
+                for k, v in new.items()]
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(self.keys.insert(), rows)
+        except sa.exc.IntegrityError as e:
+            raise KeystoreError("a data key with one of these ids already exists") from e
+        self._cache.update(new)
+        return new
+
+    def get(self, key_id: str) -> bytes:
+        key = self.get_many([key_id]).get(key_id)
+        if key is None:
+            raise DataKeyUnavailable(self._why_missing(key_id))
+        return key
+
+    def get_many(self, key_ids: Iterable[str]) -> dict[str, bytes]:
+        """Return the keys that exist; destroyed or unknown ids are absent."""
+        wanted = [k for k in set(key_ids) if k not in self._cache]
+        if wanted:
+            with self.engine.connect() as conn:
+                for i in range(0, len(wanted), 500):
+                    chunk = wanted[i:i + 500]
+                    rows = conn.execute(
+                        sa.select(self.keys.c.key_id, self.keys.c.key_material)
+                        .where(self.keys.c.key_id.in_(chunk))
+                    ).all()
+                    for key_id, material in rows:
+                        self._cache[key_id] = bytes(material)
+        return {k: self._cache[k] for k in key_ids if k in self._cache}
+
+    def _why_missing(self, key_id: str) -> str:
+        at = self.destroyed_at(key_id)
+        if at:
+            return f"data key {key_id} was destroyed at {at}"
+        return f"data key {key_id} does not exist in this keystore"
+
+    def destroyed_at(self, key_id: str) -> str | None:
+        with self.engine.connect() as conn:
+            value = conn.execute(
+                sa.select(self.destroyed.c.destroyed_at).where(self.destroyed.c.key_id == key_id)
+            ).scalar()
+        return str(value) if value is not None else None
+
+    def destroy(self, key_ids: Iterable[str], at: datetime) -> list[str]:
+        """Crypto-shred: delete keys and compact so no copy stays in the keystore files.
+
+        Returns the ids that were destroyed by this call (already destroyed ids are
+        skipped, which makes a repeated erasure a no-op).
+        """
+        ids = sorted(set(key_ids))
+        with self.engine.begin() as conn:
+            present = {r[0] for r in conn.execute(
+                sa.select(self.keys.c.key_id).where(self.keys.c.key_id.in_(ids)))}
+            if present:
+                conn.execute(self.keys.delete().where(self.keys.c.key_id.in_(present)))
+                conn.execute(self.destroyed.insert(), [
+                    {"key_id": k, "destroyed_at": at.isoformat()} for k in sorted(present)])
+        for k in ids:
+            self._cache.pop(k, None)
+        if present:
+            self.compact()
+        return sorted(present)
+
+    def discard(self, key_ids: Iterable[str]) -> None:
+        """Roll back keys created for a command that then failed (no tombstone)."""
+        ids = list(key_ids)
+        if not ids:
+            return
+        with self.engine.begin() as conn:
+            conn.execute(self.keys.delete().where(self.keys.c.key_id.in_(ids)))
+        for k in ids:
+            self._cache.pop(k, None)
+        self.compact()
+
+    def compact(self) -> None:
+        """Make deleted key bytes unrecoverable from the store's own files."""
+        if self.is_sqlite:
+            with self.engine.connect() as conn:
+                busy, _log, _ckpt = conn.exec_driver_sql(
+                    "PRAGMA wal_checkpoint(TRUNCATE)").one()
+            if busy:
+                raise KeystoreError(
+                    "keystore checkpoint was blocked by another open connection; the destroyed "
+                    "key may persist in the WAL file. Close other ledger processes and run the "
+                    "erasure again")
+            return
+        table = f'"{self.schema}".data_keys' if self.schema else "data_keys"
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.exec_driver_sql(f"VACUUM FULL {table}")
+
+    def count(self) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.execute(sa.select(sa.func.count()).select_from(self.keys)).scalar()
+                       or 0)
+
+    def close(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,31 @@
+"""Errors raised by the keys package. The CLI maps them to exit codes."""
+
+from __future__ import annotations
+
+
+class KeyError_(Exception):  # noqa: N801 - trailing underscore avoids shadowing builtins.KeyError
+    """Base class for key management errors."""
+
+
+class SignatureInvalid(KeyError_):
+    """A signature did not verify under the given public key."""
+
+
+class KeyNotAuthorized(KeyError_):
+    """A key is unknown to the roster, lacks the role, or was not valid at that time."""
+
+
+class DataKeyUnavailable(KeyError_):
+    """A data key was destroyed (crypto-shredded) or never existed."""
+
+
+class DecryptionFailed(KeyError_):
+    """Ciphertext or its associated data was altered, or the wrong key was used."""
+
+
+class KeystoreError(KeyError_):
+    """The keystore could not complete an operation (for example a secure delete)."""
+
+
+class KeyringError(KeyError_):
+    """A private key file is missing, unreadable or has unsafe permissions."""

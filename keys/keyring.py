@@ -1,0 +1,114 @@
+"""The local keyring: private signing keys in ``<home>/keys``, files mode 0600.
+
+Private keys never live in the repository. Each key is a JSON file
+``<name>.key`` holding the 32-byte Ed25519 seed; ``<name>.pub`` holds the
+public key and key id, for auditors and for ``--root-key``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import stat
+from pathlib import Path
+
+from keys.errors import KeyringError
+from keys.signing import Signer, key_id
+
+_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+
+
+def _check_name(name: str) -> None:
+    if not _NAME.match(name):
+        raise KeyringError(
+            f"key name {name!r} is invalid: use 1-64 lowercase letters, digits, '-' or '_', "
+            "starting with a letter"
+        )
+
+
+def public_key_document(name: str, public_key: bytes) -> dict[str, str]:
+    return {
+        "name": name,
+        "algorithm": "ed25519",
+        "kid": key_id(public_key),
+        "public_key": base64.b64encode(public_key).decode(),
+    }
+
+
+def read_public_key_file(path: Path) -> bytes:
+    """Read a ``.pub`` file written by :class:`Keyring` and check its key id."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        public_key = base64.b64decode(doc["public_key"], validate=True)
+        kid = doc["kid"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise KeyringError(f"cannot read public key file {path}: {e}") from e
+    if key_id(public_key) != kid:
+        raise KeyringError(f"public key file {path}: key id {kid} does not match its key")
+    return public_key
+
+
+class Keyring:
+    """Private keys in one folder. Creating refuses to overwrite."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def _key_path(self, name: str) -> Path:
+        _check_name(name)
+        return self.folder / f"{name}.key"
+
+    def create(self, name: str) -> Signer:
+        path = self._key_path(name)
+        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        signer = Signer.generate(name)
+        doc = {"name": name, "algorithm": "ed25519", "kid": signer.kid,
+               "seed": bytes(signer.signing_key).hex()}
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError as e:
+            raise KeyringError(f"a key named {name!r} already exists in {self.folder}") from e
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f)
+        pub = self.folder / f"{name}.pub"
+        pub.write_text(json.dumps(public_key_document(name, signer.public_key)), encoding="utf-8")
+        return signer
+
+    def load(self, name: str) -> Signer:
+        path = self._key_path(name)
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except FileNotFoundError as e:
+            raise KeyringError(
+                f"no private key named {name!r} in {self.folder}; "
+                "list keys with `ledger keys list`"
+            ) from e
+        if mode & 0o077:
+            raise KeyringError(
+                f"private key {path} is readable by others (mode {oct(mode)}); "
+                f"run `chmod 600 {path}`"
+            )
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            signer = Signer.from_seed(name, bytes.fromhex(doc["seed"]))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise KeyringError(f"cannot read private key {path}: {e}") from e
+        if signer.kid != doc.get("kid"):
+            raise KeyringError(f"private key {path}: stored key id does not match the key")
+        return signer
+
+    def public_key_path(self, name: str) -> Path:
+        _check_name(name)
+        return self.folder / f"{name}.pub"
+
+    def names(self) -> list[str]:
+        if not self.folder.exists():
+            return []
+        return sorted(p.stem for p in self.folder.glob("*.key"))
+
+    def remove(self, name: str) -> None:
+        """Remove a private key file (after rotation). The public file stays."""
+        path = self._key_path(name)
+        path.unlink(missing_ok=True)

@@ -1,0 +1,587 @@
+"""The ledger application: commands on Subject, Artifact, Atom and the key roster.
+
+Every command runs in a write context: it takes the ledger's write lock, reads
+the head (last sequence number and time), checks the clock and the actor's
+authorization, and lets the mapper sign events with consecutive sequence
+numbers. A command either writes all of its events or none of them.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import uuid
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import structlog
+from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.persistence import Mapper, Transcoder
+
+from keys.datakeys import DataKeyStore, make_engine
+from keys.errors import DataKeyUnavailable, KeyError_, KeyNotAuthorized, KeyringError
+from keys.keyring import Keyring, read_public_key_file
+from keys.roster import ROLES, ROOT, KeyRoster
+from keys.signing import Signer
+from ledger import clock, envelope
+from ledger.domain import Artifact, Atom, LedgerEvent, Subject
+from ledger.errors import (
+    ClockError,
+    ConflictError,
+    EnvironmentProblem,
+    InputError,
+    LedgerError,
+    NotFound,
+)
+from ledger.home import Config, StorageURL, validate_db_url
+from ledger.inputs import AtomCorrection, AtomInput, ArtifactInput, SubjectInput, parse
+from ledger.mapper import SigningMapper
+
+log = structlog.get_logger("ledger")
+
+LEDGER_NAMESPACE = uuid.UUID("6c1b6d1e-5f0e-4a57-9f43-2f0d8a7c3b10")
+DEFAULT_KEYS = {"writer": "writer", "operator": "operator", "log": "log"}
+
+
+class LedgerApp(Application[UUID]):
+    """One ledger, opened from its home."""
+
+    name = "ledger"
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.ledger_id = config.ledger_id
+        if config.events.is_postgres:
+            _ensure_schema(config.events)
+        try:
+            super().__init__(env=config.events.eventsourcing_env())
+        except Exception as e:
+            raise EnvironmentProblem(
+                f"cannot open the event store: {e.__class__.__name__}: {e}",
+                hint="check that the database in config.toml is reachable") from e
+        self.keyring = Keyring(config.home / "keys")
+        self.datakeys = DataKeyStore(
+            make_engine(config.keystore.sqlalchemy_url(), config.keystore.schema),
+            config.keystore.schema)
+        self.roster_id = uuid.uuid5(LEDGER_NAMESPACE, f"{self.ledger_id}/roster")
+        self.root_public_key = read_public_key_file(self.keyring.public_key_path("root"))
+        self._known_keys: dict[str, bytes] = {config.root_kid: self.root_public_key}
+        assert isinstance(self.mapper, SigningMapper)
+        self.mapper.configure(self.ledger_id, self.datakeys, self._resolve_key)
+
+    # ------------------------------------------------------------------ plumbing
+    def construct_mapper(self) -> Mapper[UUID]:
+        return SigningMapper(transcoder=_NoTranscoder())
+
+    def close(self) -> None:
+        super().close()
+        self.datakeys.close()
+
+    def _resolve_key(self, kid: str) -> bytes:
+        pub = self._known_keys.get(kid)
+        if pub is None:
+            roster = self.roster()
+            self._known_keys.update({k: e.public_key for k, e in roster.state.entries.items()})
+            pub = self._known_keys.get(kid)
+        if pub is None:
+            raise KeyNotAuthorized(f"key {kid} is not in the roster")
+        return pub
+
+    def roster(self) -> KeyRoster:
+        try:
+            roster = self.repository.get(self.roster_id)
+        except AggregateNotFoundError:
+            raise EnvironmentProblem("this ledger has no key roster",
+                                     hint="the home was not initialised by `ledger init`") from None
+        assert isinstance(roster, KeyRoster)
+        return roster
+
+    def subject_id(self, ref: str) -> UUID:
+        return uuid.uuid5(LEDGER_NAMESPACE, f"{self.ledger_id}/subject/{ref}")
+
+    def _ref_id(self, kind: str, ref: str | None) -> UUID:
+        if ref is None:
+            return uuid.uuid4()
+        return uuid.uuid5(LEDGER_NAMESPACE, f"{self.ledger_id}/{kind}/{ref}")
+
+    def exists(self, aggregate_id: UUID) -> bool:
+        return bool(self.recorder.select_events(aggregate_id, limit=1))
+
+    def head(self) -> tuple[int, datetime | None]:
+        """The last sequence number and event time (0, None for an empty log)."""
+        max_id = self.recorder.max_notification_id()
+        if not max_id:
+            return 0, None
+        last = self.recorder.select_notifications(start=max_id, limit=1)
+        if not last:
+            return 0, None
+        env = envelope.open_state(last[0].state).envelope
+        return int(env["seq"]), datetime.fromisoformat(env["timestamp"].replace("Z", "+00:00"))
+
+    @contextlib.contextmanager
+    def _write_lock(self) -> Iterator[None]:
+        if self.config.events.is_postgres:
+            import psycopg
+
+            env = self.config.events.eventsourcing_env()
+            lock_key = int.from_bytes(hashlib.sha256(self.ledger_id.encode()).digest()[:8],
+                                      "big", signed=True)
+            with psycopg.connect(
+                    dbname=env["POSTGRES_DBNAME"], host=env["POSTGRES_HOST"],
+                    port=int(env["POSTGRES_PORT"]), user=env["POSTGRES_USER"],
+                    password=env["POSTGRES_PASSWORD"] or None, autocommit=True) as conn:
+                conn.execute("SELECT pg_advisory_lock(%s)", (lock_key,))
+                try:
+                    yield
+                finally:
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (lock_key,))
+            return
+        with open(self.config.home / "write.lock", "a+b") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def signer(self, actor: str | None) -> Signer:
+        try:
+            return self.keyring.load(actor or self.config.default_actor)
+        except KeyringError as e:
+            raise EnvironmentProblem(str(e), hint="see `ledger keys list`") from e
+
+    @contextlib.contextmanager
+    def writing(self, signer: Signer, role: str = "writer") -> Iterator[datetime]:
+        """Hold the write lock, check clock and authorization, sign what is saved."""
+        with self._write_lock():
+            seq, last = self.head()
+            at = clock.now()
+            if last is not None and at < last:
+                raise ClockError(
+                    f"the command's time {clock.format_instant(at)} is earlier than the newest "
+                    f"event ({clock.format_instant(last)})",
+                    hint=f"unset {clock.ENV} or set it to a later time; history is append-only")
+            if role != ROOT:
+                try:
+                    self.roster().state.check(signer.kid, role, at)
+                except KeyNotAuthorized as e:
+                    raise InputError(f"{signer.name} may not sign this command: {e}",
+                                     hint="see `ledger keys list`") from e
+            self.mapper.begin(signer, seq + 1)  # type: ignore[attr-defined]
+            try:
+                yield at
+            finally:
+                self.mapper.end()  # type: ignore[attr-defined]
+
+    def commit(self, *aggregates: Any) -> list[str]:
+        """Save pending events; create data keys for new items that carry content first.
+
+        If saving fails, keys created here are discarded, so nothing is left behind.
+        """
+        new_keys: list[str] = []
+        for agg in aggregates:
+            for ev in agg.pending_events:
+                personal = getattr(type(ev), "PERSONAL", ())
+                if ev.originator_version == 1 and any(
+                        getattr(ev, f, None) is not None for f in personal):
+                    new_keys.append(str(ev.originator_id))
+        self.datakeys.create_many(new_keys, clock.now())
+        try:
+            recordings = self.save(*aggregates)
+        except BaseException:
+            self.datakeys.discard(new_keys)
+            raise
+        return [envelope.event_id(r.domain_event.originator_id,
+                                  r.domain_event.originator_version) for r in recordings]
+
+    # ------------------------------------------------------------------ bootstrap
+    @classmethod
+    def initialize(cls, home: Path, db: str | None = None, keystore: str | None = None) -> Config:
+        """Create a new ledger home: keys, config, stores, and the signed key roster."""
+        if (home / "config.toml").exists():
+            raise ConflictError(f"{home} already holds a ledger",
+                                hint="use it, or choose another --home")
+        if db:
+            validate_db_url(db)
+        if keystore:
+            validate_db_url(keystore)
+        created_home = not home.exists()
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            keyring = Keyring(home / "keys")
+            root = keyring.create("root")
+            signers = {role: keyring.create(name) for role, name in DEFAULT_KEYS.items()}
+            ledger_id = str(uuid.uuid4())
+            now = clock.now()
+            config = Config(
+                home=home, ledger_id=ledger_id, origin=f"memory-ledger/{ledger_id}",
+                created_at=clock.format_instant(now), root_kid=root.kid, default_actor="writer",
+                events=StorageURL(db or "events.sqlite", home),
+                keystore=StorageURL(keystore or "keystore.sqlite", home),
+                projections=StorageURL(db or "projections.sqlite", home),
+            )
+            config.write()
+            app = cls(config)
+            try:
+                with app.writing(root, ROOT) as at:
+                    roster = KeyRoster.start(app.roster_id, root.public_key, at)
+                    for role, signer in signers.items():
+                        roster.authorize(signer.public_key, signer.name, role, at, at)
+                    app.commit(roster)
+            finally:
+                app.close()
+        except BaseException:
+            if created_home:
+                shutil.rmtree(home, ignore_errors=True)
+            raise
+        log.info("ledger.initialized", ledger_id=ledger_id,
+                 backend="postgresql" if config.events.is_postgres else "sqlite")
+        return config
+
+    # ------------------------------------------------------------------ keys
+    def authorize_key(self, name: str, role: str, public_key: bytes | None = None,
+                      valid_from: datetime | None = None) -> str:
+        """Authorize a public key for a role; without one, create a key in this home."""
+        if role not in ROLES:
+            raise InputError(f"unknown role {role!r}", hint=f"roles: {', '.join(ROLES)}")
+        root = self.signer("root")
+        created: Signer | None = None
+        if public_key is None:
+            try:
+                created = self.keyring.create(name)
+            except KeyringError as e:
+                raise InputError(str(e)) from e
+            public_key = created.public_key
+        try:
+            with self.writing(root, ROOT) as at:
+                roster = self.roster()
+                try:
+                    roster.authorize(public_key, name, role, valid_from or at, at)
+                except KeyNotAuthorized as e:
+                    raise ConflictError(str(e)) from e
+                self.commit(roster)
+        except BaseException:
+            if created is not None:
+                self.keyring.remove(name)
+                self.keyring.public_key_path(name).unlink(missing_ok=True)
+            raise
+        kid = roster.state.entries[envelope_kid(public_key)].kid
+        self._known_keys[kid] = public_key
+        log.info("key.authorized", kid=kid, role=role)
+        return kid
+
+    def revoke_key(self, kid: str, role: str | None = None, revoked_from: datetime | None = None,
+                   reason: str | None = None) -> None:
+        root = self.signer("root")
+        with self.writing(root, ROOT) as at:
+            roster = self.roster()
+            try:
+                roster.revoke(kid, role, revoked_from or at, reason, at)
+            except KeyNotAuthorized as e:
+                raise InputError(str(e), hint="see `ledger keys list`") from e
+            self.commit(roster)
+        log.info("key.revoked", kid=kid, role=role)
+
+    def rotate_key(self, name: str, reason: str | None = None) -> tuple[str, str]:
+        """Replace the key ``name``: the new key takes its active roles, the old is revoked."""
+        old = self.signer(name)
+        root = self.signer("root")
+        new = Signer.generate(name)
+        with self.writing(root, ROOT) as at:
+            roster = self.roster()
+            entry = roster.state.entries.get(old.kid)
+            roles = sorted({g.role for g in entry.grants if g.active_at(at)}) if entry else []
+            if not roles:
+                raise InputError(f"key {name} ({old.kid}) holds no active role to rotate")
+            for role in roles:
+                roster.authorize(new.public_key, name, role, at, at)
+            roster.revoke(old.kid, None, at, reason or "rotated", at)
+            self.commit(roster)
+            self.keyring.remove(name)
+            self._install(new)
+        log.info("key.rotated", old_kid=old.kid, new_kid=new.kid)
+        return old.kid, new.kid
+
+    def _install(self, signer: Signer) -> None:
+        self.keyring.public_key_path(signer.name).unlink(missing_ok=True)
+        path = self.keyring.folder / f"{signer.name}.key"
+        tmp = path.with_suffix(".key.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        import json
+
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({"name": signer.name, "algorithm": "ed25519", "kid": signer.kid,
+                       "seed": bytes(signer.signing_key).hex()}, f)
+        os.replace(tmp, path)
+        from keys.keyring import public_key_document
+
+        self.keyring.public_key_path(signer.name).write_text(
+            json.dumps(public_key_document(signer.name, signer.public_key)), encoding="utf-8")
+
+    # ------------------------------------------------------------------ subjects
+    def register_subject(self, data: dict[str, Any], actor: str | None = None) -> UUID:
+        inp = parse(SubjectInput, data)
+        sid = self.subject_id(inp.ref)
+        signer = self.signer(actor)
+        with self.writing(signer):
+            if self.exists(sid):
+                raise ConflictError(f"subject {inp.ref} is already registered ({sid})")
+            subject = Subject._create(Subject.Created, id=sid, timestamp=clock.now(),
+                                      ref=inp.ref, display_name=inp.display_name,
+                                      locale=inp.locale)
+            self.commit(subject)
+        log.info("subject.registered", subject_id=str(sid))
+        return sid
+
+    def resolve_subject(self, ref_or_id: str) -> UUID:
+        for candidate in _id_candidates(ref_or_id, self.subject_id):
+            if self.exists(candidate):
+                return candidate
+        raise NotFound(f"no subject {ref_or_id!r} in this ledger",
+                       hint="register it first with `ledger subject add`")
+
+    def resolve(self, kind: str, ref_or_id: str) -> UUID:
+        for candidate in _id_candidates(ref_or_id, lambda r: self._ref_id(kind, r)):
+            if self.exists(candidate):
+                return candidate
+        raise NotFound(f"no {kind} {ref_or_id!r} in this ledger")
+
+    # ------------------------------------------------------------------ artifacts
+    def capture_artifact(self, data: dict[str, Any], actor: str | None = None) -> UUID:
+        inp = parse(ArtifactInput, data)
+        signer = self.signer(actor)
+        with self.writing(signer) as at:
+            subject_id = self.resolve_subject(inp.subject)
+            aid = self._ref_id("artifact", inp.ref)
+            if inp.ref is not None and self.exists(aid):
+                raise ConflictError(f"artifact {inp.ref} already exists ({aid})")
+            artifact = Artifact._create(
+                Artifact.Created, id=aid, timestamp=at, subject_id=str(subject_id), ref=inp.ref,
+                kind=inp.kind, captured_at=clock.format_instant(inp.captured_at or at),
+                source=inp.source, private=inp.private, title=inp.title, body=inp.body,
+                media_url=inp.media_url)
+            self.commit(artifact)
+        log.info("artifact.captured", artifact_id=str(aid), subject_id=str(subject_id))
+        return aid
+
+    # ------------------------------------------------------------------ atoms
+    def _new_atom(self, inp: AtomInput, at: datetime, supersedes: str | None = None) -> Atom:
+        subject_id = self.resolve_subject(inp.subject)
+        artifact_ids = [str(self.resolve("artifact", a)) for a in inp.artifact_ids]
+        atom_id = self._ref_id("atom", inp.ref)
+        if inp.ref is not None and self.exists(atom_id):
+            raise ConflictError(f"atom {inp.ref} already exists ({atom_id})")
+        fields = {
+            "subject_id": str(subject_id), "ref": inp.ref, "kind": inp.kind, "text": inp.text,
+            "gist": inp.gist, "details": [d.model_dump() for d in inp.details] or None,
+            "tags": list(inp.tags) or None, "confidence": inp.confidence,
+            "sensitivity": inp.sensitivity,
+            "valid_from": clock.format_instant(inp.valid_from) if inp.valid_from else None,
+            "valid_to": clock.format_instant(inp.valid_to) if inp.valid_to else None,
+            "derivation": inp.derivation, "artifact_ids": artifact_ids,
+            "extractor": inp.extractor, "human_reviewed": inp.human_reviewed,
+            "salience": inp.salience, "emotional_valence": inp.emotional_valence,
+            "decay_profile": inp.decay_profile.model_dump() if inp.decay_profile else None,
+            "privacy_class": inp.privacy_class, "consent_basis": inp.consent_basis,
+            "session_id": inp.session_id, "supersedes": supersedes,
+            "min_sources": inp.min_sources, "extensions": inp.extensions,
+        }
+        atom = Atom._create(Atom.Created, id=atom_id, timestamp=at, **fields)
+        assert isinstance(atom, Atom)
+        return atom
+
+    def add_atom(self, data: dict[str, Any], actor: str | None = None) -> UUID:
+        return self.add_atoms([data], actor)[0]
+
+    def add_atoms(self, items: Sequence[dict[str, Any]], actor: str | None = None) -> list[UUID]:
+        """Record atoms in one command: all are written, or none."""
+        inputs = [parse(AtomInput, d) for d in items]
+        signer = self.signer(actor)
+        with self.writing(signer) as at:
+            atoms = [self._new_atom(inp, at) for inp in inputs]
+            if len({a.id for a in atoms}) != len(atoms):
+                raise InputError("two atoms in this command have the same ref")
+            self.commit(*atoms)
+        for a in atoms:
+            log.info("atom.created", atom_id=str(a.id), subject_id=a.subject_id)
+        return [a.id for a in atoms]
+
+    def get_atom(self, atom_id: str | UUID) -> Atom:
+        aid = atom_id if isinstance(atom_id, UUID) else self.resolve("atom", atom_id)
+        try:
+            atom = self.repository.get(aid)
+        except AggregateNotFoundError:
+            raise NotFound(f"no atom {atom_id}") from None
+        if not isinstance(atom, Atom):
+            raise NotFound(f"{atom_id} is not an atom")
+        return atom
+
+    def get_subject(self, ref_or_id: str) -> Subject:
+        subject = self.repository.get(self.resolve_subject(ref_or_id))
+        assert isinstance(subject, Subject)
+        return subject
+
+    def get_artifact(self, ref_or_id: str) -> Artifact:
+        artifact = self.repository.get(self.resolve("artifact", ref_or_id))
+        if not isinstance(artifact, Artifact):
+            raise NotFound(f"{ref_or_id} is not an artifact")
+        return artifact
+
+    def correct_atom(self, atom_id: str, data: dict[str, Any],
+                     actor: str | None = None) -> UUID:
+        """Supersede an atom: the old one gets ``valid_to``; a new atom replaces it."""
+        corr = parse(AtomCorrection, data)
+        signer = self.signer(actor)
+        with self.writing(signer) as at:
+            old = self.get_atom(atom_id)
+            if old.status != "active":
+                hint = f"correct {old.superseded_by} instead" if old.superseded_by else None
+                raise ConflictError(f"atom {old.id} is {old.status} and cannot be corrected",
+                                    hint=hint)
+            if old.content_erased:
+                raise ConflictError(f"atom {old.id} was erased and cannot be corrected")
+            base = {k: v for k, v in old.as_dict().items() if k in AtomInput.model_fields}
+            base.update({"subject": old.subject_id, "ref": None})
+            base.update(corr.model_dump(exclude_unset=True, exclude={"reason"}))
+            if "artifact_ids" not in corr.model_fields_set:
+                base["artifact_ids"] = old.artifact_ids
+            base["valid_from"] = corr.valid_from or at
+            new_input = parse(AtomInput, base)
+            new = self._new_atom(new_input, at, supersedes=str(old.id))
+            old.trigger_event(Atom.Superseded, timestamp=at, superseded_by=str(new.id),
+                              valid_to=clock.format_instant(corr.valid_from or at),
+                              reason=corr.reason)
+            self.commit(old, new)
+        log.info("atom.corrected", atom_id=str(old.id), new_atom_id=str(new.id))
+        return new.id
+
+    def rehearse_atom(self, atom_id: str, session_id: str | None = None,
+                      reason: str | None = None, actor: str | None = None) -> int:
+        signer = self.signer(actor)
+        with self.writing(signer) as at:
+            atom = self.get_atom(atom_id)
+            if atom.status != "active" or atom.content_erased:
+                raise ConflictError(f"atom {atom.id} is {atom.status}; only active atoms "
+                                    "are rehearsed")
+            atom.trigger_event(Atom.Rehearsed, timestamp=at, session_id=session_id,
+                               reason=reason)
+            self.commit(atom)
+        log.info("atom.rehearsed", atom_id=str(atom.id), count=atom.rehearsal_count)
+        return int(atom.rehearsal_count)
+
+    def expire_atom(self, atom_id: str, reason: str | None = None,
+                    actor: str | None = None) -> None:
+        signer = self.signer(actor)
+        with self.writing(signer) as at:
+            atom = self.get_atom(atom_id)
+            if atom.status != "active":
+                raise ConflictError(f"atom {atom.id} is already {atom.status}")
+            atom.trigger_event(Atom.Expired, timestamp=at, valid_to=clock.format_instant(at),
+                               reason=reason)
+            self.commit(atom)
+        log.info("atom.expired", atom_id=str(atom.id))
+
+    # ------------------------------------------------------------------ crypto-shredding
+    def destroy_data_key(self, aggregate_id: UUID, reason: str,
+                         actor: str | None = None) -> str | None:
+        """Crypto-shred one item: destroy its data key, then record a signed event.
+
+        Returns the event id, or None when the key was already destroyed and recorded.
+        """
+        signer = self.signer(actor)
+        with self.writing(signer) as at:
+            try:
+                agg = self.repository.get(aggregate_id)
+            except AggregateNotFoundError:
+                raise NotFound(f"no item {aggregate_id}") from None
+            if agg.data_key_destroyed_at is not None:
+                return None
+            self.datakeys.destroy([str(aggregate_id)], at)
+            agg.trigger_event(type(agg).DataKeyDestroyed, timestamp=at,
+                              key_id=str(aggregate_id), reason=reason)
+            ids = self.commit(agg)
+        log.info("data_key.destroyed", item_id=str(aggregate_id))
+        return ids[0]
+
+    # ------------------------------------------------------------------ reading
+    def history(self, atom_id: str) -> list[dict[str, Any]]:
+        """Signed events of an atom and of the atoms it supersedes or is superseded by."""
+        atom = self.get_atom(atom_id)
+        chain: list[UUID] = [atom.id]
+        cur = atom
+        while cur.supersedes:
+            cur = self.get_atom(UUID(cur.supersedes))
+            chain.insert(0, cur.id)
+        cur = atom
+        while cur.superseded_by:
+            cur = self.get_atom(UUID(cur.superseded_by))
+            chain.append(cur.id)
+        out: list[dict[str, Any]] = []
+        for aid in chain:
+            for stored in self.recorder.select_events(aid):
+                opened = self.mapper.open_verified(stored)  # type: ignore[attr-defined]
+                env = opened.envelope
+                out.append({
+                    "event_id": envelope.event_id(stored.originator_id,
+                                                  stored.originator_version),
+                    "seq": env["seq"], "atom_id": str(aid), "topic": env["topic"],
+                    "timestamp": env["timestamp"], "signer": env["kid"],
+                    "summary": {k: v for k, v in env["payload"].items()
+                                if k in ("valid_to", "superseded_by", "reason", "session_id",
+                                         "supersedes", "derivation", "kind")},
+                })
+        out.sort(key=lambda r: r["seq"])
+        return out
+
+    def stored_records(self, start: int = 1, batch: int = 5000) -> Iterator[Any]:
+        """Every stored event in log order (notifications), read in batches."""
+        pos = start
+        while True:
+            rows = self.recorder.select_notifications(start=pos, limit=batch)
+            if not rows:
+                return
+            yield from rows
+            pos = rows[-1].id + 1
+
+
+def envelope_kid(public_key: bytes) -> str:
+    from keys.signing import key_id
+
+    return key_id(public_key)
+
+
+def _id_candidates(ref_or_id: str, from_ref: Any) -> list[UUID]:
+    out = []
+    try:
+        out.append(UUID(ref_or_id))
+    except ValueError:
+        pass
+    try:
+        out.append(from_ref(ref_or_id))
+    except LedgerError:
+        pass
+    return out
+
+
+def _ensure_schema(url: StorageURL) -> None:
+    engine = make_engine(url.sqlalchemy_url(), url.schema)
+    engine.dispose()
+
+
+class _NoTranscoder(Transcoder):
+    """The signing mapper serialises envelopes itself; a transcoder is never used."""
+
+    def encode(self, obj: Any) -> bytes:
+        raise NotImplementedError
+
+    def decode(self, data: bytes) -> Any:
+        raise NotImplementedError
+
+
+__all__ = ["LedgerApp", "LedgerEvent", "DataKeyUnavailable", "KeyError_", "UTC", "base64"]

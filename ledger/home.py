@@ -1,0 +1,159 @@
+"""The ledger home: where a ledger lives, and how its storage is configured.
+
+Found like git finds a repository: ``--home``, else ``LEDGER_HOME``, else the
+first ``.ledger/`` folder from the working directory upward.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import make_url
+
+from ledger.errors import EnvironmentProblem, InputError
+
+HOME_DIRNAME = ".ledger"
+CONFIG = "config.toml"
+ENV_HOME = "LEDGER_HOME"
+
+
+def find_home(explicit: Path | None = None) -> Path:
+    if explicit is not None:
+        path = explicit
+    elif os.environ.get(ENV_HOME):
+        path = Path(os.environ[ENV_HOME])
+    else:
+        here = Path.cwd().resolve()
+        for folder in (here, *here.parents):
+            if (folder / HOME_DIRNAME / CONFIG).is_file():
+                return folder / HOME_DIRNAME
+        raise EnvironmentProblem(
+            "no ledger home found here or in any parent folder",
+            hint="run `ledger init`, or pass --home DIR, or set LEDGER_HOME")
+    if not (path / CONFIG).is_file():
+        raise EnvironmentProblem(
+            f"{path} is not a ledger home (no {CONFIG})",
+            hint=f"run `ledger init --home {path}` to create one")
+    return path
+
+
+@dataclass(frozen=True)
+class StorageURL:
+    """One configured store: an SQLite file in the home, or a PostgreSQL schema."""
+
+    raw: str
+    home: Path
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.raw.startswith(("postgresql:", "postgres:", "postgresql+psycopg:"))
+
+    @property
+    def sqlite_path(self) -> Path:
+        return (self.home / self.raw).resolve()
+
+    @property
+    def schema(self) -> str | None:
+        if not self.is_postgres:
+            return None
+        return str(make_url(self.raw).query.get("schema") or "ledger")
+
+    def sqlalchemy_url(self) -> str:
+        if not self.is_postgres:
+            return f"sqlite:///{self.sqlite_path}"
+        url = make_url(self.raw).set(drivername="postgresql+psycopg")
+        url = url.difference_update_query(["schema"])
+        return url.render_as_string(hide_password=False)
+
+    def eventsourcing_env(self) -> dict[str, str]:
+        if not self.is_postgres:
+            return {"PERSISTENCE_MODULE": "eventsourcing.sqlite",
+                    "SQLITE_DBNAME": str(self.sqlite_path)}
+        url = make_url(self.raw)
+        return {
+            "PERSISTENCE_MODULE": "eventsourcing.postgres",
+            "POSTGRES_DBNAME": url.database or "postgres",
+            "POSTGRES_HOST": url.host or "127.0.0.1",
+            "POSTGRES_PORT": str(url.port or 5432),
+            "POSTGRES_USER": url.username or "postgres",
+            "POSTGRES_PASSWORD": url.password or "",
+            "POSTGRES_SCHEMA": self.schema or "ledger",
+            "POSTGRES_CONNECT_TIMEOUT": "10",
+        }
+
+
+def validate_db_url(url: str) -> None:
+    if url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        try:
+            u = make_url(url)
+        except Exception as e:
+            raise InputError(f"cannot parse database URL: {e}") from None
+        if not u.database:
+            raise InputError("the PostgreSQL URL names no database",
+                             hint="use postgresql://USER@HOST:5432/DBNAME[?schema=NAME]")
+        return
+    raise InputError(
+        f"unsupported database URL scheme in {url.split(':', 1)[0]!r}",
+        hint="omit --db for embedded SQLite, or give postgresql://USER@HOST:5432/DBNAME")
+
+
+def _toml_value(v: Any) -> str:
+    return json.dumps(v)  # TOML basic strings, ints and booleans share JSON's syntax here
+
+
+@dataclass(frozen=True)
+class Config:
+    home: Path
+    ledger_id: str
+    origin: str
+    created_at: str
+    root_kid: str
+    default_actor: str
+    events: StorageURL
+    keystore: StorageURL
+    projections: StorageURL
+
+    @classmethod
+    def load(cls, home: Path) -> Config:
+        try:
+            doc = tomllib.loads((home / CONFIG).read_text(encoding="utf-8"))
+            led, st = doc["ledger"], doc["storage"]
+            return cls(
+                home=home, ledger_id=led["id"], origin=led["origin"],
+                created_at=led["created_at"], root_kid=led["root_kid"],
+                default_actor=led.get("default_actor", "writer"),
+                events=StorageURL(st["events"], home), keystore=StorageURL(st["keystore"], home),
+                projections=StorageURL(st["projections"], home),
+            )
+        except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as e:
+            raise EnvironmentProblem(
+                f"cannot read {home / CONFIG}: {e.__class__.__name__}: {e}",
+                hint="restore config.toml from a backup; it is written once by `ledger init`",
+            ) from e
+
+    def write(self) -> None:
+        lines = [
+            "# memory-ledger home configuration, written by `ledger init`.",
+            "[ledger]",
+            f"id = {_toml_value(self.ledger_id)}",
+            f"origin = {_toml_value(self.origin)}",
+            f"created_at = {_toml_value(self.created_at)}",
+            f"root_kid = {_toml_value(self.root_kid)}",
+            f"default_actor = {_toml_value(self.default_actor)}",
+            "",
+            "[storage]",
+            "# A plain file name is an SQLite file in this folder; otherwise a PostgreSQL URL.",
+            f"events = {_toml_value(self.events.raw)}",
+            f"keystore = {_toml_value(self.keystore.raw)}",
+            f"projections = {_toml_value(self.projections.raw)}",
+            "",
+        ]
+        path = self.home / CONFIG
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines))

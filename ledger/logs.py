@@ -1,0 +1,41 @@
+"""structlog, configured once: JSON lines when stderr is not a terminal.
+
+Log lines carry stable event names, ids and counts, never memory content. The
+level comes from ``LEDGER_LOG_LEVEL`` (default ``warning`` for the CLI, so that
+stderr stays readable for verdicts).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import structlog
+
+_configured = False
+
+
+def configure(level: str | None = None) -> None:
+    global _configured
+    if _configured:
+        return
+    name = (level or os.environ.get("LEDGER_LOG_LEVEL") or "warning").upper()
+    numeric = logging.getLevelNamesMapping().get(name, logging.WARNING)
+    renderer: structlog.typing.Processor
+    if sys.stderr.isatty():
+        renderer = structlog.dev.ConsoleRenderer(colors=False)
+    else:
+        renderer = structlog.processors.JSONRenderer(sort_keys=True)
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+    _configured = True
