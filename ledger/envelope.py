@@ -90,6 +90,8 @@ def open_state(state: bytes) -> Opened:
         signature = base64.b64decode(sig_b64, validate=True)
     except (binascii.Error, ValueError) as e:
         raise EnvelopeError("1.2", "signature is not base64") from e
+    if base64.b64encode(signature).decode() != sig_b64:
+        raise EnvelopeError("1.3", "signature is not in canonical base64")
     body = canonical(env)
     if state != _PREFIX + body + _MIDDLE + sig_b64.encode() + _SUFFIX:
         raise EnvelopeError("1.3", "stored state is not in canonical form (RFC 8785)")

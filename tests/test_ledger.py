@@ -1,0 +1,159 @@
+"""Commands on both backends: record, read, correct, rehearse, expire; atomic refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ledger.application import LedgerApp
+from ledger.errors import ClockError, ConflictError, InputError, NotFound
+from ledger.home import Config
+
+from .conftest import RawStore, run_cli
+
+
+def _seed(app: LedgerApp) -> str:
+    app.register_subject({"ref": "user_9f4e", "display_name": "J. Miller", "locale": "en-US"})
+    app.capture_artifact({"subject": "user_9f4e", "ref": "art_101", "kind": "chat",
+                          "title": "Q4 board prep", "body": "the whole transcript"})
+    atom = app.add_atom({
+        "subject": "user_9f4e", "ref": "atom_001", "kind": "preference",
+        "text": "Prefers direct, unhedged feedback in writing.", "confidence": 0.87,
+        "sensitivity": "public", "derivation": "inferred", "artifact_ids": ["art_101"],
+        "extractor": "claude-opus-4", "human_reviewed": True, "gist": "direct feedback",
+        "details": [{"content": "said so twice", "brightness": 0.85}],
+        "tags": ["feedback"], "privacy_class": "guest-pii", "consent_basis": "service-delivery",
+        "session_id": "sess:1", "salience": 0.74, "emotional_valence": 0.62,
+        "decay_profile": {"halfLifeDays": 14, "rehearsalBoost": 1.4},
+        "extensions": {"x-konshus": {"score": 3}},
+    })
+    return str(atom)
+
+
+def test_atom_round_trip_keeps_every_field(app: LedgerApp) -> None:
+    atom_id = _seed(app)
+    atom = app.get_atom("atom_001").as_dict()
+    assert atom["atom_id"] == atom_id
+    assert atom["text"] == "Prefers direct, unhedged feedback in writing."
+    assert atom["details"] == [{"content": "said so twice", "brightness": 0.85}]
+    assert atom["tags"] == ["feedback"]
+    assert atom["confidence"] == 0.87
+    assert atom["derivation"] == "inferred"
+    assert atom["artifact_ids"] == [str(app.resolve("artifact", "art_101"))]
+    assert atom["decay_profile"]["half_life_days"] == 14
+    assert atom["extensions"] == {"x-konshus": {"score": 3}}
+    assert atom["privacy_class"] == "guest-pii" and atom["session_id"] == "sess:1"
+    assert atom["status"] == "active" and not atom["content_erased"]
+    subject = app.get_subject("user_9f4e")
+    assert subject.display_name == "J. Miller"
+
+
+def test_correction_supersedes_and_never_overwrites(app: LedgerApp) -> None:
+    old_id = _seed(app)
+    new_id = app.correct_atom(old_id, {"text": "Prefers gentle feedback.", "reason": "asked"})
+    old, new = app.get_atom(old_id), app.get_atom(new_id)
+    assert old.text == "Prefers direct, unhedged feedback in writing."  # kept, not overwritten
+    assert old.status == "superseded" and old.superseded_by == str(new_id)
+    assert old.valid_to is not None
+    assert new.supersedes == old_id and new.text == "Prefers gentle feedback."
+    assert new.derivation == "inferred" and new.artifact_ids == old.artifact_ids
+    assert new.sensitivity == old.sensitivity  # sensitivity travels to the correction
+    topics = [r["topic"] for r in app.history(old_id)]
+    assert topics == ["memory-ledger:atom.created.v1", "memory-ledger:atom.superseded.v1",
+                      "memory-ledger:atom.created.v1"]
+    with pytest.raises(ConflictError, match="superseded"):
+        app.correct_atom(old_id, {"text": "again"})
+
+
+def test_rehearse_and_expire(app: LedgerApp) -> None:
+    atom_id = _seed(app)
+    assert app.rehearse_atom(atom_id, "sess:2") == 1
+    assert app.rehearse_atom(atom_id, "sess:3") == 2
+    atom = app.get_atom(atom_id)
+    assert atom.rehearsal_count == 2 and atom.last_rehearsed_at is not None
+    app.expire_atom(atom_id, "retention")
+    assert app.get_atom(atom_id).status == "expired"
+    with pytest.raises(ConflictError):
+        app.rehearse_atom(atom_id)
+
+
+@pytest.mark.parametrize("derivation", ["inferred", "observed"])
+def test_unsourced_inferred_or_observed_atom_refused(app: LedgerApp, derivation: str) -> None:
+    app.register_subject({"ref": "u1"})
+    before = RawStore(app.config.home).rows()
+    with pytest.raises(InputError, match="Konshus provenance rule"):
+        app.add_atom({"subject": "u1", "text": "likes tea", "derivation": derivation,
+                      "extractor": "m"})
+    assert RawStore(app.config.home).rows() == before
+
+
+def test_unknown_artifact_or_subject_refused(app: LedgerApp) -> None:
+    app.register_subject({"ref": "u1"})
+    with pytest.raises(NotFound, match="art_missing"):
+        app.add_atom({"subject": "u1", "text": "t", "derivation": "inferred",
+                      "extractor": "m", "artifact_ids": ["art_missing"]})
+    with pytest.raises(NotFound, match="nobody"):
+        app.add_atom({"subject": "nobody", "text": "t"})
+
+
+def test_bulk_add_is_all_or_nothing(app: LedgerApp) -> None:
+    app.register_subject({"ref": "u1"})
+    rows_before = RawStore(app.config.home).rows()
+    keys_before = app.datakeys.count()
+    with pytest.raises(NotFound):
+        app.add_atoms([{"subject": "u1", "text": "ok"},
+                       {"subject": "u1", "text": "bad", "derivation": "observed",
+                        "artifact_ids": ["nope"]}])
+    assert RawStore(app.config.home).rows() == rows_before
+    assert app.datakeys.count() == keys_before
+    ids = app.add_atoms([{"subject": "u1", "text": f"fact {i}"} for i in range(5)])
+    assert len(ids) == 5 and app.datakeys.count() == keys_before + 5
+
+
+def test_clock_earlier_than_newest_event_refused(home: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LEDGER_NOW", "2030-01-01T00:00:00Z")
+    app = LedgerApp(Config.load(home))
+    try:
+        app.register_subject({"ref": "u1"})
+        before = RawStore(home).rows()
+        monkeypatch.setenv("LEDGER_NOW", "2029-12-31T23:59:59Z")
+        with pytest.raises(ClockError, match="earlier than the newest event"):
+            app.add_atom({"subject": "u1", "text": "backdated"})
+        assert RawStore(home).rows() == before
+        monkeypatch.setenv("LEDGER_NOW", "2030-01-02")
+        app.add_atom({"subject": "u1", "text": "later"})
+        assert RawStore(home).rows()[-1][4].count(b"2030-01-02T00:00:00.000000Z") == 1
+    finally:
+        app.close()
+
+
+def test_revoked_writer_is_refused_and_nothing_written(app: LedgerApp) -> None:
+    app.register_subject({"ref": "u1"})
+    writer = app.signer("writer")
+    app.revoke_key(writer.kid, reason="laptop lost")
+    before = RawStore(app.config.home).rows()
+    with pytest.raises(InputError, match="revoked"):
+        app.add_atom({"subject": "u1", "text": "after revocation"})
+    assert RawStore(app.config.home).rows() == before
+
+
+def test_rotation_keeps_history_verifiable(home: Path) -> None:
+    assert run_cli("--home", str(home), "subject", "add", "u1").code == 0
+    r = run_cli("--home", str(home), "keys", "rotate", "writer", "--json")
+    assert r.code == 0, r.err
+    assert run_cli("--home", str(home), "atom", "add", "--subject", "u1", "--text", "t").code == 0
+    v = run_cli("--home", str(home), "verify", "--json")
+    assert v.code == 0, v.err
+    listing = run_cli("--home", str(home), "keys", "list", "--json").out
+    assert '"revoked_from": null' in listing and "REVOKED" not in listing
+
+
+def test_duplicate_subject_and_ref_conflict(app: LedgerApp) -> None:
+    app.register_subject({"ref": "u1"})
+    with pytest.raises(ConflictError):
+        app.register_subject({"ref": "u1"})
+    app.add_atom({"subject": "u1", "text": "a", "ref": "atom_9"})
+    with pytest.raises(ConflictError, match="atom_9"):
+        app.add_atom({"subject": "u1", "text": "b", "ref": "atom_9"})
