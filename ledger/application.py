@@ -30,7 +30,7 @@ from keys.errors import DataKeyUnavailable, KeyError_, KeyNotAuthorized, Keyring
 from keys.keyring import Keyring, read_public_key_file
 from keys.roster import ROLES, ROOT, KeyRoster
 from keys.signing import Signer
-from ledger import clock, envelope
+from ledger import clock, envelope, logs
 from ledger.domain import Artifact, Atom, LedgerEvent, Subject
 from ledger.errors import (
     ClockError,
@@ -56,6 +56,7 @@ class LedgerApp(Application[UUID]):
     name = "ledger"
 
     def __init__(self, config: Config) -> None:
+        logs.configure()
         self.config = config
         self.ledger_id = config.ledger_id
         if config.events.is_postgres:
@@ -446,7 +447,8 @@ class LedgerApp(Application[UUID]):
                                     hint=hint)
             if old.content_erased:
                 raise ConflictError(f"atom {old.id} was erased and cannot be corrected")
-            base = {k: v for k, v in old.as_dict().items() if k in AtomInput.model_fields}
+            base = {k: v for k, v in old.as_dict().items()
+                    if k in AtomInput.model_fields and v is not None}
             base.update({"subject": old.subject_id, "ref": None})
             base.update(corr.model_dump(exclude_unset=True, exclude={"reason"}))
             if "artifact_ids" not in corr.model_fields_set:

@@ -16,6 +16,16 @@ import structlog
 _configured = False
 
 
+class _CurrentStderr:
+    """Write to whatever ``sys.stderr`` is at the time of writing (not at configure time)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure(level: str | None = None) -> None:
     global _configured
     if _configured:
@@ -35,7 +45,7 @@ def configure(level: str | None = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
     _configured = True

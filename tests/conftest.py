@@ -22,6 +22,7 @@ from ledger.application import LedgerApp
 from ledger.cli import main
 from ledger.home import Config
 
+os.environ.setdefault("LEDGER_LOG_LEVEL", "debug")  # so capture_logs() sees every line
 PG_URL = os.environ.get("LEDGER_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 BACKENDS = ["sqlite", "postgres"]
 
