@@ -59,18 +59,24 @@ class LedgerApp(Application[UUID]):
         logs.configure()
         self.config = config
         self.ledger_id = config.ledger_id
-        if config.events.is_postgres:
-            _ensure_schema(config.events)
         try:
+            if config.events.is_postgres:
+                _ensure_schema(config.events)
             super().__init__(env=config.events.eventsourcing_env())
         except Exception as e:
             raise EnvironmentProblem(
-                f"cannot open the event store: {e.__class__.__name__}: {e}",
+                f"cannot open the event store: {_first_line(e)}",
                 hint="check that the database in config.toml is reachable") from e
         self.keyring = Keyring(config.home / "keys")
-        self.datakeys = DataKeyStore(
-            make_engine(config.keystore.sqlalchemy_url(), config.keystore.schema),
-            config.keystore.schema)
+        try:
+            self.datakeys = DataKeyStore(
+                make_engine(config.keystore.sqlalchemy_url(), config.keystore.schema),
+                config.keystore.schema)
+        except Exception as e:
+            super().close()
+            raise EnvironmentProblem(
+                f"cannot open the keystore: {_first_line(e)}",
+                hint="check the keystore setting in config.toml") from e
         self.roster_id = uuid.uuid5(LEDGER_NAMESPACE, f"{self.ledger_id}/roster")
         self.root_public_key = read_public_key_file(self.keyring.public_key_path("root"))
         self._known_keys: dict[str, bytes] = {config.root_kid: self.root_public_key}
@@ -569,6 +575,10 @@ def _id_candidates(ref_or_id: str, from_ref: Any) -> list[UUID]:
     except LedgerError:
         pass
     return out
+
+
+def _first_line(e: BaseException) -> str:
+    return f"{e.__class__.__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
 
 
 def _ensure_schema(url: StorageURL) -> None:

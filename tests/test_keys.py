@@ -1,0 +1,93 @@
+"""Key roster semantics and the data keystore contract (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from keys.datakeys import DataKeyStore, make_engine
+from keys.errors import DataKeyUnavailable, KeyNotAuthorized
+from keys.roster import KeyRoster
+from keys.signing import Signer
+
+from .conftest import PG_URL, drop_schema, files_under
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_roster_checks_role_and_time_window() -> None:
+    root, writer = Signer.generate("root"), Signer.generate("writer")
+    roster = KeyRoster.start(uuid.uuid4(), root.public_key, T0)
+    roster.authorize(writer.public_key, "writer", "writer", T0 + timedelta(days=1), T0)
+    roster.revoke(writer.kid, None, T0 + timedelta(days=10), "lost", T0 + timedelta(days=10))
+    state = roster.state
+    assert state.check(writer.kid, "writer", T0 + timedelta(days=5)) == writer.public_key
+    with pytest.raises(KeyNotAuthorized, match="only from"):
+        state.check(writer.kid, "writer", T0)
+    with pytest.raises(KeyNotAuthorized, match="revoked as writer"):
+        state.check(writer.kid, "writer", T0 + timedelta(days=10))
+    with pytest.raises(KeyNotAuthorized, match="never authorized as operator"):
+        state.check(writer.kid, "operator", T0 + timedelta(days=5))
+    with pytest.raises(KeyNotAuthorized, match="not in the roster"):
+        state.check(Signer.generate("x").kid, "writer", T0)
+    assert state.check(root.kid, "root", T0) == root.public_key
+
+
+def test_roster_refuses_unknown_role_and_double_grant() -> None:
+    root, writer = Signer.generate("root"), Signer.generate("writer")
+    roster = KeyRoster.start(uuid.uuid4(), root.public_key, T0)
+    with pytest.raises(KeyNotAuthorized, match="unknown role"):
+        roster.authorize(writer.public_key, "w", "emperor", T0, T0)
+    roster.authorize(writer.public_key, "w", "writer", T0, T0)
+    with pytest.raises(KeyNotAuthorized, match="already holds"):
+        roster.authorize(writer.public_key, "w", "writer", T0, T0)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DataKeyStore]:
+    if request.param == "sqlite":
+        s = DataKeyStore(make_engine(f"sqlite:///{tmp_path / 'keystore.sqlite'}"))
+        yield s
+        s.close()
+        return
+    schema = f"k_{uuid.uuid4().hex[:12]}"
+    url = PG_URL.replace("postgresql://", "postgresql+psycopg://")
+    s = DataKeyStore(make_engine(url, schema), schema)
+    yield s
+    s.close()
+    drop_schema(schema)
+
+
+def test_keystore_contract(store: DataKeyStore) -> None:
+    keys = store.create_many(["a", "b", "c"], T0)
+    assert len({*keys.values()}) == 3 and all(len(k) == 32 for k in keys.values())
+    store._cache.clear()
+    assert store.get("a") == keys["a"]
+    assert store.get_many(["a", "b", "zzz"]) == {"a": keys["a"], "b": keys["b"]}
+    assert store.destroy(["a", "zzz"], T0) == ["a"]
+    assert store.destroy(["a"], T0) == []  # repeat is a no-op
+    with pytest.raises(DataKeyUnavailable, match="destroyed at"):
+        store.get("a")
+    with pytest.raises(DataKeyUnavailable, match="does not exist"):
+        store.get("zzz")
+    store._cache.clear()
+    assert store.get("b") == keys["b"]
+    store.discard(["c"])
+    with pytest.raises(DataKeyUnavailable, match="does not exist"):
+        store.get("c")
+    assert store.count() == 1
+
+
+def test_destroyed_key_bytes_are_in_no_keystore_file(tmp_path: Path) -> None:
+    store = DataKeyStore(make_engine(f"sqlite:///{tmp_path / 'keystore.sqlite'}"))
+    keys = store.create_many([f"k{i}" for i in range(200)], T0)
+    victim = keys["k17"]
+    assert any(victim in p.read_bytes() for p in files_under(tmp_path))
+    store.destroy(["k17"], T0)
+    assert not any(victim in p.read_bytes() for p in files_under(tmp_path))
+    assert any(keys["k18"] in p.read_bytes() for p in files_under(tmp_path))
+    store.close()
