@@ -99,11 +99,11 @@ def open_state(state: bytes) -> Opened:
 
 
 def verify(opened: Opened, public_key: bytes) -> None:
-    """Step 4: the signature verifies over PAE(PAYLOAD_TYPE, canonical envelope)."""
+    """Step 5: the signature verifies over PAE(PAYLOAD_TYPE, canonical envelope)."""
     try:
         verify_signature(public_key, pae(PAYLOAD_TYPE, opened.body), opened.signature)
     except SignatureInvalid as e:
-        raise EnvelopeError("4", f"signature does not verify under key {opened.kid}") from e
+        raise EnvelopeError("5", f"signature does not verify under key {opened.kid}") from e
 
 
 def event_id(originator_id: object, version: int) -> str:
