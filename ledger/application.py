@@ -378,9 +378,19 @@ class LedgerApp(Application[UUID]):
         return aid
 
     # ------------------------------------------------------------------ atoms
-    def _new_atom(self, inp: AtomInput, at: datetime, supersedes: str | None = None) -> Atom:
-        subject_id = self.resolve_subject(inp.subject)
-        artifact_ids = [str(self.resolve("artifact", a)) for a in inp.artifact_ids]
+    def _new_atom(self, inp: AtomInput, at: datetime, supersedes: str | None = None,
+                  seen: dict[tuple[str, str], UUID] | None = None) -> Atom:
+        """Build a new atom; ``seen`` caches id resolutions within one command."""
+        cache = {} if seen is None else seen
+
+        def resolved(kind: str, ref: str) -> UUID:
+            if (kind, ref) not in cache:
+                cache[(kind, ref)] = (self.resolve_subject(ref) if kind == "subject"
+                                      else self.resolve(kind, ref))
+            return cache[(kind, ref)]
+
+        subject_id = resolved("subject", inp.subject)
+        artifact_ids = [str(resolved("artifact", a)) for a in inp.artifact_ids]
         atom_id = self._ref_id("atom", inp.ref)
         if inp.ref is not None and self.exists(atom_id):
             raise ConflictError(f"atom {inp.ref} already exists ({atom_id})")
@@ -411,7 +421,8 @@ class LedgerApp(Application[UUID]):
         inputs = [parse(AtomInput, d) for d in items]
         signer = self.signer(actor)
         with self.writing(signer) as at:
-            atoms = [self._new_atom(inp, at) for inp in inputs]
+            seen: dict[tuple[str, str], UUID] = {}
+            atoms = [self._new_atom(inp, at, seen=seen) for inp in inputs]
             if len({a.id for a in atoms}) != len(atoms):
                 raise InputError("two atoms in this command have the same ref")
             self.commit(*atoms)

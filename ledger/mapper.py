@@ -61,11 +61,10 @@ class SigningMapper(Mapper[UUID]):
         return self._next_seq
 
     def associated_data(self, originator_id: object, version: int, topic: str) -> bytes:
-        return envelope.canonical({
-            "ledger": self.ledger_id,
-            "event_id": envelope.event_id(originator_id, version),
-            "topic": topic,
-        })
+        """AEAD associated data: ledger id, event id and topic, NUL-separated (never signed)."""
+        return b"\x00".join((b"memory-ledger/aad/v1", self.ledger_id.encode(),
+                              envelope.event_id(originator_id, version).encode(),
+                              topic.encode()))
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
         signer = self._signer
@@ -92,7 +91,8 @@ class SigningMapper(Mapper[UUID]):
                 raise EventIntegrityError(
                     f"cannot write content for {key_id}: {e}",
                     hint="its content was erased; create a new item instead") from e
-            nonce, ct = aead.seal(key, envelope.canonical(personal),
+            plaintext = json.dumps(personal, ensure_ascii=False, separators=(",", ":")).encode()
+            nonce, ct = aead.seal(key, plaintext,
                                   self.associated_data(originator_id, version, topic))
             payload["sealed"] = {
                 "alg": aead.ALGORITHM, "key_id": key_id,

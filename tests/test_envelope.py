@@ -71,6 +71,12 @@ def test_any_single_byte_change_fails_verification(payload: dict[str, Any],
         envelope.verify(envelope.open_state(bytes(tampered)), SIGNER.public_key)
 
 
+@given(st.dictionaries(st.text(max_size=8), json_values, max_size=6))
+def test_sealed_bodies_are_canonical(payload: dict[str, Any]) -> None:
+    opened = envelope.open_state(envelope.seal(_envelope(payload), SIGNER))
+    assert envelope.canonical(json.loads(opened.body)) == opened.body
+
+
 def test_event_signature_never_verifies_as_another_type() -> None:
     body = envelope.canonical(_envelope({}))
     sig = SIGNER.sign(envelope.pae(envelope.PAYLOAD_TYPE, body))

@@ -36,9 +36,9 @@ def build() -> dict[str, object]:
     flipped = good.replace(b'"preference"', b'"preferencf"')
     cases.append({"name": "payload byte changed", "state": flipped.decode(),
                   "verdict": "invalid", "step": "5"})
-    spaced = good.replace(b'{"envelope":', b'{"envelope": ', 1)
-    cases.append({"name": "non-canonical whitespace", "state": spaced.decode(),
-                  "verdict": "invalid", "step": "1.3"})
+    spaced = good.replace(b',"signature":', b', "signature":', 1)
+    cases.append({"name": "whitespace in the frame", "state": spaced.decode(),
+                  "verdict": "invalid", "step": "1.1"})
     wrong_type = base64.b64encode(signer.sign(envelope.pae("application/vnd.in-toto+json",
                                                            body))).decode()
     cases.append({"name": "signature made for another payload type",

@@ -1,0 +1,87 @@
+"""`make demo`: the main job on an embedded SQLite ledger in a temporary home.
+
+Each step runs the real `ledger` command and shows what it printed.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shlex
+import sys
+import tempfile
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+from ledger.cli import main
+
+
+def step(home: Path, *args: str, note: str = "") -> str:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(["--home", str(home), *args])
+    if note:
+        print(f"\n# {note}")
+    print("$ ledger " + " ".join(shlex.quote(a) for a in args))
+    for line in (out.getvalue() + err.getvalue()).rstrip().splitlines():
+        print(f"  {line}")
+    if code != 0:
+        print(f"  (exit {code})")
+        raise SystemExit(code)
+    return out.getvalue().strip()
+
+
+def run() -> None:
+    with tempfile.TemporaryDirectory(prefix="ledger-demo-") as tmp:
+        home = Path(tmp) / ".ledger"
+        print(f"memory-ledger demo: an embedded SQLite ledger in {home}")
+        step(home, "init", note="Create the ledger: keys, config, event store, keystore, roster")
+        step(home, "keys", "list", note="The signed key roster")
+        step(home, "subject", "add", "user_9f4e", "--name", "J. Miller", "--locale", "en-US",
+             note="Register a subject by their opaque id (the name is encrypted)")
+        step(home, "artifact", "add", "--subject", "user_9f4e", "--kind", "chat",
+             "--ref", "art_101", "--title", "Q4 board prep", "--source", "chatgpt-export",
+             "--body", "...the whole conversation transcript...",
+             note="Capture the chat the memories come from")
+        a1 = step(home, "atom", "add", "--subject", "user_9f4e", "--ref", "atom_001",
+                  "--kind", "preference", "--sensitivity", "public", "--confidence", "0.87",
+                  "--text", "Prefers direct, unhedged feedback in writing.",
+                  "--derivation", "inferred", "--artifact", "art_101",
+                  "--extractor", "claude-opus-4", "--session", "sess:1",
+                  note="Record an inferred atom; it must cite its artifact")
+        step(home, "atom", "add", "--subject", "user_9f4e", "--ref", "atom_002",
+             "--kind", "relationship", "--text", "Works at Acme as head of product.",
+             "--valid-from", "2025-09-01")
+        print("\n# An unsourced inference is refused (Konshus provenance rule):")
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            code = main(["--home", str(home), "atom", "add", "--subject", "user_9f4e",
+                         "--text", "Is probably unhappy at work.", "--derivation", "inferred"])
+        print("$ ledger atom add --subject user_9f4e --text '...' --derivation inferred")
+        print("  " + err.getvalue().strip().replace("\n", "\n  ") + f"\n  (exit {code})")
+        a2b = step(home, "atom", "correct", "atom_002", "--text",
+                   "Works at Beta as head of product.", "--reason", "changed jobs",
+                   note="Correct a fact: the old atom gets valid_to, a new one supersedes it")
+        step(home, "atom", "rehearse", a2b, "--session", "sess:2",
+             note="Recall it once (a signed rehearsal event)")
+        step(home, "atom", "history", "atom_002", note="The signed history of that fact")
+        step(home, "verify", note="Verify every signature against the roster as it stood")
+        print("\n# Crypto-shred atom_001 (the call hard erasure uses): its data key is destroyed")
+        from ledger.application import LedgerApp
+        from ledger.home import Config
+
+        app = LedgerApp(Config.load(home))
+        try:
+            event = app.destroy_data_key(app.resolve("atom", "atom_001"), "demo erasure")
+        finally:
+            app.close()
+        print(f"  data key destroyed; signed event {event}")
+        shown = step(home, "atom", "show", a1, "--json", note="The atom now reads as erased")
+        assert json.loads(shown)["content_erased"] is True
+        step(home, "verify", "--json", note="...and the whole log still verifies")
+        print("\nDemo finished: the temporary ledger is removed.")
+
+
+if __name__ == "__main__":
+    run()
+    sys.exit(0)
