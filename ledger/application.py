@@ -43,6 +43,7 @@ from ledger.errors import (
 from ledger.home import Config, StorageURL, validate_db_url
 from ledger.inputs import AtomCorrection, AtomInput, ArtifactInput, SubjectInput, parse
 from ledger.mapper import SigningMapper
+from ledger.transparency import SignedCheckpoint, TransparencyLog
 
 log = structlog.get_logger("ledger")
 
@@ -69,6 +70,7 @@ class LedgerApp(Application[UUID]):
                 hint="check that the database in config.toml is reachable") from e
         self.keyring = Keyring(config.home / "keys")
         try:
+            self.tlog = TransparencyLog(config.events, config.origin)
             self.datakeys = DataKeyStore(
                 make_engine(config.keystore.sqlalchemy_url(), config.keystore.schema),
                 config.keystore.schema)
@@ -90,6 +92,7 @@ class LedgerApp(Application[UUID]):
     def close(self) -> None:
         super().close()
         self.datakeys.close()
+        self.tlog.close()
 
     def _resolve_key(self, kid: str) -> bytes:
         pub = self._known_keys.get(kid)
@@ -204,8 +207,47 @@ class LedgerApp(Application[UUID]):
         except BaseException:
             self.datakeys.discard(new_keys)
             raise
+        self._extend_tree()
         return [envelope.event_id(r.domain_event.originator_id,
                                   r.domain_event.originator_version) for r in recordings]
+
+    def _extend_tree(self) -> None:
+        """Add the new events to the Merkle tree. The events are already committed, so a
+        failure here is logged, not raised; `ledger checkpoint` and `verify` catch up."""
+        try:
+            self.tlog.catch_up(self.recorder)
+        except Exception as e:  # noqa: BLE001 - reported, and repaired by the next catch-up
+            log.warning("tlog.catch_up_failed", error=e.__class__.__name__)
+
+    # ------------------------------------------------------------------ transparency log
+    def checkpoint(self) -> SignedCheckpoint:
+        """Bring the tree up to date and sign its head with the ledger's log key."""
+        signer = self.signer("log")
+        with self._write_lock():
+            at = clock.now()
+            try:
+                self.roster().state.check(signer.kid, "log", at)
+            except KeyNotAuthorized as e:
+                raise InputError(f"the log key may not sign checkpoints: {e}",
+                                 hint="authorize one with `ledger keys authorize log2 --role log`"
+                                 ) from e
+            self.tlog.catch_up(self.recorder)
+            cp = self.tlog.checkpoint(signer, at)
+        log.info("checkpoint.signed", size=cp.size)
+        return cp
+
+    def seq_of(self, event_id: str) -> int:
+        """The sequence number (leaf index + 1) of an event id ``<uuid>/<version>``."""
+        try:
+            oid, version = event_id.rsplit("/", 1)
+            rows = self.recorder.select_events(UUID(oid), gt=int(version) - 1, lte=int(version))
+        except ValueError:
+            raise InputError(f"{event_id!r} is not an event id",
+                             hint="event ids look like <uuid>/<version>; see `ledger atom history`"
+                             ) from None
+        if not rows:
+            raise NotFound(f"no event {event_id}")
+        return int(self.mapper.open_verified(rows[0]).envelope["seq"])  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ bootstrap
     @classmethod

@@ -30,9 +30,15 @@ from ledger.errors import (
     EnvironmentProblem,
     InputError,
     LedgerError,
+    VerificationFailed,
 )
 from ledger.home import HOME_DIRNAME, Config, find_home
-from ledger.verify import verify_log
+from ledger import envelope
+from ledger.leaf import leaf_of
+from ledger.merkle import leaf_hash, verify_consistency, verify_inclusion
+from ledger.checkpoint import Checkpoint, verify_checkpoint
+from ledger.transparency import b64, unb64, verify_since, verify_with_roster
+from ledger.verify import Failure, check_checkpoint, verify_log
 
 cli = typer.Typer(
     name="ledger", no_args_is_help=True, add_completion=False,
@@ -404,25 +410,234 @@ def keys_rotate(name: str, reason: str | None = None, as_json: JsonOpt = False) 
 
 
 # ---------------------------------------------------------------------- verify
+def _read_note(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read checkpoint file {path}: {e}") from e
+
+
 @cli.command()
 def verify(
     root_key: Annotated[Path | None, typer.Option(
         help="Trusted root public key (.pub). Default: the home's keys/root.pub.")] = None,
+    checkpoint: Annotated[Path | None, typer.Option(
+        help="An older checkpoint you kept: prove the current log extends it.")] = None,
+    since: Annotated[Path | None, typer.Option(
+        help="Verify only events after this trusted checkpoint (fast, incremental).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Verify every event: canonical form, sequence, signer's role at that time, signature.
+    """Verify every event (form, sequence, signer's role at that time, signature) and the
+    Merkle tree against signed checkpoints. Exit 1 names the first bad position.
 
-    Exit 1 names the first bad event.  Example: ledger verify --root-key root.pub
+    Example: ledger verify --root-key root.pub --checkpoint old.checkpoint
     """
     with opened() as app:
         root = read_public_key_file(root_key) if root_key else app.root_public_key
-        report = verify_log(app.stored_records(), ledger_id=app.ledger_id, root_public_key=root)
-    out(report.as_json(), as_json)
+        if since is not None:
+            report, extra = verify_since(app, _read_note(since), root)
+            result = {**report.as_json(), **extra}
+        else:
+            leaves: list[bytes] = []
+            report = verify_log(app.stored_records(), ledger_id=app.ledger_id,
+                                root_public_key=root, leaves=leaves)
+            result = report.as_json()
+            notes: list[tuple[str, str]] = []
+            latest = app.tlog.recorded()
+            if latest is not None:
+                notes.append(("latest recorded checkpoint", latest.note))
+            if checkpoint is not None:
+                notes.append((str(checkpoint), _read_note(checkpoint)))
+            checked = []
+            for label, note in notes if report.ok else []:
+                try:
+                    signed = verify_with_roster(note, app.config.origin, report.roster)
+                    failure = check_checkpoint(leaves, signed.checkpoint,
+                                               app.tlog.store.leaf_hashes, app.tlog.tree.root)
+                except VerificationFailed as e:
+                    failure = Failure(0, None, "-", "8.1", f"{label}: {e}")
+                if failure is not None:
+                    report.ok, report.failure = False, failure
+                    result = report.as_json()
+                    break
+                checked.append({"checkpoint": label, "size": signed.size,
+                                "root": b64(signed.root)})
+            result["checkpoints"] = checked
+    out(result, as_json)
     if report.failure is not None:
         verdict(f"FAIL: {report.failure.describe()}")
         raise typer.Exit(EXIT_VERIFY)
-    verdict(f"OK: {report.events} events verified; head seq {report.head_seq} "
+    extra_text = ""
+    if since is not None:
+        extra_text = f" after checkpoint size {result['since']}; log extends it to size " \
+                     f"{result['size']}"
+    elif result.get("checkpoints"):
+        extra_text = "; extends checkpoint(s) of size " + ", ".join(
+            str(c["size"]) for c in result["checkpoints"])
+    verdict(f"OK: {report.events} events verified{extra_text}; head seq {report.head_seq} "
             f"at {report.head_time}")
+
+
+# ---------------------------------------------------------------------- transparency log
+@cli.command("checkpoint")
+def checkpoint_cmd(
+    out_file: Annotated[Path | None, typer.Option("--out", help="Also write the note here.")]
+    = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Sign the current tree head (C2SP checkpoint) with the log key, record and print it.
+
+    Example: ledger checkpoint --out today.checkpoint
+    """
+    with opened() as app:
+        cp = app.checkpoint()
+    if out_file is not None:
+        try:
+            out_file.write_text(cp.note, encoding="utf-8")
+        except OSError as e:
+            raise InputError(f"cannot write {out_file}: {e}") from e
+    out({"origin": cp.checkpoint.origin, "size": cp.size, "root": b64(cp.root),
+         "note": cp.note}, as_json, cp.note)
+    verdict(f"OK: checkpoint of size {cp.size} signed")
+
+
+@cli.command()
+def prove(
+    event_id: Annotated[str | None, typer.Argument(
+        help="Event id <uuid>/<version> (see `ledger atom history`).")] = None,
+    consistency: Annotated[Path | None, typer.Option(
+        help="An older checkpoint: prove the latest checkpoint extends it.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Inclusion proof of an event, or consistency proof from an older checkpoint, against
+    the latest checkpoint.
+
+    Example: ledger prove 3f2a...-.../1 --json > proof.json
+    """
+    if (event_id is None) == (consistency is None):
+        raise InputError("give an EVENT_ID or --consistency OLD_CHECKPOINT (one of them)")
+    with opened() as app:
+        latest = app.tlog.latest()
+        if consistency is not None:
+            old = verify_with_roster(_read_note(consistency), app.config.origin,
+                                     app.roster().state)
+            proof = app.tlog.consistency(old.size, latest.size)
+            verify_consistency(old.size, latest.size, old.root, latest.root, proof)
+            data: dict[str, Any] = {
+                "old_size": old.size, "old_root": b64(old.root), "new_size": latest.size,
+                "new_root": b64(latest.root), "proof": [b64(p) for p in proof],
+                "old_checkpoint": old.note, "new_checkpoint": latest.note}
+            text = f"consistency {old.size} -> {latest.size}: " + " ".join(data["proof"])
+        else:
+            assert event_id is not None
+            seq = app.seq_of(event_id)
+            if seq > latest.size:
+                raise InputError(
+                    f"event {event_id} (seq {seq}) is newer than the latest checkpoint "
+                    f"(size {latest.size})", hint="run `ledger checkpoint` first")
+            stored = app.recorder.select_notifications(
+                start=app.tlog.store.last_notification_id_of(seq - 1), limit=1)[0]
+            leaf = leaf_of(stored, envelope.open_state(stored.state))
+            proof = app.tlog.inclusion(seq - 1, latest.size)
+            verify_inclusion(leaf_hash(leaf), seq - 1, latest.size, proof, latest.root)
+            data = {"event_id": event_id, "seq": seq, "leaf_index": seq - 1,
+                    "tree_size": latest.size, "leaf": b64(leaf), "leaf_hash": b64(leaf_hash(leaf)),
+                    "proof": [b64(p) for p in proof], "checkpoint": latest.note}
+            text = f"leaf {seq - 1} in tree of size {latest.size}: " + " ".join(data["proof"])
+    out(data, as_json, text)
+    verdict("OK: proof generated and checked against the latest checkpoint")
+
+
+# ---------------------------------------------------------------------- audit tools
+audit_cli = typer.Typer(no_args_is_help=True, help="Offline checks from files and public keys "
+                                                   "alone; no ledger home needed.")
+cli.add_typer(audit_cli, name="audit-tools")
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise InputError(f"cannot read proof file {path}: {e}") from e
+    if not isinstance(doc, dict):
+        raise InputError(f"{path} is not a proof object")
+    return doc
+
+
+def _checkpoint_from(note: str, key: Path, origin: str | None) -> Checkpoint:
+    body_origin = note.split("\n", 1)[0]
+    return verify_checkpoint(note, origin or body_origin, read_public_key_file(key),
+                             expected_origin=origin)
+
+
+KeyOpt = Annotated[Path, typer.Option("--key", help="The ledger's log public key (.pub).")]
+OriginOpt = Annotated[str | None, typer.Option(help="Expected origin line (log name).")]
+
+
+@audit_cli.command("verify-checkpoint")
+def audit_verify_checkpoint(note_file: Path, key: KeyOpt, origin: OriginOpt = None,
+                            as_json: JsonOpt = False) -> None:
+    """Check a checkpoint's signature.  Example: ledger audit-tools verify-checkpoint cp --key log.pub"""
+    cp = _checkpoint_from(_read_note(note_file), key, origin)
+    out({"ok": True, "origin": cp.origin, "size": cp.size, "root": b64(cp.root)}, as_json)
+    verdict(f"OK: checkpoint {cp.origin} size {cp.size} root {b64(cp.root)}")
+
+
+def _proof_list(doc: dict[str, Any], path: Path) -> list[bytes]:
+    try:
+        return [unb64(p) for p in doc["proof"]]
+    except (KeyError, TypeError, ValueError) as e:
+        raise InputError(f"{path}: 'proof' must be a list of base64 hashes") from e
+
+
+@audit_cli.command("verify-inclusion")
+def audit_verify_inclusion(
+    proof_file: Path, key: KeyOpt, origin: OriginOpt = None,
+    checkpoint: Annotated[Path | None, typer.Option(
+        help="A checkpoint you trust; default: the one inside the proof file.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check an inclusion proof from `ledger prove EVENT_ID --json`.
+
+    Example: ledger audit-tools verify-inclusion proof.json --key log.pub
+    """
+    doc = _load_json(proof_file)
+    note = _read_note(checkpoint) if checkpoint else str(doc.get("checkpoint", ""))
+    cp = _checkpoint_from(note, key, origin)
+    try:
+        leaf = unb64(doc["leaf"])
+        index, size = int(doc["leaf_index"]), int(doc["tree_size"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise InputError(f"{proof_file}: needs leaf, leaf_index and tree_size") from e
+    if size != cp.size:
+        raise VerificationFailed(f"the proof is for tree size {size}, the checkpoint has size "
+                                 f"{cp.size}", hint="ask for a proof against this checkpoint")
+    verify_inclusion(leaf_hash(leaf), index, size, _proof_list(doc, proof_file), cp.root)
+    out({"ok": True, "leaf_index": index, "tree_size": size}, as_json)
+    verdict(f"OK: leaf {index} is included in the tree of size {size}")
+
+
+@audit_cli.command("verify-consistency")
+def audit_verify_consistency(
+    proof_file: Path, key: KeyOpt, origin: OriginOpt = None,
+    old: Annotated[Path | None, typer.Option(help="The old checkpoint you kept.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check a consistency proof from `ledger prove --consistency OLD --json`.
+
+    Example: ledger audit-tools verify-consistency proof.json --key log.pub --old kept.checkpoint
+    """
+    doc = _load_json(proof_file)
+    old_cp = _checkpoint_from(_read_note(old) if old else str(doc.get("old_checkpoint", "")),
+                              key, origin)
+    new_cp = _checkpoint_from(str(doc.get("new_checkpoint", "")), key, origin)
+    if old_cp.origin != new_cp.origin:
+        raise VerificationFailed(f"the checkpoints are of different logs: {old_cp.origin} and "
+                                 f"{new_cp.origin}")
+    verify_consistency(old_cp.size, new_cp.size, old_cp.root, new_cp.root,
+                       _proof_list(doc, proof_file))
+    out({"ok": True, "old_size": old_cp.size, "new_size": new_cp.size}, as_json)
+    verdict(f"OK: the log of size {new_cp.size} extends the checkpoint of size {old_cp.size}")
 
 
 # ---------------------------------------------------------------------- entry point
