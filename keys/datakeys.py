@@ -23,10 +23,15 @@ from keys.aead import new_data_key
 from keys.errors import DataKeyUnavailable, KeystoreError
 
 
-def make_engine(url: str, schema: str | None = None) -> Engine:
-    """Create an engine; SQLite connections get WAL and ``secure_delete``."""
+def make_engine(url: str, schema: str | None = None, pooled: bool = False) -> Engine:
+    """Create an engine; SQLite connections get WAL and ``secure_delete``.
+
+    SQLite engines do not pool by default, so that no idle connection blocks the WAL
+    truncation a key destruction needs; ``pooled`` is for stores that never shred.
+    """
     if url.startswith("sqlite"):
-        engine = sa.create_engine(url, poolclass=NullPool)
+        engine = (sa.create_engine(url) if pooled
+                  else sa.create_engine(url, poolclass=NullPool))
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -134,7 +139,9 @@ class DataKeyStore:
                     {"key_id": k, "destroyed_at": at.isoformat()} for k in sorted(present)])
         for k in ids:
             self._cache.pop(k, None)
-        if present:
+        if ids:
+            # Always compact, even when nothing was present: a previous attempt may have
+            # deleted the row and then failed to truncate the WAL.
             self.compact()
         return sorted(present)
 

@@ -7,6 +7,7 @@ key) in hex.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 
@@ -53,11 +54,16 @@ class Signer:
         return cls(name, nacl.signing.SigningKey(seed))
 
 
+@functools.lru_cache(maxsize=256)
+def _verify_key(public_key: bytes) -> nacl.signing.VerifyKey:
+    return nacl.signing.VerifyKey(public_key)
+
+
 def verify_signature(public_key: bytes, message: bytes, signature: bytes) -> None:
     """Raise :class:`SignatureInvalid` unless ``signature`` signs ``message``."""
     if len(signature) != 64:
         raise SignatureInvalid(f"an Ed25519 signature has 64 bytes, got {len(signature)}")
     try:
-        nacl.signing.VerifyKey(public_key).verify(message, signature)
+        _verify_key(public_key).verify(message, signature)
     except (nacl.exceptions.BadSignatureError, nacl.exceptions.ValueError) as e:
         raise SignatureInvalid(f"signature does not verify under {key_id(public_key)}") from e

@@ -80,8 +80,13 @@ class LedgerApp(Application[UUID]):
                 f"cannot open the keystore: {_first_line(e)}",
                 hint="check the keystore setting in config.toml") from e
         self.roster_id = uuid.uuid5(LEDGER_NAMESPACE, f"{self.ledger_id}/roster")
-        self.root_public_key = read_public_key_file(self.keyring.public_key_path("root"))
-        self._known_keys: dict[str, bytes] = {config.root_kid: self.root_public_key}
+        try:
+            self.root_public_key: bytes | None = read_public_key_file(
+                self.keyring.public_key_path("root"))
+        except KeyringError:
+            self.root_public_key = None  # an auditor's copy may lack it; verify takes --root-key
+        self._known_keys: dict[str, bytes] = (
+            {config.root_kid: self.root_public_key} if self.root_public_key else {})
         assert isinstance(self.mapper, SigningMapper)
         self.mapper.configure(self.ledger_id, self.datakeys, self._resolve_key)
 
@@ -101,6 +106,9 @@ class LedgerApp(Application[UUID]):
             self._known_keys.update({k: e.public_key for k, e in roster.state.entries.items()})
             pub = self._known_keys.get(kid)
         if pub is None:
+            if kid == self.config.root_kid:
+                raise EnvironmentProblem("the root public key keys/root.pub is missing",
+                                         hint="restore it from the ledger's key backup")
             raise KeyNotAuthorized(f"key {kid} is not in the roster")
         return pub
 
@@ -285,6 +293,10 @@ class LedgerApp(Application[UUID]):
                     app.commit(roster)
             finally:
                 app.close()
+            home.chmod(0o700)
+            for path in home.iterdir():  # SQLite's -wal/-shm files inherit these modes
+                if path.is_file():
+                    path.chmod(0o600)
         except BaseException:
             if created_home:
                 shutil.rmtree(home, ignore_errors=True)
@@ -378,10 +390,10 @@ class LedgerApp(Application[UUID]):
         inp = parse(SubjectInput, data)
         sid = self.subject_id(inp.ref)
         signer = self.signer(actor)
-        with self.writing(signer):
+        with self.writing(signer) as at:
             if self.exists(sid):
                 raise ConflictError(f"subject {inp.ref} is already registered ({sid})")
-            subject = Subject._create(Subject.Created, id=sid, timestamp=clock.now(),
+            subject = Subject._create(Subject.Created, id=sid, timestamp=at,
                                       ref=inp.ref, display_name=inp.display_name,
                                       locale=inp.locale)
             self.commit(subject)

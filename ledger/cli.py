@@ -16,7 +16,13 @@ from typing import Annotated, Any
 
 import typer
 
-from keys.errors import KeyError_, KeyringError
+from keys.errors import (
+    DataKeyUnavailable,
+    KeyError_,
+    KeyNotAuthorized,
+    KeyringError,
+    KeystoreError,
+)
 from keys.keyring import read_public_key_file
 from ledger import logs
 from ledger.application import LedgerApp
@@ -434,6 +440,9 @@ def verify(
     """
     with opened() as app:
         root = read_public_key_file(root_key) if root_key else app.root_public_key
+        if root is None:
+            raise EnvironmentProblem("no trusted root key: keys/root.pub is missing",
+                                     hint="pass --root-key FILE")
         if since is not None:
             report, extra = verify_since(app, _read_note(since), root)
             result = {**report.as_json(), **extra}
@@ -656,9 +665,12 @@ def main(argv: list[str] | None = None) -> int:
         if e.hint:
             verdict(f"hint: {e.hint}")
         return e.exit_code
-    except KeyringError as e:
+    except (KeyringError, KeystoreError) as e:
         verdict(f"error: {e}")
         return EXIT_ENV
+    except (DataKeyUnavailable, KeyNotAuthorized) as e:
+        verdict(f"error: {e}")
+        return EXIT_USAGE
     except KeyError_ as e:
         verdict(f"error: {e}")
         return EXIT_VERIFY

@@ -105,6 +105,8 @@ def open_state(state: bytes) -> Opened:
         raise EnvelopeError("1.2", "envelope fields are missing or unknown")
     if env["v"] != ENVELOPE_VERSION:
         raise EnvelopeError("1.2", f"envelope version {env['v']!r} is not supported")
+    if any(type(env[k]) is not int for k in ("seq", "version")):
+        raise EnvelopeError("1.2", "envelope fields 'seq' and 'version' must be integers")
     if not isinstance(env["kid"], str) or not isinstance(env["payload"], dict):
         raise EnvelopeError("1.2", "envelope field 'kid' or 'payload' has the wrong type")
     return Opened(env, body, signature)

@@ -26,7 +26,7 @@ from keys.errors import DataKeyUnavailable, DecryptionFailed, KeyError_
 from keys.signing import Signer
 from ledger import envelope
 from ledger.clock import format_instant
-from ledger.errors import VerificationFailed
+from ledger.errors import ConflictError, VerificationFailed
 
 _BASE_FIELDS = ("originator_id", "originator_version", "timestamp")
 
@@ -88,7 +88,7 @@ class SigningMapper(Mapper[UUID]):
             try:
                 key = self.datakeys.get(key_id)
             except DataKeyUnavailable as e:
-                raise EventIntegrityError(
+                raise ConflictError(
                     f"cannot write content for {key_id}: {e}",
                     hint="its content was erased; create a new item instead") from e
             plaintext = json.dumps(personal, ensure_ascii=False, separators=(",", ":")).encode()

@@ -76,13 +76,16 @@ class SqlTreeStore:
 
     def get_many(self, keys: Sequence[NodeKey]) -> list[bytes]:
         found: dict[NodeKey, bytes] = {}
-        unique = list(dict.fromkeys(keys))
+        by_level: dict[int, list[int]] = {}
+        for level, index in dict.fromkeys(keys):
+            by_level.setdefault(level, []).append(index)
+        terms = [sa.and_(self.nodes.c.level == level, self.nodes.c.idx.in_(indexes[i:i + 400]))
+                 for level, indexes in by_level.items() for i in range(0, len(indexes), 400)]
         with self.engine.connect() as conn:
-            for i in range(0, len(unique), 400):
-                chunk = unique[i:i + 400]
+            for i in range(0, len(terms), 64):  # one statement; each term an index range
                 rows = conn.execute(
-                    sa.select(self.nodes.c.level, self.nodes.c.idx, self.nodes.c.hash).where(
-                        sa.tuple_(self.nodes.c.level, self.nodes.c.idx).in_(chunk))).all()
+                    sa.select(self.nodes.c.level, self.nodes.c.idx, self.nodes.c.hash)
+                    .where(sa.or_(*terms[i:i + 64]))).all()
                 found.update({(int(lv), int(ix)): bytes(h) for lv, ix, h in rows})
         for key in keys:
             if key not in found:
@@ -183,7 +186,7 @@ class TransparencyLog:
 
     def __init__(self, events_url: StorageURL, origin: str) -> None:
         self.origin = origin
-        self.engine = make_engine(events_url.sqlalchemy_url(), events_url.schema)
+        self.engine = make_engine(events_url.sqlalchemy_url(), events_url.schema, pooled=True)
         self.store = SqlTreeStore(self.engine, events_url.schema)
         self.tree = MerkleTree(self.store)
 

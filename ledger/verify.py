@@ -101,6 +101,8 @@ class LogVerifier:
         self.versions: dict[str, int] = {}
         self.leaves: list[bytes] | None = [] if collect_leaves else None
         self.prior_version: Any = None  # callable(originator_id, version) -> bool, for --since
+        self._last_stamp: object = None
+        self._last_parsed = datetime.min
 
     def feed(self, rec: StoredRecord) -> bool:
         """Verify one event; on failure record it in the report and return False."""
@@ -123,6 +125,18 @@ class LogVerifier:
             self.leaves.append(leaf_hash(leaf_of(rec, opened)))
         return True
 
+    def _time(self, stamp: object) -> datetime:
+        """Parse an envelope timestamp; events of one command share one, so memoise it."""
+        if stamp != self._last_stamp:
+            try:
+                self._last_parsed = datetime.fromisoformat(str(stamp))
+            except ValueError as e:
+                raise _Fail("1.2", "timestamp is not ISO 8601") from e
+            if self._last_parsed.tzinfo is None:
+                raise _Fail("1.2", "timestamp has no time zone")
+            self._last_stamp = stamp
+        return self._last_parsed
+
     def _check(self, rec: StoredRecord) -> tuple[dict[str, Any], envelope.Opened, datetime, int]:
         report, roster = self.report, self.report.roster
         # Step 1: frame and shape.
@@ -135,8 +149,9 @@ class LogVerifier:
         # Step 2: the envelope is bound to its row and to this ledger.
         if env["ledger"] != self.ledger_id:
             raise _Fail("2", f"event belongs to ledger {env['ledger']}, not {self.ledger_id}")
-        if (env["topic"], env["originator_id"], env["version"]) != (
-                rec.topic, str(rec.originator_id), rec.originator_version):
+        oid, version = env["originator_id"], env["version"]
+        if (env["topic"], oid, version) != (rec.topic, str(rec.originator_id),
+                                            rec.originator_version):
             raise _Fail("2", "envelope topic, originator id or version differs from its row")
         role = ROLE_BY_TOPIC.get(env["topic"])
         if role is None:
@@ -146,10 +161,7 @@ class LogVerifier:
         if env["seq"] != expected:
             raise _Fail("3", f"sequence number {env['seq']} where {expected} was expected "
                              "(an event was removed, inserted or moved)")
-        try:
-            when = datetime.fromisoformat(str(env["timestamp"]).replace("Z", "+00:00"))
-        except ValueError as e:
-            raise _Fail("1.2", "timestamp is not ISO 8601") from e
+        when = self._time(env["timestamp"])
         # Step 4: the signer held the topic's role at the event's time.
         if role == ROOT:
             if opened.kid != self.root_kid:
@@ -170,7 +182,6 @@ class LogVerifier:
         if self.last_time is not None and when < self.last_time:
             raise _Fail("6", f"time {env['timestamp']} is earlier than the previous event")
         # Step 7: each aggregate's versions follow one another.
-        oid, version = env["originator_id"], env["version"]
         prev = self.versions.get(oid)
         if prev is None and version != 1 and self.prior_version is not None:
             prev = version - 1 if self.prior_version(oid, version - 1) else 0
@@ -207,6 +218,10 @@ def verify_log(records: Iterable[StoredRecord], *, ledger_id: str,
     for rec in records:
         if not v.feed(rec):
             break
+    if v.report.ok and v.report.events == 0:
+        v.report.ok = False
+        v.report.failure = Failure(0, None, "-", "3", "the log holds no events; every ledger "
+                                   "starts with its key roster, so its events were removed")
     if leaves is not None and v.leaves is not None:
         leaves.extend(v.leaves)
     return v.report

@@ -91,3 +91,24 @@ def test_destroyed_key_bytes_are_in_no_keystore_file(tmp_path: Path) -> None:
     assert not any(victim in p.read_bytes() for p in files_under(tmp_path))
     assert any(keys["k18"] in p.read_bytes() for p in files_under(tmp_path))
     store.close()
+
+
+def test_blocked_shred_fails_loudly_and_a_retry_completes(tmp_path: Path) -> None:
+    """A reader holding the WAL blocks truncation: the erasure must fail, not pretend."""
+    import sqlite3
+
+    from keys.errors import KeystoreError
+
+    path = tmp_path / "keystore.sqlite"
+    store = DataKeyStore(make_engine(f"sqlite:///{path}"))
+    keys = store.create_many(["victim", "other"], T0)
+    reader = sqlite3.connect(path)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM data_keys").fetchall()  # holds a read snapshot
+    with pytest.raises(KeystoreError, match="blocked"):
+        store.destroy(["victim"], T0)
+    reader.rollback()
+    reader.close()
+    assert store.destroy(["victim"], T0) == []  # row already gone; compaction still runs
+    assert not any(keys["victim"] in p.read_bytes() for p in files_under(tmp_path))
+    store.close()

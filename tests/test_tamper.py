@@ -168,3 +168,36 @@ def test_wrong_root_key_fails(home: Path, tmp_path: Path) -> None:
     r = run_cli("--home", str(home), "verify", "--root-key", str(other / "keys" / "root.pub"))
     assert r.code == 1 and "not the trusted root key" in r.err
     assert base64  # imported for symmetry with other attack tests
+
+
+def test_timestamp_without_zone_is_a_verdict_not_a_crash(home: Path, raw: RawStore) -> None:
+    ids = _populate(home)
+    app = LedgerApp(Config.load(home))
+    writer = app.signer("writer")
+    app.close()
+    last = raw.rows()[-1]
+    env = json.loads(last[4])["envelope"]
+    env["timestamp"] = "2099-11-30T00:00:00"
+    from ledger import envelope as env_mod
+
+    raw.set_state(last[0], env_mod.seal(env, writer))
+    code, report, err = _verify(home)
+    assert code == 1 and report["failure"]["step"] == "1.2"  # type: ignore[index]
+    assert "time zone" in err and ids
+
+
+def test_emptied_log_fails_verification(home: Path, raw: RawStore) -> None:
+    for row in raw.rows():
+        raw.delete(row[0])
+    code, report, err = _verify(home)
+    assert code == 1 and report["events"] == 0 and "holds no events" in err
+
+
+def test_auditor_copy_without_root_pub_verifies_with_root_key(home: Path, tmp_path: Path) -> None:
+    _populate(home)
+    trusted = tmp_path / "root.pub"
+    trusted.write_bytes((home / "keys" / "root.pub").read_bytes())
+    (home / "keys" / "root.pub").unlink()
+    assert run_cli("--home", str(home), "verify").code == 3
+    r = run_cli("--home", str(home), "verify", "--root-key", str(trusted))
+    assert r.code == 0, r.err
