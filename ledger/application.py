@@ -215,15 +215,15 @@ class LedgerApp(Application[UUID]):
         except BaseException:
             self.datakeys.discard(new_keys)
             raise
-        self._extend_tree()
+        self._extend_tree([r.notification for r in recordings])
         return [envelope.event_id(r.domain_event.originator_id,
                                   r.domain_event.originator_version) for r in recordings]
 
-    def _extend_tree(self) -> None:
+    def _extend_tree(self, notifications: Sequence[Any]) -> None:
         """Add the new events to the Merkle tree. The events are already committed, so a
         failure here is logged, not raised; `ledger checkpoint` and `verify` catch up."""
         try:
-            self.tlog.catch_up(self.recorder)
+            self.tlog.append_recorded(notifications, self.recorder)
         except Exception as e:  # noqa: BLE001 - reported, and repaired by the next catch-up
             log.warning("tlog.catch_up_failed", error=e.__class__.__name__)
 

@@ -220,6 +220,26 @@ class TransparencyLog:
             size = self.tree.extend(hashes)
             after = rows[-1].id
 
+    def append_recorded(self, notifications: Sequence[Any], recorder: Any) -> int:
+        """Extend the tree with events just saved (their notifications in log order).
+
+        Falls back to :meth:`catch_up` when the tree is not exactly at their first seq.
+        """
+        if not notifications or any(getattr(n, "id", None) is None for n in notifications):
+            return self.catch_up(recorder)
+        size = self.store.size()
+        opened = [envelope.open_state(n.state) for n in notifications]
+        if opened[0].envelope["seq"] != size + 1:
+            return self.catch_up(recorder)
+        self.store.leaf_notifications = {}
+        hashes = []
+        for n, o in zip(notifications, opened, strict=True):
+            if o.envelope["seq"] != size + len(hashes) + 1:
+                return self.catch_up(recorder)
+            self.store.leaf_notifications[size + len(hashes)] = n.id
+            hashes.append(leaf_hash(leaf_of(n, o)))
+        return self.tree.extend(hashes)
+
     def checkpoint(self, signer: Signer, at: datetime) -> SignedCheckpoint:
         """Sign the current tree head with the log key and record it (idempotent)."""
         size = self.store.size()
