@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-class KeyError_(Exception):  # noqa: N801 - trailing underscore avoids shadowing builtins.KeyError
+class KeyError_(Exception):
     """Base class for key management errors."""
 
 

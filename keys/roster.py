@@ -114,6 +114,7 @@ class RosterState:
         revoked = [g for g in grants if g.revoked_from is not None and g.revoked_from <= at]
         if revoked:
             g = revoked[-1]
+            assert g.revoked_from is not None
             raise KeyNotAuthorized(
                 f"key {kid} ({entry.name}) was revoked as {role} from "
                 f"{g.revoked_from.isoformat()} (reason: {g.revoke_reason or 'none given'}); "
@@ -154,7 +155,7 @@ class KeyRoster(Aggregate):
             payload = {k: v for k, v in vars(self).items()
                        if k not in ("originator_id", "originator_version", "timestamp",
                                     "originator_topic")}
-            aggregate.state.apply(type(self).TOPIC, payload)
+            aggregate.state.apply(getattr(type(self), "TOPIC"), payload)  # noqa: B009
 
     class Created(Event, Aggregate.Created):
         TOPIC = TOPIC_STARTED

@@ -41,7 +41,7 @@ from ledger.errors import (
     NotFound,
 )
 from ledger.home import Config, StorageURL, validate_db_url
-from ledger.inputs import AtomCorrection, AtomInput, ArtifactInput, SubjectInput, parse
+from ledger.inputs import ArtifactInput, AtomCorrection, AtomInput, SubjectInput, parse
 from ledger.mapper import SigningMapper
 from ledger.transparency import SignedCheckpoint, TransparencyLog
 
@@ -114,7 +114,7 @@ class LedgerApp(Application[UUID]):
 
     def roster(self) -> KeyRoster:
         try:
-            roster = self.repository.get(self.roster_id)
+            roster: Any = self.repository.get(self.roster_id)
         except AggregateNotFoundError:
             raise EnvironmentProblem("this ledger has no key roster",
                                      hint="the home was not initialised by `ledger init`") from None
@@ -224,7 +224,7 @@ class LedgerApp(Application[UUID]):
         failure here is logged, not raised; `ledger checkpoint` and `verify` catch up."""
         try:
             self.tlog.append_recorded(notifications, self.recorder)
-        except Exception as e:  # noqa: BLE001 - reported, and repaired by the next catch-up
+        except Exception as e:
             log.warning("tlog.catch_up_failed", error=e.__class__.__name__)
 
     # ------------------------------------------------------------------ transparency log
@@ -487,7 +487,7 @@ class LedgerApp(Application[UUID]):
     def get_atom(self, atom_id: str | UUID) -> Atom:
         aid = atom_id if isinstance(atom_id, UUID) else self.resolve("atom", atom_id)
         try:
-            atom = self.repository.get(aid)
+            atom: Any = self.repository.get(aid)
         except AggregateNotFoundError:
             raise NotFound(f"no atom {atom_id}") from None
         if not isinstance(atom, Atom):
@@ -495,12 +495,12 @@ class LedgerApp(Application[UUID]):
         return atom
 
     def get_subject(self, ref_or_id: str) -> Subject:
-        subject = self.repository.get(self.resolve_subject(ref_or_id))
+        subject: Any = self.repository.get(self.resolve_subject(ref_or_id))
         assert isinstance(subject, Subject)
         return subject
 
     def get_artifact(self, ref_or_id: str) -> Artifact:
-        artifact = self.repository.get(self.resolve("artifact", ref_or_id))
+        artifact: Any = self.repository.get(self.resolve("artifact", ref_or_id))
         if not isinstance(artifact, Artifact):
             raise NotFound(f"{ref_or_id} is not an artifact")
         return artifact
@@ -570,7 +570,7 @@ class LedgerApp(Application[UUID]):
         signer = self.signer(actor)
         with self.writing(signer) as at:
             try:
-                agg = self.repository.get(aggregate_id)
+                agg: Any = self.repository.get(aggregate_id)
             except AggregateNotFoundError:
                 raise NotFound(f"no item {aggregate_id}") from None
             if agg.data_key_destroyed_at is not None:
@@ -661,4 +661,4 @@ class _NoTranscoder(Transcoder):
         raise NotImplementedError
 
 
-__all__ = ["LedgerApp", "LedgerEvent", "DataKeyUnavailable", "KeyError_", "UTC", "base64"]
+__all__ = ["UTC", "DataKeyUnavailable", "KeyError_", "LedgerApp", "LedgerEvent", "base64"]

@@ -24,8 +24,9 @@ from keys.errors import (
     KeystoreError,
 )
 from keys.keyring import read_public_key_file
-from ledger import logs
+from ledger import envelope, logs
 from ledger.application import LedgerApp
+from ledger.checkpoint import Checkpoint, verify_checkpoint
 from ledger.clock import parse_instant
 from ledger.domain import ERASED
 from ledger.errors import (
@@ -39,10 +40,8 @@ from ledger.errors import (
     VerificationFailed,
 )
 from ledger.home import HOME_DIRNAME, Config, find_home
-from ledger import envelope
 from ledger.leaf import leaf_of
 from ledger.merkle import leaf_hash, verify_consistency, verify_inclusion
-from ledger.checkpoint import Checkpoint, verify_checkpoint
 from ledger.transparency import b64, unb64, verify_since, verify_with_roster
 from ledger.verify import Failure, check_checkpoint, verify_log
 
@@ -586,7 +585,10 @@ OriginOpt = Annotated[str | None, typer.Option(help="Expected origin line (log n
 @audit_cli.command("verify-checkpoint")
 def audit_verify_checkpoint(note_file: Path, key: KeyOpt, origin: OriginOpt = None,
                             as_json: JsonOpt = False) -> None:
-    """Check a checkpoint's signature.  Example: ledger audit-tools verify-checkpoint cp --key log.pub"""
+    """Check a checkpoint's signature.
+
+    Example: ledger audit-tools verify-checkpoint kept.checkpoint --key log.pub
+    """
     cp = _checkpoint_from(_read_note(note_file), key, origin)
     out({"ok": True, "origin": cp.origin, "size": cp.size, "root": b64(cp.root)}, as_json)
     verdict(f"OK: checkpoint {cp.origin} size {cp.size} root {b64(cp.root)}")

@@ -137,6 +137,32 @@ class Atom(Aggregate, _Erasable):
 
     TOPIC = "memory-ledger:atom"
 
+    # Set from the Created event (see ATOM_FIELDS); declared here for type checkers.
+    subject_id: str
+    ref: str | None
+    kind: str
+    text: str | None
+    gist: str | None
+    details: list[dict[str, Any]] | None
+    tags: list[str] | None
+    confidence: float | None
+    sensitivity: str
+    valid_from: str | None
+    valid_to: str | None
+    derivation: str
+    artifact_ids: list[str]
+    extractor: str | None
+    human_reviewed: bool
+    salience: float
+    emotional_valence: float
+    decay_profile: dict[str, Any] | None
+    privacy_class: str | None
+    consent_basis: str | None
+    session_id: str | None
+    supersedes: str | None
+    min_sources: int
+    extensions: dict[str, Any] | None
+
     class Event(LedgerEvent):
         pass
 

@@ -34,6 +34,7 @@ from ledger.home import StorageURL
 from ledger.leaf import leaf_of
 from ledger.merkle import MerkleTree, NodeKey, leaf_hash
 
+
 class SqlTreeStore:
     """The :class:`ledger.merkle.TreeStore` contract on SQLAlchemy Core (SQLite, PostgreSQL).
 
@@ -205,7 +206,7 @@ class TransparencyLog:
             rows = recorder.select_notifications(start=after + 1, limit=5000)
             if not rows:
                 return size
-            hashes = []
+            hashes: list[bytes] = []
             self.store.leaf_notifications = {}
             for rec in rows:
                 opened = envelope.open_state(rec.state)
@@ -232,7 +233,7 @@ class TransparencyLog:
         if opened[0].envelope["seq"] != size + 1:
             return self.catch_up(recorder)
         self.store.leaf_notifications = {}
-        hashes = []
+        hashes: list[bytes] = []
         for n, o in zip(notifications, opened, strict=True):
             if o.envelope["seq"] != size + len(hashes) + 1:
                 return self.catch_up(recorder)

@@ -17,18 +17,18 @@ from keys.errors import KeyNotAuthorized
 from keys.roster import ROOT, ROSTER_TOPICS, TOPIC_STARTED, KeyRoster, RosterState
 from keys.signing import key_id
 from ledger import envelope
+from ledger.checkpoint import Checkpoint
 from ledger.domain import event_classes
 from ledger.errors import VerificationFailed
-from ledger.checkpoint import Checkpoint
-from ledger.merkle import MemoryTreeStore, MerkleTree, leaf_hash
 from ledger.leaf import leaf_of
+from ledger.merkle import MemoryTreeStore, MerkleTree, leaf_hash
 
 
 def _role_by_topic() -> dict[str, str]:
     roles = {c.TOPIC: c.SIGNER_ROLE for c in event_classes()}
     for value in vars(KeyRoster).values():
         if isinstance(value, type) and getattr(value, "TOPIC", None) in ROSTER_TOPICS:
-            roles[value.TOPIC] = ROOT
+            roles[str(getattr(value, "TOPIC"))] = ROOT  # noqa: B009
     return roles
 
 
