@@ -422,18 +422,83 @@ class LedgerApp(Application[UUID]):
             aid = self._ref_id("artifact", inp.ref)
             if inp.ref is not None and self.exists(aid):
                 raise ConflictError(f"artifact {inp.ref} already exists ({aid})")
-            artifact = Artifact._create(
-                Artifact.Created, id=aid, timestamp=at, subject_id=str(subject_id), ref=inp.ref,
-                kind=inp.kind, captured_at=clock.format_instant(inp.captured_at or at),
-                source=inp.source, private=inp.private, title=inp.title, body=inp.body,
-                media_url=inp.media_url)
-            self.commit(artifact)
+            self.commit(self._new_artifact(inp, aid, subject_id, at))
         log.info("artifact.captured", artifact_id=str(aid), subject_id=str(subject_id))
         return aid
 
+    @staticmethod
+    def _new_artifact(inp: ArtifactInput, aid: UUID, subject_id: UUID, at: datetime) -> Artifact:
+        artifact = Artifact._create(
+            Artifact.Created, id=aid, timestamp=at, subject_id=str(subject_id), ref=inp.ref,
+            kind=inp.kind, captured_at=clock.format_instant(inp.captured_at or at),
+            source=inp.source, private=inp.private, title=inp.title, body=inp.body,
+            media_url=inp.media_url)
+        assert isinstance(artifact, Artifact)
+        return artifact
+
+    def import_records(self, subjects: Sequence[dict[str, Any]],
+                       artifacts: Sequence[dict[str, Any]], atoms: Sequence[dict[str, Any]],
+                       actor: str | None = None) -> dict[str, Any]:
+        """Record subjects, artifacts and atoms in one command: all or nothing.
+
+        Items whose ref already exists are skipped (so a repeated import is a no-op);
+        atoms may cite artifacts created in the same call. Returns counts and ids.
+        """
+        sub_in = [parse(SubjectInput, d) for d in subjects]
+        art_in = [parse(ArtifactInput, d) for d in artifacts]
+        atom_in = [parse(AtomInput, d) for d in atoms]
+        signer = self.signer(actor)
+        created = {"subjects": 0, "artifacts": 0, "atoms": 0}
+        skipped = {"subjects": 0, "artifacts": 0, "atoms": 0}
+        ids: dict[str, dict[str, str]] = {"subjects": {}, "artifacts": {}, "atoms": {}}
+        with self.writing(signer) as at:
+            seen: dict[tuple[str, str], UUID] = {}
+            new: list[Any] = []
+            for s_inp in sub_in:
+                sid = self.subject_id(s_inp.ref)
+                seen[("subject", s_inp.ref)] = sid
+                ids["subjects"][s_inp.ref] = str(sid)
+                if sid in {a.id for a in new} or self.exists(sid):
+                    skipped["subjects"] += 1
+                    continue
+                new.append(Subject._create(Subject.Created, id=sid, timestamp=at, ref=s_inp.ref,
+                                           display_name=s_inp.display_name,
+                                           locale=s_inp.locale))
+                created["subjects"] += 1
+            for a_inp in art_in:
+                aid = self._ref_id("artifact", a_inp.ref)
+                if a_inp.ref is not None:
+                    seen[("artifact", a_inp.ref)] = aid
+                    ids["artifacts"][a_inp.ref] = str(aid)
+                    if self.exists(aid):
+                        skipped["artifacts"] += 1
+                        continue
+                subject_id = seen.get(("subject", a_inp.subject)) or \
+                    self.resolve_subject(a_inp.subject)
+                new.append(self._new_artifact(a_inp, aid, subject_id, at))
+                created["artifacts"] += 1
+            for m_inp in atom_in:
+                if m_inp.ref is not None:
+                    mid = self._ref_id("atom", m_inp.ref)
+                    ids["atoms"][m_inp.ref] = str(mid)
+                    if self.exists(mid):
+                        skipped["atoms"] += 1
+                        continue
+                atom = self._new_atom(m_inp, at, seen=seen, check_ref=False)
+                new.append(atom)
+                created["atoms"] += 1
+            if len({a.id for a in new}) != len(new):
+                raise InputError("the import names one item twice (duplicate refs)")
+            if new:
+                self.commit(*new)
+        log.info("import.recorded", **{f"created_{k}": v for k, v in created.items()},
+                 **{f"skipped_{k}": v for k, v in skipped.items()})
+        return {"created": created, "skipped": skipped, "ids": ids}
+
     # ------------------------------------------------------------------ atoms
     def _new_atom(self, inp: AtomInput, at: datetime, supersedes: str | None = None,
-                  seen: dict[tuple[str, str], UUID] | None = None) -> Atom:
+                  seen: dict[tuple[str, str], UUID] | None = None,
+                  check_ref: bool = True) -> Atom:
         """Build a new atom; ``seen`` caches id resolutions within one command."""
         cache = {} if seen is None else seen
 
@@ -446,7 +511,7 @@ class LedgerApp(Application[UUID]):
         subject_id = resolved("subject", inp.subject)
         artifact_ids = [str(resolved("artifact", a)) for a in inp.artifact_ids]
         atom_id = self._ref_id("atom", inp.ref)
-        if inp.ref is not None and self.exists(atom_id):
+        if check_ref and inp.ref is not None and self.exists(atom_id):
             raise ConflictError(f"atom {inp.ref} already exists ({atom_id})")
         fields = {
             "subject_id": str(subject_id), "ref": inp.ref, "kind": inp.kind, "text": inp.text,

@@ -157,3 +157,23 @@ def test_duplicate_subject_and_ref_conflict(app: LedgerApp) -> None:
     app.add_atom({"subject": "u1", "text": "a", "ref": "atom_9"})
     with pytest.raises(ConflictError, match="atom_9"):
         app.add_atom({"subject": "u1", "text": "b", "ref": "atom_9"})
+
+
+def test_import_records_is_atomic_and_idempotent(app: LedgerApp) -> None:
+    subjects = [{"ref": "user_9f4e", "display_name": "J. Miller"}]
+    artifacts = [{"subject": "user_9f4e", "ref": "art_101", "kind": "chat", "body": "b"}]
+    atoms = [{"subject": "user_9f4e", "ref": "atom_001", "text": "t", "derivation": "inferred",
+              "artifact_ids": ["art_101"], "extractor": "m"},
+             {"subject": "user_9f4e", "ref": "atom_002", "text": "u"}]
+    rows = RawStore(app.config.home).rows()
+    with pytest.raises(NotFound):  # one bad atom: nothing at all is written
+        app.import_records(subjects, artifacts,
+                           [*atoms, {"subject": "user_9f4e", "text": "v", "derivation": "observed",
+                                     "artifact_ids": ["art_missing"]}])
+    assert RawStore(app.config.home).rows() == rows
+    first = app.import_records(subjects, artifacts, atoms)
+    assert first["created"] == {"subjects": 1, "artifacts": 1, "atoms": 2}
+    again = app.import_records(subjects, artifacts, atoms)
+    assert again["created"] == {"subjects": 0, "artifacts": 0, "atoms": 0}
+    assert again["skipped"] == {"subjects": 1, "artifacts": 1, "atoms": 2}
+    assert app.get_atom("atom_001").artifact_ids == [first["ids"]["artifacts"]["art_101"]]
