@@ -145,10 +145,10 @@ class KeyRoster(Aggregate):
     """The roster aggregate. One per ledger, id fixed by the ledger id."""
 
     TOPIC = "memory-ledger:roster"
-    SIGNER_ROLE = ROOT
+    SIGNER_ROLES = (ROOT,)
 
     class Event(Aggregate.Event):
-        SIGNER_ROLE = ROOT
+        SIGNER_ROLES = (ROOT,)
         PERSONAL: ClassVar[tuple[str, ...]] = ()
 
         def apply(self, aggregate: Any) -> None:

@@ -31,7 +31,7 @@ from keys.keyring import Keyring, read_public_key_file
 from keys.roster import ROLES, ROOT, KeyRoster
 from keys.signing import Signer
 from ledger import clock, envelope, logs
-from ledger.domain import Artifact, Atom, LedgerEvent, Subject
+from ledger.domain import WRITER_OR_OPERATOR, Artifact, Atom, LedgerEvent, Subject
 from ledger.errors import (
     ClockError,
     ConflictError,
@@ -175,7 +175,8 @@ class LedgerApp(Application[UUID]):
             raise EnvironmentProblem(str(e), hint="see `ledger keys list`") from e
 
     @contextlib.contextmanager
-    def writing(self, signer: Signer, role: str = "writer") -> Iterator[datetime]:
+    def writing(self, signer: Signer,
+                roles: str | tuple[str, ...] = "writer") -> Iterator[datetime]:
         """Hold the write lock, check clock and authorization, sign what is saved."""
         with self._write_lock():
             seq, last = self.head()
@@ -185,12 +186,18 @@ class LedgerApp(Application[UUID]):
                     f"the command's time {clock.format_instant(at)} is earlier than the newest "
                     f"event ({clock.format_instant(last)})",
                     hint=f"unset {clock.ENV} or set it to a later time; history is append-only")
-            if role != ROOT:
-                try:
-                    self.roster().state.check(signer.kid, role, at)
-                except KeyNotAuthorized as e:
-                    raise InputError(f"{signer.name} may not sign this command: {e}",
-                                     hint="see `ledger keys list`") from e
+            wanted = (roles,) if isinstance(roles, str) else roles
+            if wanted != (ROOT,):
+                state, problems = self.roster().state, []
+                for role in wanted:
+                    try:
+                        state.check(signer.kid, role, at)
+                        break
+                    except KeyNotAuthorized as e:
+                        problems.append(str(e))
+                else:
+                    raise InputError(f"{signer.name} may not sign this command: "
+                                     + "; ".join(problems), hint="see `ledger keys list`")
             self.mapper.begin(signer, seq + 1)  # type: ignore[attr-defined]
             try:
                 yield at
@@ -633,7 +640,7 @@ class LedgerApp(Application[UUID]):
         Returns the event id, or None when the key was already destroyed and recorded.
         """
         signer = self.signer(actor)
-        with self.writing(signer) as at:
+        with self.writing(signer, WRITER_OR_OPERATOR) as at:
             try:
                 agg: Any = self.repository.get(aggregate_id)
             except AggregateNotFoundError:

@@ -2,8 +2,8 @@
 
 Event fields are JSON values (str, int, float, bool, None, lists and dicts of
 them); times inside payloads are ISO 8601 strings. ``PERSONAL`` names the
-fields the mapper encrypts with the aggregate's data key; ``SIGNER_ROLE`` names
-the roster role the signer must hold. A topic never changes once released:
+fields the mapper encrypts with the aggregate's data key; ``SIGNER_ROLES`` names
+the roster roles any of which the signer must hold. A topic never changes once released:
 renaming a class keeps its ``TOPIC``.
 """
 
@@ -17,10 +17,18 @@ from eventsourcing.domain import Aggregate
 ERASED = "[erased]"
 
 
-class LedgerEvent(Aggregate.Event):
-    """Base of all memory events (signed by a writer unless stated)."""
+WRITER = ("writer",)
+WRITER_OR_OPERATOR = ("writer", "operator")
+OPERATOR = ("operator",)
+REDACTION_MODES = ("soft", "archive", "hard", "delete")
+STATUS_BY_MODE = {"soft": "soft-redacted", "archive": "archived", "hard": "hard-redacted",
+                  "delete": "deleted"}
 
-    SIGNER_ROLE: ClassVar[str] = "writer"
+
+class LedgerEvent(Aggregate.Event):
+    """Base of all memory events. ``SIGNER_ROLES``: roster roles any of which may sign."""
+
+    SIGNER_ROLES: ClassVar[tuple[str, ...]] = WRITER
     PERSONAL: ClassVar[tuple[str, ...]] = ()
 
 
@@ -36,6 +44,7 @@ class _Erasable:
 
 
 class DataKeyDestroyedMixin:
+    SIGNER_ROLES: ClassVar[tuple[str, ...]] = WRITER_OR_OPERATOR
     key_id: str
     reason: str
 
@@ -108,6 +117,19 @@ class Artifact(Aggregate, _Erasable):
         key_id: str
         reason: str
 
+    class Deleted(Event):
+        """Tombstone of a deleted artifact; ``cascade`` lists what happened to its atoms."""
+
+        TOPIC = "memory-ledger:artifact.deleted.v1"
+        SIGNER_ROLES = WRITER_OR_OPERATOR
+        reason: str
+        batch_id: str | None
+        cascade: dict[str, Any]
+        reached: list[str] | None
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.status = "deleted"
+
     def __init__(self, subject_id: str, ref: str | None, kind: str, captured_at: str,
                  source: str | None, private: bool, title: str | None, body: str | None,
                  media_url: str | None) -> None:
@@ -120,6 +142,7 @@ class Artifact(Aggregate, _Erasable):
         self.title = title
         self.body = body
         self.media_url = media_url
+        self.status = "active"
 
 
 # --------------------------------------------------------------------------- Atom
@@ -235,6 +258,64 @@ class Atom(Aggregate, _Erasable):
         key_id: str
         reason: str
 
+    class Redacted(Event):
+        """soft: hidden, kept, reversible; archive: out of retrieval, kept for audit;
+        hard / delete: content destroyed (its key first), this event is the tombstone."""
+
+        TOPIC = "memory-ledger:atom.redacted.v1"
+        SIGNER_ROLES = WRITER_OR_OPERATOR
+        mode: str
+        reason: str
+        batch_id: str | None
+        reached: list[str] | None
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.status = STATUS_BY_MODE[self.mode]
+            aggregate.redaction_mode = self.mode
+            aggregate.redacted_at = self.timestamp.isoformat()
+
+    class Unredacted(Event):
+        TOPIC = "memory-ledger:atom.unredacted.v1"
+        SIGNER_ROLES = WRITER_OR_OPERATOR
+        reason: str
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.status = "active"
+            aggregate.redaction_mode = None
+            aggregate.redacted_at = None
+
+    class SourceRemoved(Event):
+        """An artifact the atom cites was deleted; the atom lives on with the others."""
+
+        TOPIC = "memory-ledger:atom.source-removed.v1"
+        SIGNER_ROLES = WRITER_OR_OPERATOR
+        artifact_id: str
+        remaining: list[str]
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.artifact_ids = list(self.remaining)
+
+    class Flagged(Event):
+        """Flagged for review (unsourced, refers to erased memory, ...)."""
+
+        TOPIC = "memory-ledger:atom.flagged.v1"
+        SIGNER_ROLES = WRITER_OR_OPERATOR
+        flag: str
+        reason: str
+        related: list[str] | None
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.flags = sorted({*aggregate.flags, self.flag})
+
+    class FlagResolved(Event):
+        TOPIC = "memory-ledger:atom.flag-resolved.v1"
+        SIGNER_ROLES = WRITER_OR_OPERATOR
+        flag: str
+        resolution: str
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.flags = [f for f in aggregate.flags if f != self.flag]
+
     def __init__(self) -> None:
         for name in ATOM_FIELDS:
             setattr(self, name, None)
@@ -242,6 +323,9 @@ class Atom(Aggregate, _Erasable):
         self.last_rehearsed_at: str | None = None
         self.superseded_by: str | None = None
         self.status = "active"
+        self.redaction_mode: str | None = None
+        self.redacted_at: str | None = None
+        self.flags: list[str] = []
 
     def as_dict(self) -> dict[str, Any]:
         """Current state, for ``ledger atom show``. Erased content reads as None."""
@@ -255,11 +339,136 @@ class Atom(Aggregate, _Erasable):
             "superseded_by": self.superseded_by,
             "content_erased": self.content_erased,
             "data_key_destroyed_at": self.data_key_destroyed_at,
+            "redaction_mode": self.redaction_mode,
+            "redacted_at": self.redacted_at,
+            "flags": list(self.flags),
         })
         return out
 
 
-MEMORY_AGGREGATES: tuple[type[Aggregate], ...] = (Subject, Artifact, Atom)
+# --------------------------------------------------------------------------- Governance
+
+
+class ErasureRequest(Aggregate, _Erasable):
+    """A right-to-be-forgotten request: receipt, deadlines, completion (operator-signed).
+
+    The identifiers the subject gave (email, phone...) are personal: sealed under the
+    request's own data key, which is destroyed when the request completes.
+    """
+
+    TOPIC = "memory-ledger:request"
+
+    class Event(LedgerEvent):
+        SIGNER_ROLES = OPERATOR
+
+    class Created(Event, Aggregate.Created):
+        TOPIC = "memory-ledger:request.received.v1"
+        PERSONAL: ClassVar[tuple[str, ...]] = ("identifiers",)
+        subject_id: str
+        subject_ref: str
+        reason: str
+        legal_basis: str | None
+        operator: str
+        sessions: list[str]
+        identifiers: list[str] | None
+        ack_due: str
+        complete_due: str
+
+        def apply(self, aggregate: Any) -> None:
+            for name in ("subject_id", "subject_ref", "reason", "legal_basis", "operator",
+                         "sessions", "identifiers", "ack_due", "complete_due"):
+                setattr(aggregate, name, getattr(self, name, None))
+            aggregate.received_at = self.timestamp.isoformat()
+            aggregate._note_erased(self)
+
+    class Acknowledged(Event):
+        TOPIC = "memory-ledger:request.acknowledged.v1"
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.acknowledged_at = self.timestamp.isoformat()
+
+    class Completed(Event):
+        TOPIC = "memory-ledger:request.completed.v1"
+        batch_id: str
+        event_ids: list[str]
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.completed_at = self.timestamp.isoformat()
+            aggregate.batch_id = self.batch_id
+            aggregate.event_ids = list(self.event_ids)
+
+    class DataKeyDestroyed(DataKeyDestroyedMixin, Event):
+        TOPIC = "memory-ledger:request.data-key-destroyed.v1"
+        SIGNER_ROLES = OPERATOR
+        key_id: str
+        reason: str
+
+    def __init__(self) -> None:
+        self.acknowledged_at: str | None = None
+        self.completed_at: str | None = None
+        self.batch_id: str | None = None
+        self.event_ids: list[str] = []
+
+
+class RedactionBatch(Aggregate):
+    """What one erasure covers, approved by an operator before anything is destroyed."""
+
+    TOPIC = "memory-ledger:batch"
+
+    class Event(LedgerEvent):
+        SIGNER_ROLES = OPERATOR
+
+    class Created(Event, Aggregate.Created):
+        TOPIC = "memory-ledger:batch.opened.v1"
+        request_id: str | None
+        mode: str
+        reason: str
+        targets: dict[str, list[str]]
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.request_id = self.request_id
+            aggregate.mode = self.mode
+            aggregate.reason = self.reason
+            aggregate.targets = {k: list(v) for k, v in self.targets.items()}
+            aggregate.status = "opened"
+
+    class Approved(Event):
+        """Signed by the approving operator's key: the authorization of the erasure."""
+
+        TOPIC = "memory-ledger:batch.approved.v1"
+        operator: str
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.status = "approved"
+            aggregate.approved_by = self.operator
+
+    class Executed(Event):
+        TOPIC = "memory-ledger:batch.executed.v1"
+        event_ids: list[str]
+        reach: dict[str, Any]
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.status = "executed"
+            aggregate.event_ids = list(self.event_ids)
+            aggregate.reach = self.reach
+
+    class Closed(Event):
+        TOPIC = "memory-ledger:batch.closed.v1"
+        outcome: str
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.status = "closed"
+            aggregate.outcome = self.outcome
+
+    def __init__(self) -> None:
+        self.approved_by: str | None = None
+        self.event_ids: list[str] = []
+        self.reach: dict[str, Any] = {}
+        self.outcome: str | None = None
+
+
+MEMORY_AGGREGATES: tuple[type[Aggregate], ...] = (Subject, Artifact, Atom, ErasureRequest,
+                                                  RedactionBatch)
 
 
 def event_classes() -> list[type[Any]]:

@@ -24,15 +24,15 @@ from ledger.leaf import leaf_of
 from ledger.merkle import MemoryTreeStore, MerkleTree, leaf_hash
 
 
-def _role_by_topic() -> dict[str, str]:
-    roles = {c.TOPIC: c.SIGNER_ROLE for c in event_classes()}
+def _roles_by_topic() -> dict[str, tuple[str, ...]]:
+    roles = {c.TOPIC: tuple(c.SIGNER_ROLES) for c in event_classes()}
     for value in vars(KeyRoster).values():
         if isinstance(value, type) and getattr(value, "TOPIC", None) in ROSTER_TOPICS:
-            roles[str(getattr(value, "TOPIC"))] = ROOT  # noqa: B009
+            roles[str(getattr(value, "TOPIC"))] = (ROOT,)  # noqa: B009
     return roles
 
 
-ROLE_BY_TOPIC = _role_by_topic()
+ROLES_BY_TOPIC = _roles_by_topic()
 
 
 class StoredRecord(Protocol):
@@ -125,6 +125,16 @@ class LogVerifier:
             self.leaves.append(leaf_hash(leaf_of(rec, opened)))
         return True
 
+    def _authorized(self, kid: str, roles: tuple[str, ...], when: datetime) -> bytes:
+        """Step 4 for non-roster events: the key held one of ``roles`` at ``when``."""
+        problems = []
+        for role in roles:
+            try:
+                return self.report.roster.check(kid, role, when)
+            except KeyNotAuthorized as e:
+                problems.append(str(e))
+        raise _Fail("4", "; ".join(problems))
+
     def _time(self, stamp: object) -> datetime:
         """Parse an envelope timestamp; events of one command share one, so memoise it."""
         if stamp != self._last_stamp:
@@ -153,8 +163,8 @@ class LogVerifier:
         if (env["topic"], oid, version) != (rec.topic, str(rec.originator_id),
                                             rec.originator_version):
             raise _Fail("2", "envelope topic, originator id or version differs from its row")
-        role = ROLE_BY_TOPIC.get(env["topic"])
-        if role is None:
+        roles = ROLES_BY_TOPIC.get(env["topic"])
+        if roles is None:
             raise _Fail("2", f"unknown topic {env['topic']}")
         # Step 3: sequence numbers are consecutive from 1 (deletion, insertion, reorder).
         expected = report.head_seq + 1
@@ -163,16 +173,13 @@ class LogVerifier:
                              "(an event was removed, inserted or moved)")
         when = self._time(env["timestamp"])
         # Step 4: the signer held the topic's role at the event's time.
-        if role == ROOT:
+        if roles == (ROOT,):
             if opened.kid != self.root_kid:
                 raise _Fail("4", f"roster event signed by {opened.kid}, not the trusted "
                                  f"root key {self.root_kid}")
             public_key = self.root_public_key
         else:
-            try:
-                public_key = roster.check(opened.kid, role, when)
-            except KeyNotAuthorized as e:
-                raise _Fail("4", str(e)) from e
+            public_key = self._authorized(opened.kid, roles, when)
         # Step 5: the signature verifies over the stored body bytes.
         try:
             envelope.verify(opened, public_key)
