@@ -16,7 +16,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -31,7 +31,16 @@ from keys.keyring import Keyring, read_public_key_file
 from keys.roster import ROLES, ROOT, KeyRoster
 from keys.signing import Signer
 from ledger import clock, envelope, logs
-from ledger.domain import WRITER_OR_OPERATOR, Artifact, Atom, LedgerEvent, Subject
+from ledger.domain import (
+    OPERATOR,
+    WRITER_OR_OPERATOR,
+    Artifact,
+    Atom,
+    ErasureRequest,
+    LedgerEvent,
+    RedactionBatch,
+    Subject,
+)
 from ledger.errors import (
     ClockError,
     ConflictError,
@@ -653,6 +662,167 @@ class LedgerApp(Application[UUID]):
             ids = self.commit(agg)
         log.info("data_key.destroyed", item_id=str(aggregate_id))
         return ids[0]
+
+    # ------------------------------------------------------------------ governance primitives
+    # Orchestration (routes, probes, evidence) lives in governance/; these are the signed
+    # commands it is made of. Each is one all-or-nothing command.
+    def redact(self, atom_id: str | UUID, mode: str, reason: str, actor: str | None = None,
+               batch_id: str | None = None) -> str:
+        """Soft (hidden, reversible) or archive (out of retrieval, kept) redaction."""
+        if mode not in ("soft", "archive"):
+            raise InputError(f"mode {mode!r} is not soft or archive here",
+                             hint="hard and delete go through governance (keys destroyed, "
+                                  "routes purged): `ledger redact ATOM --mode hard`")
+        with self.writing(self.signer(actor), WRITER_OR_OPERATOR) as at:
+            atom = self.get_atom(atom_id)
+            if atom.status not in ("active", "soft-redacted") or atom.redaction_mode == mode:
+                raise ConflictError(f"atom {atom.id} is {atom.status}; cannot {mode}-redact it")
+            atom.trigger_event(Atom.Redacted, timestamp=at, mode=mode, reason=reason,
+                               batch_id=batch_id, reached=None)
+            ids = self.commit(atom)
+        log.info("atom.redacted", atom_id=str(atom.id), mode=mode)
+        return ids[0]
+
+    def unredact(self, atom_id: str | UUID, reason: str, actor: str | None = None) -> str:
+        with self.writing(self.signer(actor), WRITER_OR_OPERATOR) as at:
+            atom = self.get_atom(atom_id)
+            if atom.status != "soft-redacted":
+                raise ConflictError(f"atom {atom.id} is {atom.status}; only soft redaction is "
+                                    "reversible")
+            atom.trigger_event(Atom.Unredacted, timestamp=at, reason=reason)
+            ids = self.commit(atom)
+        log.info("atom.unredacted", atom_id=str(atom.id))
+        return ids[0]
+
+    def shred(self, item_ids: Sequence[UUID], reason: str,
+              actor: str | None = None) -> list[str]:
+        """Destroy the data keys of many items, then record one signed event per item.
+
+        Already-shredded items are skipped, so a retried erasure is safe.
+        """
+        with self.writing(self.signer(actor), WRITER_OR_OPERATOR) as at:
+            aggs: list[Any] = [self.repository.get(i) for i in dict.fromkeys(item_ids)]
+            todo = [a for a in aggs if getattr(a, "data_key_destroyed_at", None) is None]
+            self.datakeys.destroy([str(a.id) for a in todo], at)
+            for agg in todo:
+                agg.trigger_event(type(agg).DataKeyDestroyed, timestamp=at, key_id=str(agg.id),
+                                  reason=reason)
+            ids = self.commit(*todo) if todo else []
+        log.info("data_key.destroyed", count=len(todo))
+        return ids
+
+    def tombstone(self, atom_ids: Sequence[UUID], artifact_ids: Sequence[UUID], mode: str,
+                  reason: str, reached: list[str], batch_id: str | None = None,
+                  cascade: dict[str, dict[str, Any]] | None = None,
+                  actor: str | None = None) -> list[str]:
+        """Signed tombstones after a hard erasure or deletion reached every route."""
+        if mode not in ("hard", "delete"):
+            raise InputError(f"tombstones are for hard or delete, not {mode!r}")
+        with self.writing(self.signer(actor), WRITER_OR_OPERATOR) as at:
+            aggs: list[Any] = []
+            for aid in dict.fromkeys(atom_ids):
+                atom = self.get_atom(aid)
+                if atom.status in ("hard-redacted", "deleted"):
+                    continue
+                atom.trigger_event(Atom.Redacted, timestamp=at, mode=mode, reason=reason,
+                                   batch_id=batch_id, reached=reached)
+                aggs.append(atom)
+            for rid in dict.fromkeys(artifact_ids):
+                art: Any = self.repository.get(rid)
+                if art.status == "deleted":
+                    continue
+                art.trigger_event(Artifact.Deleted, timestamp=at, reason=reason,
+                                  batch_id=batch_id, cascade=(cascade or {}).get(str(rid), {}),
+                                  reached=reached)
+                aggs.append(art)
+            ids = self.commit(*aggs) if aggs else []
+        log.info("tombstones.recorded", count=len(ids), mode=mode)
+        return ids
+
+    def remove_source(self, atom_id: UUID, artifact_id: UUID, actor: str | None = None) -> str:
+        with self.writing(self.signer(actor), WRITER_OR_OPERATOR) as at:
+            atom = self.get_atom(atom_id)
+            remaining = [a for a in atom.artifact_ids if a != str(artifact_id)]
+            atom.trigger_event(Atom.SourceRemoved, timestamp=at, artifact_id=str(artifact_id),
+                               remaining=remaining)
+            return self.commit(atom)[0]
+
+    def flag(self, atom_id: UUID, flag: str, reason: str, related: list[str] | None = None,
+             actor: str | None = None) -> str | None:
+        with self.writing(self.signer(actor), WRITER_OR_OPERATOR) as at:
+            atom = self.get_atom(atom_id)
+            if flag in atom.flags:
+                return None
+            atom.trigger_event(Atom.Flagged, timestamp=at, flag=flag, reason=reason,
+                               related=related)
+            return self.commit(atom)[0]
+
+    def resolve_flag(self, atom_id: UUID, flag: str, resolution: str,
+                     actor: str | None = None) -> str:
+        with self.writing(self.signer(actor), WRITER_OR_OPERATOR) as at:
+            atom = self.get_atom(atom_id)
+            if flag not in atom.flags:
+                raise ConflictError(f"atom {atom.id} has no open {flag!r} flag")
+            atom.trigger_event(Atom.FlagResolved, timestamp=at, flag=flag, resolution=resolution)
+            return self.commit(atom)[0]
+
+    def receive_request(self, subject: str, reason: str, operator: str,
+                        ack_hours: float, complete_hours: float,
+                        legal_basis: str | None = None, identifiers: Sequence[str] = (),
+                        sessions: Sequence[str] = ()) -> UUID:
+        """Step 1 of the right to be forgotten: log the receipt with its deadlines."""
+        signer = self.signer(operator)
+        with self.writing(signer, OPERATOR) as at:
+            sid = self.resolve_subject(subject)
+            req = ErasureRequest._create(
+                ErasureRequest.Created, id=uuid.uuid4(), timestamp=at, subject_id=str(sid),
+                subject_ref=self.get_subject(str(sid)).ref, reason=reason,
+                legal_basis=legal_basis, operator=operator, sessions=list(sessions),
+                identifiers=list(identifiers) or None,
+                ack_due=clock.format_instant(at + timedelta(hours=ack_hours)),
+                complete_due=clock.format_instant(at + timedelta(hours=complete_hours)))
+            req.trigger_event(ErasureRequest.Acknowledged, timestamp=at)
+            self.commit(req)
+        log.info("request.received", request_id=str(req.id), subject_id=str(sid))
+        return req.id
+
+    def open_batch(self, operator: str, request_id: UUID | None, mode: str, reason: str,
+                   targets: dict[str, list[str]]) -> UUID:
+        """Open and approve a redaction batch, both signed by the operator's key."""
+        signer = self.signer(operator)
+        with self.writing(signer, OPERATOR) as at:
+            batch = RedactionBatch._create(
+                RedactionBatch.Created, id=uuid.uuid4(), timestamp=at,
+                request_id=str(request_id) if request_id else None, mode=mode, reason=reason,
+                targets={k: sorted(v) for k, v in targets.items()})
+            batch.trigger_event(RedactionBatch.Approved, timestamp=at, operator=operator)
+            self.commit(batch)
+        log.info("batch.approved", batch_id=str(batch.id))
+        return batch.id
+
+    def finish_batch(self, operator: str, batch_id: UUID, event_ids: list[str],
+                     reach: dict[str, Any], request_id: UUID | None = None) -> list[str]:
+        """Record the executed batch and close it; complete its request and shred the
+        request's own identifiers."""
+        signer = self.signer(operator)
+        with self.writing(signer, OPERATOR) as at:
+            batch: Any = self.repository.get(batch_id)
+            batch.trigger_event(RedactionBatch.Executed, timestamp=at, event_ids=event_ids,
+                                reach=reach)
+            batch.trigger_event(RedactionBatch.Closed, timestamp=at, outcome="completed")
+            aggs: list[Any] = [batch]
+            if request_id is not None:
+                req: Any = self.repository.get(request_id)
+                req.trigger_event(ErasureRequest.Completed, timestamp=at,
+                                  batch_id=str(batch_id), event_ids=event_ids)
+                if req.data_key_destroyed_at is None and self.datakeys.get_many([str(req.id)]):
+                    self.datakeys.destroy([str(req.id)], at)
+                    req.trigger_event(ErasureRequest.DataKeyDestroyed, timestamp=at,
+                                      key_id=str(req.id), reason="request completed")
+                aggs.append(req)
+            ids = self.commit(*aggs)
+        log.info("batch.closed", batch_id=str(batch_id), events=len(event_ids))
+        return ids
 
     # ------------------------------------------------------------------ reading
     def history(self, atom_id: str) -> list[dict[str, Any]]:
