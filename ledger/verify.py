@@ -101,6 +101,7 @@ class LogVerifier:
         self.versions: dict[str, int] = {}
         self.leaves: list[bytes] | None = [] if collect_leaves else None
         self.prior_version: Any = None  # callable(originator_id, version) -> bool, for --since
+        self.sparse = False  # True: verify a selection of events in log order (packs)
         self._last_stamp: object = None
         self._last_parsed = datetime.min
 
@@ -167,7 +168,13 @@ class LogVerifier:
         if roles is None:
             raise _Fail("2", f"unknown topic {env['topic']}")
         # Step 3: sequence numbers are consecutive from 1 (deletion, insertion, reorder).
+        # A sparse selection (an evidence pack) needs only increasing numbers from 1.
         expected = report.head_seq + 1
+        if self.sparse and report.events > 0:
+            if env["seq"] < expected:
+                raise _Fail("3", f"sequence number {env['seq']} does not increase "
+                                 f"(previous {report.head_seq})")
+            expected = env["seq"]
         if env["seq"] != expected:
             raise _Fail("3", f"sequence number {env['seq']} where {expected} was expected "
                              "(an event was removed, inserted or moved)")
@@ -192,7 +199,10 @@ class LogVerifier:
         prev = self.versions.get(oid)
         if prev is None and version != 1 and self.prior_version is not None:
             prev = version - 1 if self.prior_version(oid, version - 1) else 0
-        if version != (prev or 0) + 1:
+        if self.sparse:
+            if prev is not None and version <= prev:
+                raise _Fail("7", f"version {version} does not follow version {prev}")
+        elif version != (prev or 0) + 1:
             raise _Fail("7", f"version {version} follows version {prev or 0}")
         if expected == 1 and env["topic"] != TOPIC_STARTED:
             raise _Fail("4", "the log does not start with the key roster")
