@@ -1,0 +1,429 @@
+"""Evidence Packs: build (from a ledger) and verify (offline, public keys only).
+
+Layout of a pack folder (docs/spec/evidence-pack.md):
+
+    statement.dsse.json            DSSE envelope over an in-toto Statement v1
+    events.jsonl                   the signed events, one per line, with inclusion proofs
+    checkpoints/before.checkpoint  C2SP checkpoint before the batch
+    checkpoints/after.checkpoint   C2SP checkpoint after it
+    consistency.json               RFC 9162 consistency proof before -> after
+    keys/root.pub                  the ledger's root public key (pin your own with --root-key)
+    report.html                    the same facts rendered for people
+
+The statement's subjects are the SHA-256 digests of every other file; its predicate
+holds the request, the batch, the targets (ids only), the event index, the checkpoints
+and the reach results. Nothing in a pack is memory content: events are stored bytes,
+whose personal fields are ciphertext under keys that were destroyed.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+import shutil
+import zipfile
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from governance.dsse import (
+    PREDICATE_TYPE,
+    STATEMENT_TYPE,
+    add_signature,
+    sign_envelope,
+    verify_envelope,
+)
+from keys.errors import KeyError_
+from keys.keyring import public_key_document
+from keys.roster import ROSTER_TOPICS
+from ledger import envelope
+from ledger.checkpoint import parse_body, parse_note
+from ledger.errors import ConflictError, InputError, NotFound, VerificationFailed
+from ledger.leaf import leaf_of
+from ledger.merkle import leaf_hash, verify_consistency, verify_inclusion
+from ledger.transparency import b64, unb64, verify_with_roster
+from ledger.verify import LogVerifier
+
+STATEMENT = "statement.dsse.json"
+EVENTS = "events.jsonl"
+BEFORE = "checkpoints/before.checkpoint"
+AFTER = "checkpoints/after.checkpoint"
+CONSISTENCY = "consistency.json"
+ROOT_PUB = "keys/root.pub"
+REPORT = "report.html"
+
+TOMBSTONE_TOPICS = {"memory-ledger:atom.redacted.v1", "memory-ledger:artifact.deleted.v1"}
+KEY_TOPICS = {"memory-ledger:atom.data-key-destroyed.v1",
+              "memory-ledger:artifact.data-key-destroyed.v1",
+              "memory-ledger:subject.data-key-destroyed.v1"}
+
+
+# ----------------------------------------------------------------------------- building
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _event_rows(app: Any, event_ids: list[str]) -> list[Any]:
+    rows = []
+    for eid in event_ids:
+        oid, version = eid.rsplit("/", 1)
+        found = app.recorder.select_events(UUID(oid), gt=int(version) - 1, lte=int(version))
+        if not found:
+            raise NotFound(f"event {eid} named by the batch is not in the log")
+        rows.append(found[0])
+    return rows
+
+
+def build_pack(app: Any, batch_id: str, out: Path, make_zip: bool = False,
+               operator: str = "operator") -> Path:
+    """Write the Evidence Pack of a closed batch to ``out`` (which must not exist)."""
+    try:
+        batch = app.repository.get(UUID(str(batch_id)))
+    except (ValueError, Exception) as e:
+        raise NotFound(f"no redaction batch {batch_id}",
+                       hint="see the batch id printed by `ledger redact-user`") from e
+    if getattr(batch, "status", None) != "closed":
+        raise ConflictError(f"batch {batch_id} is {getattr(batch, 'status', 'unknown')}; only a "
+                            "closed batch has evidence", hint="finish the erasure first")
+    if out.exists():
+        raise InputError(f"{out} already exists", hint="choose a new --out folder")
+    request = app.repository.get(UUID(batch.request_id)) if batch.request_id else None
+
+    # Which events: the roster (to check every signer), the request, the batch, and every
+    # tombstone and key destruction the batch lists.
+    roster_rows = app.recorder.select_notifications(start=1, limit=10**9,
+                                                    topics=sorted(ROSTER_TOPICS))
+    ids = [f"{batch.id}/{v}" for v in range(1, batch.version + 1)]
+    if request is not None:
+        ids += [f"{request.id}/{v}" for v in range(1, request.version + 1)]
+    ids += list(batch.event_ids)
+    rows = {(str(r.originator_id), r.originator_version): r for r in roster_rows}
+    for r in _event_rows(app, ids):
+        rows[(str(r.originator_id), r.originator_version)] = r
+    opened = {k: envelope.open_state(r.state) for k, r in rows.items()}
+    ordered = sorted(rows, key=lambda k: opened[k].envelope["seq"])
+
+    after = app.checkpoint()
+    first_batch_seq = opened[(str(batch.id), 1)].envelope["seq"]
+    before = _checkpoint_before(app, first_batch_seq)
+    proofs = {k: app.tlog.inclusion(opened[k].envelope["seq"] - 1, after.size) for k in ordered}
+    consistency = app.tlog.consistency(before.size, after.size)
+
+    out.mkdir(parents=True)
+    try:
+        files: dict[str, bytes] = {}
+        lines = []
+        for k in ordered:
+            r, o = rows[k], opened[k]
+            lines.append(json.dumps({
+                "seq": o.envelope["seq"], "originator_id": str(r.originator_id),
+                "version": r.originator_version, "topic": r.topic,
+                "state": b64(r.state), "proof": [b64(p) for p in proofs[k]],
+            }, sort_keys=True))
+        files[EVENTS] = ("\n".join(lines) + "\n").encode()
+        files[BEFORE] = before.note.encode()
+        files[AFTER] = after.note.encode()
+        files[CONSISTENCY] = json.dumps({"old_size": before.size, "new_size": after.size,
+                                         "proof": [b64(p) for p in consistency]},
+                                        indent=2).encode()
+        files[ROOT_PUB] = json.dumps(public_key_document("root", app.root_public_key)).encode()
+        predicate = _predicate(app, batch, request, opened, ordered, before, after)
+        files[REPORT] = render_report(predicate).encode()
+        for name, data in files.items():
+            path = out / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        statement = {
+            "_type": STATEMENT_TYPE,
+            "subject": [{"name": n, "digest": {"sha256": _sha256(d)}}
+                        for n, d in sorted(files.items())],
+            "predicateType": PREDICATE_TYPE,
+            "predicate": predicate,
+        }
+        payload = envelope.canonical(statement)
+        dsse = sign_envelope(payload, app.signer(operator))
+        (out / STATEMENT).write_text(json.dumps(dsse, indent=2) + "\n", encoding="utf-8")
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+    if make_zip:
+        zip_pack(out)
+    return out
+
+
+def _checkpoint_before(app: Any, first_seq: int) -> Any:
+    from ledger.transparency import SignedCheckpoint
+
+    import sqlalchemy as sa
+
+    table = app.tlog.store.checkpoints
+    with app.tlog.engine.connect() as conn:
+        note = conn.execute(sa.select(table.c.note).where(table.c.size < first_seq)
+                            .order_by(table.c.size.desc()).limit(1)).scalar()
+    if note is None:
+        raise ConflictError("no checkpoint was taken before this batch",
+                            hint="erasures take one automatically; this batch predates that")
+    body, _ = parse_note(note)
+    return SignedCheckpoint(parse_body(body), note)
+
+
+def _predicate(app: Any, batch: Any, request: Any, opened: dict[Any, Any],
+               ordered: list[Any], before: Any, after: Any) -> dict[str, Any]:
+    def role_of(topic: str) -> str:
+        if topic in ROSTER_TOPICS:
+            return "roster"
+        if topic in TOMBSTONE_TOPICS:
+            return "tombstone"
+        if topic in KEY_TOPICS:
+            return "key-destroyed"
+        return topic.split(":", 1)[1].split(".", 1)[0]
+
+    events = [{"event_id": envelope.event_id(k[0], k[1]), "seq": opened[k].envelope["seq"],
+               "topic": opened[k].envelope["topic"], "timestamp": opened[k].envelope["timestamp"],
+               "signer": opened[k].kid, "role": role_of(opened[k].envelope["topic"])}
+              for k in ordered]
+    req = None
+    if request is not None:
+        req = {"id": str(request.id), "subject_id": request.subject_id,
+               "subject_ref": request.subject_ref, "reason": request.reason,
+               "legal_basis": request.legal_basis, "operator": request.operator,
+               "received_at": request.received_at, "acknowledged_at": request.acknowledged_at,
+               "ack_due": request.ack_due, "complete_due": request.complete_due,
+               "completed_at": request.completed_at, "sessions": list(request.sessions)}
+    return {
+        "ledger": {"id": app.ledger_id, "origin": app.config.origin},
+        "request": req,
+        "batch": {"id": str(batch.id), "mode": batch.mode, "reason": batch.reason,
+                  "approved_by": batch.approved_by, "outcome": batch.outcome},
+        "targets": batch.targets,
+        "events": events,
+        "checkpoints": {"before": {"size": before.size, "root": b64(before.root)},
+                        "after": {"size": after.size, "root": b64(after.root)}},
+        "reach": batch.reach,
+        "generated_at": datetime.now().astimezone().isoformat(),
+    }
+
+
+def zip_pack(folder: Path) -> Path:
+    target = folder.with_suffix(".zip")
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            zf.write(path, path.relative_to(folder).as_posix())
+    return target
+
+
+def countersign(folder: Path, signer: Any) -> None:
+    path = folder / STATEMENT
+    dsse = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps(add_signature(dsse, signer), indent=2) + "\n", encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------- report
+def render_report(p: dict[str, Any]) -> str:
+    """A self-contained HTML page (no scripts, no network): timeline, stores, flags."""
+    e = html.escape
+    req = p.get("request") or {}
+    rows = "".join(
+        f"<tr><td>{e(r['route'])}</td><td>{e(r['reach'])}</td><td>{r.get('items', '')}</td>"
+        f"<td>{e(str(r.get('checked_at', '')))}</td></tr>"
+        for r in p.get("reach", {}).get("routes", []))
+    scan = p.get("reach", {}).get("raw_scan", {})
+    flagged = "".join(f"<li><code>{e(a)}</code></li>"
+                      for a in p.get("reach", {}).get("flagged_for_review", [])) or "<li>none</li>"
+    timeline = "".join(
+        f"<tr><td>{e(label)}</td><td>{e(str(req.get(key) or '-'))}</td></tr>"
+        for label, key in (("received", "received_at"), ("acknowledged", "acknowledged_at"),
+                           ("acknowledgment due", "ack_due"), ("completed", "completed_at"),
+                           ("completion due", "complete_due")))
+    on_time = ""
+    if req.get("completed_at") and req.get("complete_due"):
+        done = datetime.fromisoformat(req["completed_at"])
+        due = datetime.fromisoformat(req["complete_due"].replace("Z", "+00:00"))
+        on_time = "within the deadline" if done <= due else "AFTER the deadline"
+    targets = p.get("targets", {})
+    counts = ", ".join(f"{len(v)} {k}" for k, v in targets.items())
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Evidence Pack {e(p['batch']['id'])}</title>
+<style>body{{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;color:#222}}
+table{{border-collapse:collapse;margin:1rem 0}}td,th{{border:1px solid #ccc;padding:.3rem .6rem}}
+.ok{{color:#075}}.bad{{color:#a00}}code{{font-size:.85em}}</style></head><body>
+<h1>Erasure evidence</h1>
+<p>Ledger <code>{e(p['ledger']['origin'])}</code>, batch <code>{e(p['batch']['id'])}</code>
+({e(p['batch']['mode'])}), approved by <b>{e(str(p['batch']['approved_by']))}</b>.
+Reason: {e(p['batch']['reason'])}. Targets: {e(counts)}.</p>
+<h2>Request timeline</h2><table>{timeline}</table><p>Completed {e(on_time)}.</p>
+<h2>Where the memory could be reached</h2>
+<table><tr><th>store</th><th>reach after erasure</th><th>items</th><th>checked</th></tr>
+{rows}</table>
+<p>Raw scan of {scan.get('files', 0)} files owned by the ledger:
+<span class="{'ok' if not scan.get('hits') else 'bad'}">{len(scan.get('hits', []))} hits</span>.</p>
+<h2>Flagged for review</h2><ul>{flagged}</ul>
+<h2>Proofs</h2><p>{len(p['events'])} signed events with inclusion proofs in the tree of size
+{p['checkpoints']['after']['size']}; the log before the batch (size
+{p['checkpoints']['before']['size']}) is proved to be a prefix of it.
+Verify offline: <code>ledger verify-pack PACK --root-key root.pub</code>.</p>
+</body></html>
+"""
+
+
+# ----------------------------------------------------------------------------- verifying
+class PackInvalid(VerificationFailed):
+    """A pack failed verification; ``step`` is the docs/spec/evidence-pack.md step."""
+
+    def __init__(self, step: str, message: str) -> None:
+        super().__init__(f"step {step}: {message}")
+        self.step = step
+
+
+@dataclass
+class PackReport:
+    ok: bool = True
+    step: str | None = None
+    reason: str | None = None
+    signers: list[str] = field(default_factory=list)
+    events: int = 0
+    targets: dict[str, int] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "step": self.step, "reason": self.reason,
+                "signers": self.signers, "events": self.events, "targets": self.targets}
+
+
+def verify_pack(folder: Path, root_public_key: bytes | None = None) -> PackReport:
+    """Verify a pack folder (or .zip); raise :class:`PackInvalid` at the first failing step."""
+    files = _read_pack(folder)
+    # Step 1: the statement is a DSSE envelope of an in-toto Statement v1 of our type.
+    try:
+        dsse = json.loads(files.pop(STATEMENT))
+        statement = json.loads(base64.b64decode(dsse["payload"], validate=True))
+    except (KeyError, ValueError, TypeError) as e:
+        raise PackInvalid("1", f"{STATEMENT} is missing or not a DSSE envelope") from e
+    if statement.get("_type") != STATEMENT_TYPE or statement.get("predicateType") != \
+            PREDICATE_TYPE:
+        raise PackInvalid("1", "the statement is not an evidence-pack in-toto Statement v1")
+    predicate = statement["predicate"]
+    # Step 2: every file is a subject with the right digest; no file missing or extra.
+    subjects = {s["name"]: s["digest"]["sha256"] for s in statement["subject"]}
+    if set(subjects) != set(files):
+        missing = sorted(set(subjects) - set(files))
+        extra = sorted(set(files) - set(subjects))
+        raise PackInvalid("2", f"files missing {missing} or not covered {extra}")
+    for name, digest in subjects.items():
+        if _sha256(files[name]) != digest:
+            raise PackInvalid("2", f"{name}: SHA-256 does not match the signed statement")
+    # Step 3: every event verifies against the roster folded from the pack's roster events.
+    if root_public_key is None:
+        from keys.keyring import public_key_document as _doc  # noqa: F401
+
+        root_public_key = base64.b64decode(json.loads(files[ROOT_PUB])["public_key"])
+    ledger_id = predicate["ledger"]["id"]
+    v = LogVerifier(ledger_id=ledger_id, root_public_key=root_public_key, collect_leaves=True)
+    v.sparse = True
+    events = []
+    for line in files[EVENTS].decode().splitlines():
+        doc = json.loads(line)
+        rec = _Rec(doc["seq"], UUID(doc["originator_id"]), doc["version"], doc["topic"],
+                   unb64(doc["state"]))
+        if not v.feed(rec):
+            f = v.report.failure
+            assert f is not None
+            raise PackInvalid("3", f"event seq {doc['seq']}: step {f.step}: {f.reason}")
+        events.append((doc, rec))
+    roster = v.report.roster
+    # Step 4: the statement is signed by a key that holds the operator role.
+    operators = {e.kid: e.public_key for e in roster.entries.values()
+                 if any(g.role in ("operator", "auditor") for g in e.grants)}
+    try:
+        verified = verify_envelope(dsse, operators)
+    except KeyError_ as e:
+        raise PackInvalid("4", f"statement signature: {e}") from e
+    if verified.payload != envelope.canonical(statement):
+        raise PackInvalid("4", "the statement is not in canonical form")
+    # Step 5: checkpoints are signed by the log key; events are included; before -> after.
+    origin = predicate["ledger"]["origin"]
+    before = verify_with_roster(files[BEFORE].decode(), origin, roster)
+    after = verify_with_roster(files[AFTER].decode(), origin, roster)
+    for (doc, rec), leaf in zip(events, v.leaves or [], strict=True):
+        try:
+            verify_inclusion(leaf, doc["seq"] - 1, after.size, [unb64(p) for p in doc["proof"]],
+                             after.root)
+        except VerificationFailed as e:
+            raise PackInvalid("5", f"event seq {doc['seq']}: {e}") from e
+    cons = json.loads(files[CONSISTENCY])
+    if (cons["old_size"], cons["new_size"]) != (before.size, after.size):
+        raise PackInvalid("5", "the consistency proof is for other checkpoints")
+    try:
+        verify_consistency(before.size, after.size, before.root, after.root,
+                           [unb64(p) for p in cons["proof"]])
+    except VerificationFailed as e:
+        raise PackInvalid("5", f"before -> after: {e}") from e
+    # Step 6: the predicate says what the signed events say.
+    _check_predicate(predicate, events)
+    return PackReport(True, None, None, verified.signers, len(events),
+                      {k: len(v) for k, v in predicate["targets"].items()})
+
+
+@dataclass(frozen=True)
+class _Rec:
+    id: int
+    originator_id: UUID
+    originator_version: int
+    topic: str
+    state: bytes
+
+
+def _check_predicate(predicate: dict[str, Any], events: list[tuple[dict[str, Any], _Rec]]
+                     ) -> None:
+    payloads = {(str(r.originator_id), r.originator_version):
+                (r.topic, envelope.open_state(r.state).envelope["payload"]) for _, r in events}
+    batch_id = predicate["batch"]["id"]
+    topics = {t for (oid, _), (t, _) in payloads.items() if oid == batch_id}
+    needed = {"memory-ledger:batch.opened.v1", "memory-ledger:batch.approved.v1",
+              "memory-ledger:batch.executed.v1", "memory-ledger:batch.closed.v1"}
+    if not needed <= topics:
+        raise PackInvalid("6", f"the batch's signed events are missing: {sorted(needed - topics)}")
+    opened = payloads[(batch_id, 1)][1]
+    if opened["targets"] != predicate["targets"]:
+        raise PackInvalid("6", "the targets differ from those the operator approved")
+    executed = next(p for (oid, _), (t, p) in payloads.items()
+                    if oid == batch_id and t == "memory-ledger:batch.executed.v1")
+    if executed["reach"] != predicate["reach"]:
+        raise PackInvalid("6", "the reach results differ from the signed batch execution")
+    if any(r["reach"] != "unreachable" for r in predicate["reach"].get("routes", [])) or \
+            predicate["reach"].get("raw_scan", {}).get("hits"):
+        raise PackInvalid("6", "the reach results say erased content is still reachable")
+    by_item: dict[str, set[str]] = {}
+    for (oid, _), (t, _p) in payloads.items():
+        by_item.setdefault(oid, set()).add(t)
+    for atom in predicate["targets"].get("atoms", []):
+        have = by_item.get(atom, set())
+        if "memory-ledger:atom.data-key-destroyed.v1" not in have or \
+                "memory-ledger:atom.redacted.v1" not in have:
+            raise PackInvalid("6", f"target atom {atom} has no key destruction or tombstone")
+    for art in predicate["targets"].get("artifacts", []):
+        have = by_item.get(art, set())
+        if "memory-ledger:artifact.data-key-destroyed.v1" not in have or \
+                "memory-ledger:artifact.deleted.v1" not in have:
+            raise PackInvalid("6", f"target artifact {art} has no key destruction or tombstone")
+
+
+def _read_pack(folder: Path) -> dict[str, bytes]:
+    if folder.is_file() and folder.suffix == ".zip":
+        with zipfile.ZipFile(folder) as zf:
+            out = {}
+            for info in zf.infolist():
+                name = info.filename
+                if info.is_dir():
+                    continue
+                if name.startswith("/") or ".." in Path(name).parts:
+                    raise PackInvalid("2", f"zip entry {name!r} escapes the pack")
+                out[name] = zf.read(info)
+            return out
+    if not folder.is_dir():
+        raise InputError(f"{folder} is not a pack folder or .zip")
+    return {p.relative_to(folder).as_posix(): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
