@@ -393,7 +393,7 @@ def _check_predicate(predicate: dict[str, Any], events: list[tuple[dict[str, Any
                     if oid == batch_id and t == "memory-ledger:batch.executed.v1")
     if executed["reach"] != predicate["reach"]:
         raise PackInvalid("6", "the reach results differ from the signed batch execution")
-    if any(r["reach"] != "unreachable" for r in predicate["reach"].get("routes", [])) or \
+    if any(r["reach"] != "not-reachable" for r in predicate["reach"].get("routes", [])) or \
             predicate["reach"].get("raw_scan", {}).get("hits"):
         raise PackInvalid("6", "the reach results say erased content is still reachable")
     by_item: dict[str, set[str]] = {}
