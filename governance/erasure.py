@@ -39,6 +39,7 @@ log = structlog.get_logger("governance")
 DEFAULT_ACK_HOURS = 24.0  # Persona Schema §7 rightToBeForgottenSla defaults
 DEFAULT_COMPLETION_HOURS = 720.0
 GONE = ("hard-redacted", "deleted")
+MIN_PROBE_CHARS = 8
 
 
 class ErasureIncomplete(VerificationFailed):
@@ -78,12 +79,14 @@ def _content_of(proj: Projections, conn: Any, t: Targets) -> dict[str, list[str]
 
     Free text only (text, gist, details, title, body, display name): tags are short
     labels other memories legitimately share, so they are probed by id, not by value.
+    Texts shorter than :data:`MIN_PROBE_CHARS` say nothing about where a memory went
+    (a one-word text matches everywhere); they too are probed by id only.
     """
     out: dict[str, list[str]] = {}
     for row in proj.atoms.atoms_by_id(conn, t.atoms):
         texts = [row.get("text"), row.get("gist"),
                  *(d.get("content") for d in (row.get("details") or []))]
-        out[row["atom_id"]] = [x for x in texts if isinstance(x, str) and x]
+        out[row["atom_id"]] = [x for x in texts if isinstance(x, str)]
     art, ac = proj.atoms.artifacts, proj.atoms.artifact_content
     if t.artifacts:
         for r in conn.execute(sa.select(ac).where(ac.c.artifact_id.in_(t.artifacts))):
@@ -93,7 +96,7 @@ def _content_of(proj: Projections, conn: Any, t: Targets) -> dict[str, list[str]
         if row and row.get("display_name"):
             out[sid] = [row["display_name"]]
     assert art is not None
-    return out
+    return {k: [x for x in v if x and len(x) >= MIN_PROBE_CHARS] for k, v in out.items()}
 
 
 def scan_files(folder: Path, needles: Sequence[bytes]) -> dict[str, Any]:
@@ -130,8 +133,10 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
     per_route: dict[str, dict[str, Any]] = {r.name: {"route": r.name, "items": 0,
                                                       "reach": Reach.NOT_REACHABLE.value}
                                             for r in routes}
-    for item in ids:
-        proj.purge(str(item))
+    with proj.store.engine.begin() as conn:  # explicit purge of every route, one compaction
+        for item in ids:
+            proj.registry.purge(conn, str(item))
+    proj.runner.compact([m.name for m in proj.models])
     problems = []
     for item in ids:
         texts = content.get(str(item), [])
@@ -158,7 +163,7 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
             "erasure incomplete: " + "; ".join(problems[:5]),
             hint=f"keys are destroyed; fix the route and run the command again (batch "
                  f"{batch_id} stays open)")
-    reached = sorted(per_route) + ["raw-file-scan"]
+    reached = [*sorted(per_route), "raw-file-scan"]
     tomb_ids = app.tombstone([UUID(a) for a in targets.atoms],
                              [UUID(a) for a in targets.artifacts], mode, reason, reached,
                              batch_id=str(batch_id), cascade=cascade, actor=operator)
@@ -214,7 +219,7 @@ def plan_user_erasure(app: Any, proj: Projections, subject: str,
     sessions_set = set(sessions)
     for row in rows:
         if row["status"] in GONE and row["content_erased"]:
-            continue
+            continue  # already erased and tombstoned; a half-done erasure is picked up again
         why = None
         if row["subject_id"] == sid:
             why = "subject"
@@ -290,9 +295,8 @@ def _count(values: Iterable[str]) -> dict[str, int]:
 
 
 def _completed_request(app: Any, proj: Projections, sid: str) -> dict[str, Any] | None:
-    from ledger.domain import ErasureRequest
-
     from ledger import envelope
+    from ledger.domain import ErasureRequest
 
     received = app.recorder.select_notifications(start=1, limit=10**9,
                                                  topics=[ErasureRequest.Created.TOPIC])
@@ -331,7 +335,8 @@ def delete_artifact(app: Any, proj: Projections, artifact: str, *, reason: str, 
         app.remove_source(UUID(atom_id), UUID(aid), actor=operator)
         app.flag(UUID(atom_id), "unsourced", f"its source artifact {aid} was deleted",
                  actor=operator)
-    cascade = {aid: {"deleted_atoms": sorted(deleted_atoms), "kept_atoms": sorted(a for a, _ in kept),
+    cascade = {aid: {"deleted_atoms": sorted(deleted_atoms),
+                     "kept_atoms": sorted(a for a, _ in kept),
                      "flagged_unsourced": sorted(flagged)}}
     targets = Targets(atoms=deleted_atoms, artifacts=[aid])
     result = hard_erase(app, proj, targets, mode="delete", reason=reason, operator=operator,

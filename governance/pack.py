@@ -43,8 +43,7 @@ from keys.roster import ROSTER_TOPICS
 from ledger import envelope
 from ledger.checkpoint import parse_body, parse_note
 from ledger.errors import ConflictError, InputError, NotFound, VerificationFailed
-from ledger.leaf import leaf_of
-from ledger.merkle import leaf_hash, verify_consistency, verify_inclusion
+from ledger.merkle import verify_consistency, verify_inclusion
 from ledger.transparency import b64, unb64, verify_with_roster
 from ledger.verify import LogVerifier
 
@@ -156,9 +155,9 @@ def build_pack(app: Any, batch_id: str, out: Path, make_zip: bool = False,
 
 
 def _checkpoint_before(app: Any, first_seq: int) -> Any:
-    from ledger.transparency import SignedCheckpoint
-
     import sqlalchemy as sa
+
+    from ledger.transparency import SignedCheckpoint
 
     table = app.tlog.store.checkpoints
     with app.tlog.engine.connect() as conn:
@@ -347,7 +346,7 @@ def verify_pack(folder: Path, root_public_key: bytes | None = None) -> PackRepor
     origin = predicate["ledger"]["origin"]
     before = verify_with_roster(files[BEFORE].decode(), origin, roster)
     after = verify_with_roster(files[AFTER].decode(), origin, roster)
-    for (doc, rec), leaf in zip(events, v.leaves or [], strict=True):
+    for (doc, _rec), leaf in zip(events, v.leaves or [], strict=True):
         try:
             verify_inclusion(leaf, doc["seq"] - 1, after.size, [unb64(p) for p in doc["proof"]],
                              after.root)

@@ -629,6 +629,26 @@ class LedgerApp(Application[UUID]):
         log.info("atom.rehearsed", atom_id=str(atom.id), count=atom.rehearsal_count)
         return int(atom.rehearsal_count)
 
+    def rehearse_atoms(self, atom_ids: Sequence[str], session_id: str | None = None,
+                       reason: str | None = "recalled", actor: str | None = None) -> list[str]:
+        """Rehearse recalled atoms in one command. Within a session an atom is rehearsed
+        once (the Persona rehearsal cooldown): repeats in the same session are skipped."""
+        signer = self.signer(actor)
+        with self.writing(signer) as at:
+            atoms = []
+            for aid in dict.fromkeys(atom_ids):
+                atom = self.get_atom(aid)
+                if atom.status != "active" or atom.content_erased:
+                    continue
+                if session_id is not None and atom.last_rehearsal_session == session_id:
+                    continue
+                atom.trigger_event(Atom.Rehearsed, timestamp=at, session_id=session_id,
+                                   reason=reason)
+                atoms.append(atom)
+            ids = self.commit(*atoms) if atoms else []
+        log.info("atoms.rehearsed", count=len(ids))
+        return ids
+
     def expire_atom(self, atom_id: str, reason: str | None = None,
                     actor: str | None = None) -> None:
         signer = self.signer(actor)

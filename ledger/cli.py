@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
+from governance.cli import register as register_governance
 from keys.errors import (
     DataKeyUnavailable,
     KeyError_,
@@ -44,6 +45,7 @@ from ledger.leaf import leaf_of
 from ledger.merkle import leaf_hash, verify_consistency, verify_inclusion
 from ledger.transparency import b64, unb64, verify_since, verify_with_roster
 from ledger.verify import Failure, check_checkpoint, verify_log
+from projections.cli import register as register_projections
 
 cli = typer.Typer(
     name="ledger", no_args_is_help=True, add_completion=False,
@@ -649,6 +651,15 @@ def audit_verify_consistency(
                        _proof_list(doc, proof_file))
     out({"ok": True, "old_size": old_cp.size, "new_size": new_cp.size}, as_json)
     verdict(f"OK: the log of size {new_cp.size} extends the checkpoint of size {old_cp.size}")
+
+
+# ---------------------------------------------------------------------- read side, governance
+def _rehearse(app: LedgerApp, atom_ids: list[str], session: str | None) -> None:
+    app.rehearse_atoms(atom_ids, session)
+
+
+register_projections(cli, opened, rehearse=_rehearse)
+register_governance(cli, opened, artifact_cli)
 
 
 # ---------------------------------------------------------------------- entry point

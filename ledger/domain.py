@@ -230,6 +230,7 @@ class Atom(Aggregate, _Erasable):
         def apply(self, aggregate: Any) -> None:
             aggregate.rehearsal_count += 1
             aggregate.last_rehearsed_at = self.timestamp.isoformat()
+            aggregate.last_rehearsal_session = self.session_id
 
     class Superseded(Event):
         """The old side of a correction: the fact stops being valid, nothing is overwritten."""
@@ -321,6 +322,7 @@ class Atom(Aggregate, _Erasable):
             setattr(self, name, None)
         self.rehearsal_count = 0
         self.last_rehearsed_at: str | None = None
+        self.last_rehearsal_session: str | None = None
         self.superseded_by: str | None = None
         self.status = "active"
         self.redaction_mode: str | None = None

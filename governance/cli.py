@@ -1,0 +1,298 @@
+"""Governance commands, mounted on the ``ledger`` CLI by :func:`register`.
+
+``ledger redact|unredact|delete``, ``ledger artifact delete``, ``ledger redact-user``,
+``ledger review list|resolve``, ``ledger evidence-pack``, ``ledger verify-pack``.
+Data on stdout, verdicts on stderr, ``--json`` everywhere; errors are ledger.errors
+classes, mapped to exit codes by the ``ledger`` entry point.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+from uuid import UUID
+
+import typer
+
+from governance.erasure import Targets, delete_artifact, hard_erase, redact_user
+from governance.pack import PackInvalid, build_pack, countersign, verify_pack
+from keys.keyring import read_public_key_file
+from ledger.errors import EXIT_VERIFY, ConflictError, InputError
+from projections.service import Projections
+
+OpenApp = Callable[[], AbstractContextManager[Any]]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+ReasonOpt = Annotated[str, typer.Option(help="Why (recorded in the signed events).")]
+OperatorOpt = Annotated[str, typer.Option(
+    "--operator", "--as", help="Operator key that signs (default: operator).")]
+
+review_cli = typer.Typer(no_args_is_help=True, help="Memories flagged for review.")
+_open: list[OpenApp] = []
+
+
+def register(cli: typer.Typer, open_app: OpenApp, artifact_cli: typer.Typer) -> None:
+    _open[:] = [open_app]
+    cli.command("redact")(redact_command)
+    cli.command("unredact")(unredact_command)
+    cli.command("delete")(delete_command)
+    cli.command("redact-user")(redact_user_command)
+    cli.command("evidence-pack")(evidence_pack_command)
+    cli.command("verify-pack")(verify_pack_command)
+    cli.add_typer(review_cli, name="review")
+    artifact_cli.command("delete")(artifact_delete_command)
+
+
+@contextmanager
+def _session() -> Iterator[tuple[Any, Projections]]:
+    with _open[0]() as app:
+        proj = Projections(app)
+        try:
+            yield app, proj
+        finally:
+            proj.close()
+
+
+def _out(data: Any, as_json: bool, text: str | None = None) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    elif text is not None:
+        sys.stdout.write(text + "\n")
+
+
+def _verdict(message: str) -> None:
+    sys.stderr.write(message + "\n")
+
+
+def redact_command(
+    atom: Annotated[str, typer.Argument(help="Atom ref or id.")],
+    mode: Annotated[str, typer.Option(help="soft (hidden, reversible), archive (kept for "
+                                           "audit), hard (destroyed everywhere).")],
+    reason: ReasonOpt,
+    operator: OperatorOpt = "operator",
+    as_json: JsonOpt = False,
+) -> None:
+    """Redact one atom.  Example: ledger redact atom_001 --mode hard --reason "user request\""""
+    with _session() as (app, proj):
+        aid = app.resolve("atom", atom)
+        if mode in ("soft", "archive"):
+            event = app.redact(aid, mode, reason, actor=operator)
+            data: dict[str, Any] = {"atom_id": str(aid), "mode": mode, "event_ids": [event]}
+        elif mode == "hard":
+            data = hard_erase(app, proj, Targets(atoms=[str(aid)]), mode="hard",
+                              reason=reason, operator=operator)
+        else:
+            raise InputError(f"unknown mode {mode!r}", hint="use soft, archive or hard")
+    _out(data, as_json, "\n".join(data["event_ids"]))
+    _verdict(f"OK: atom {aid} {mode}-redacted")
+
+
+def unredact_command(atom: str, reason: ReasonOpt, operator: OperatorOpt = "operator",
+                     as_json: JsonOpt = False) -> None:
+    """Undo a soft redaction.  Example: ledger unredact atom_001 --reason "mistake\""""
+    with _open[0]() as app:
+        event = app.unredact(app.resolve("atom", atom), reason, actor=operator)
+    _out({"atom_id": atom, "event_ids": [event]}, as_json, event)
+    _verdict("OK: visible again")
+
+
+def delete_command(atom: str, reason: ReasonOpt, operator: OperatorOpt = "operator",
+                   as_json: JsonOpt = False) -> None:
+    """Delete an atom (same mechanics as hard redaction).  Example: ledger delete atom_001"""
+    with _session() as (app, proj):
+        aid = app.resolve("atom", atom)
+        data = hard_erase(app, proj, Targets(atoms=[str(aid)]), mode="delete", reason=reason,
+                          operator=operator)
+    _out(data, as_json, "\n".join(data["event_ids"]))
+    _verdict(f"OK: atom {aid} deleted; batch {data['batch_id']}")
+
+
+def artifact_delete_command(
+    artifact: str, reason: ReasonOpt, operator: OperatorOpt = "operator",
+    flag_unsourced: Annotated[bool, typer.Option(
+        help="Flag dependent atoms left without sources instead of deleting them.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete an artifact; atoms that depended on it are re-evaluated (Konshus cascade).
+
+    Example: ledger artifact delete art_101 --reason "user removed the chat"
+    """
+    with _session() as (app, proj):
+        data = delete_artifact(app, proj, artifact, reason=reason, operator=operator,
+                               flag_unsourced=flag_unsourced)
+    c = data["cascade"]
+    _out(data, as_json, "\n".join(data["event_ids"]))
+    _verdict(f"OK: artifact deleted; {len(c['deleted_atoms'])} atoms deleted, "
+             f"{len(c['kept_atoms'])} kept with other sources, "
+             f"{len(c['flagged_unsourced'])} flagged unsourced")
+
+
+def redact_user_command(
+    subject: Annotated[str, typer.Argument(help="Subject ref or id.")],
+    reason: ReasonOpt,
+    operator: Annotated[str, typer.Option(help="Operator key that approves and signs.")],
+    identifier: Annotated[list[str] | None, typer.Option(
+        help="Text that identifies the person in memories of others (repeatable).")] = None,
+    session: Annotated[list[str] | None, typer.Option(
+        help="A session id of theirs (repeatable).")] = None,
+    legal_basis: Annotated[str | None, typer.Option(help="e.g. GDPR Art. 17(1)(a).")] = None,
+    dry_run: Annotated[bool, typer.Option(help="Show what would be erased; change "
+                                               "nothing.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Right to be forgotten: receipt, gather, operator-signed batch, hard erasure of
+    every copy, review flags for referring memories, confirmation with event ids.
+
+    Example: ledger redact-user user_9f4e --reason "GDPR Art. 17" --operator operator \\
+    --identifier "jane@example.org" --session sess:1
+    """
+    with _session() as (app, proj):
+        data = redact_user(app, proj, subject, reason=reason, operator=operator,
+                           identifiers=identifier or [], sessions=session or [],
+                           legal_basis=legal_basis, dry_run=dry_run)
+    t = data["targets"]
+    counts = f"{len(t['atoms'])} atoms, {len(t['artifacts'])} artifacts"
+    if dry_run:
+        _out(data, as_json, json.dumps(data, indent=2))
+        _verdict(f"dry run: would erase {counts} and flag {len(data['flag_for_review'])} "
+                 "memories of others for review; nothing changed")
+        return
+    if data.get("no_op"):
+        _out(data, as_json, data["request_id"])
+        _verdict(f"OK: nothing to do: request {data['request_id']} was completed at "
+                 f"{data['completed_at']}")
+        return
+    _out(data, as_json, "\n".join([f"request {data['request_id']}",
+                                   f"batch {data['batch_id']}", *data["event_ids"]]))
+    _verdict(f"OK: erased {counts}; {len(data['flag_for_review'])} memories flagged for "
+             f"review; batch {data['batch_id']}")
+
+
+@review_cli.command("list")
+def review_list(as_json: JsonOpt = False) -> None:
+    """Memories flagged for review (unsourced, refers to erased memory).
+
+    Example: ledger review list --json
+    """
+    with _open[0]() as app:
+        rows = open_flags(app)
+    _out(rows, as_json, "\n".join(f"{r['atom_id']}  {r['flag']}  {r['reason']}" for r in rows))
+
+
+def open_flags(app: Any) -> list[dict[str, Any]]:
+    from ledger import envelope
+    from ledger.domain import Atom
+
+    flags: dict[tuple[str, str], dict[str, Any]] = {}
+    for n in app.recorder.select_notifications(
+            start=1, limit=10**9, topics=[Atom.Flagged.TOPIC, Atom.FlagResolved.TOPIC]):
+        env = envelope.open_state(n.state).envelope
+        key = (str(n.originator_id), env["payload"]["flag"])
+        if n.topic == Atom.Flagged.TOPIC:
+            flags[key] = {"atom_id": key[0], "flag": key[1],
+                          "reason": env["payload"].get("reason"),
+                          "flagged_at": env["timestamp"]}
+        else:
+            flags.pop(key, None)
+    return sorted(flags.values(), key=lambda r: r["flagged_at"])
+
+
+@review_cli.command("resolve")
+def review_resolve(
+    atom: str,
+    action: Annotated[str, typer.Option(help="reanonymise (needs --text), redact, dismiss.")],
+    flag: Annotated[str, typer.Option(help="Which flag.")] = "refers-to-erased",
+    text: Annotated[str | None, typer.Option(help="The re-anonymised sentence.")] = None,
+    operator: OperatorOpt = "operator",
+    as_json: JsonOpt = False,
+) -> None:
+    """Resolve a review flag: re-anonymise by correction, redact, or dismiss.
+
+    Example: ledger review resolve 3f2a... --action reanonymise --text "A guest liked it"
+    """
+    with _session() as (app, proj):
+        aid = app.resolve("atom", atom)
+        if action == "reanonymise":
+            if not text:
+                raise InputError("--action reanonymise needs --text with the new wording")
+            new = app.correct_atom(str(aid), {"text": text, "reason": "re-anonymised"},
+                                   actor=operator)
+            ids = [app.resolve_flag(aid, flag, "re-anonymised", actor=operator)]
+            data: dict[str, Any] = {"atom_id": str(aid), "new_atom_id": str(new),
+                                    "event_ids": ids}
+        elif action == "redact":
+            data = hard_erase(app, proj, Targets(atoms=[str(aid)]), mode="hard",
+                              reason="review: redacted", operator=operator)
+            data["event_ids"].append(app.resolve_flag(aid, flag, "redacted", actor=operator))
+        elif action == "dismiss":
+            data = {"atom_id": str(aid),
+                    "event_ids": [app.resolve_flag(aid, flag, "dismissed", actor=operator)]}
+        else:
+            raise InputError(f"unknown action {action!r}",
+                             hint="use reanonymise, redact or dismiss")
+    _out(data, as_json, "\n".join(data["event_ids"]))
+    _verdict(f"OK: {flag} on {aid} resolved ({action})")
+
+
+def evidence_pack_command(
+    target: Annotated[str, typer.Argument(help="BATCH id, or 'sign' to countersign DIR.")],
+    folder: Annotated[Path | None, typer.Argument(help="With 'sign': the pack folder.")]
+    = None,
+    out: Annotated[Path | None, typer.Option(help="Folder to write the pack to.")] = None,
+    make_zip: Annotated[bool, typer.Option("--zip", help="Also write DIR.zip.")] = False,
+    signer: Annotated[str, typer.Option("--as", help="Key that signs.")] = "operator",
+    as_json: JsonOpt = False,
+) -> None:
+    """Build the Evidence Pack of a batch, or countersign one (`evidence-pack sign DIR`).
+
+    Example: ledger evidence-pack 3f2a... --out pack --zip; ledger evidence-pack sign pack --as dpo
+    """
+    with _open[0]() as app:
+        if target == "sign":
+            if folder is None:
+                raise InputError("usage: ledger evidence-pack sign DIR --as KEY")
+            countersign(folder, app.signer(signer))
+            _out({"pack": str(folder), "signed_by": signer}, as_json, str(folder))
+            _verdict(f"OK: {folder} countersigned by {signer}")
+            return
+        if out is None:
+            raise InputError("--out DIR is required", hint="ledger evidence-pack BATCH --out pack")
+        try:
+            UUID(target)
+        except ValueError:
+            raise InputError(f"{target!r} is not a batch id") from None
+        path = build_pack(app, target, out, make_zip=make_zip, operator=signer)
+    files = sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file())
+    _out({"pack": str(path), "files": files,
+          "zip": str(path.with_suffix(".zip")) if make_zip else None}, as_json, str(path))
+    _verdict(f"OK: evidence pack written to {path}")
+
+
+def verify_pack_command(
+    pack: Annotated[Path, typer.Argument(help="Pack folder or .zip.")],
+    root_key: Annotated[Path | None, typer.Option(
+        help="Trusted root public key (default: the pack's own keys/root.pub).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Verify an Evidence Pack offline, with public keys only.
+
+    Example: ledger verify-pack pack.zip --root-key root.pub
+    """
+    root = read_public_key_file(root_key) if root_key else None
+    try:
+        report = verify_pack(pack, root)
+    except PackInvalid as e:
+        _out({"ok": False, "step": e.step, "reason": str(e)}, as_json)
+        _verdict(f"FAIL: {e}")
+        raise typer.Exit(EXIT_VERIFY) from None
+    _out(report.as_json(), as_json)
+    trust = "the trusted root key" if root_key else "the pack's own root key (pin one with " \
+                                                    "--root-key)"
+    _verdict(f"OK: pack verified against {trust}: {report.events} signed events, signers "
+             f"{', '.join(report.signers)}")
+
+
+__all__ = ["ConflictError", "register"]

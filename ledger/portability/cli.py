@@ -1,0 +1,161 @@
+"""``ledger import`` and ``ledger export``: typer commands, mounted by :func:`register`.
+
+Data (the report) on stdout, verdicts on stderr; errors are raised as
+:mod:`ledger.errors` classes and mapped to exit codes by ``ledger.cli.main``.
+The input is checked completely before the ledger is opened for writing; a refused
+input leaves the ledger home byte-for-byte unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ledger import clock
+from ledger.errors import InputError
+from ledger.portability import konshus, mem, persona, service, view
+from ledger.portability.common import FORMATS, INGEST
+
+OpenApp = Callable[[], AbstractContextManager[Any]]
+
+FormatOpt = Annotated[str, typer.Option(
+    "--format", help="konshus, mem or persona; for import also chatgpt (conversations.json), "
+                     "claude (memory files), mem0 (JSON) or text (pasted memory text).")]
+SubjectOpt = Annotated[str | None, typer.Option(
+    "--subject", help="Subject ref: import under this id (the subject controls it), or "
+                      "export this subject (default: the only one).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")]
+ActorOpt = Annotated[str | None, typer.Option("--as", help="Name of the key that signs "
+                                                           "(default: the home's writer key).")]
+PAYLOAD_TYPES = {"konshus": "application/vnd.memory-ledger.konshus-export.v1+json",
+                 "persona": "application/vnd.memory-ledger.persona-export.v1+json"}
+
+
+def _format(value: str, ingest: bool = False) -> str:
+    allowed = FORMATS + (INGEST if ingest else ())
+    if value not in allowed:
+        raise InputError(f"unknown format {value!r} for this command",
+                         hint=f"use one of {', '.join(allowed)}")
+    return value
+
+
+def _out(data: Any, as_json: bool, text: str) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(text + "\n")
+
+
+def _verdict(message: str) -> None:
+    sys.stderr.write(message + "\n")
+
+
+def _counts(d: dict[str, int]) -> str:
+    return ", ".join(f"{v} {k}" for k, v in d.items())
+
+
+def make_import(open_app: OpenApp) -> Callable[..., None]:
+    def import_(
+        file: Annotated[Path, typer.Argument(help="A Konshus or Persona JSON file, or a "
+                                                  ".mem bundle directory.")],
+        fmt: FormatOpt,
+        subject: SubjectOpt = None,
+        trust: Annotated[list[Path] | None, typer.Option(
+            "--trust", help="Public key (.pub, or 64 hex) whose tombstone and manifest "
+                            "signatures are trusted (repeatable).")] = None,
+        dry_run: Annotated[bool, typer.Option(
+            "--dry-run", help="Check and report; write nothing.")] = False,
+        apply_untrusted: Annotated[bool, typer.Option(
+            "--apply-untrusted-tombstones",
+            help="Let unsigned or untrusted tombstones erase existing items too.")] = False,
+        skip_unsupported: Annotated[bool, typer.Option(
+            "--skip-unsupported",
+            help="Import what fits and report records the ledger cannot keep as refused "
+                 "(default: refuse the whole input).")] = False,
+        max_bytes: Annotated[int | None, typer.Option(
+            "--max-bytes", help="Largest JSON document or bundle record read (default "
+                                "32 MiB document, 8 MiB record).")] = None,
+        actor: ActorOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Import memory from a standard format: all or nothing, and a second import of
+        the same file changes nothing. Reports created, skipped and refused counts.
+
+        Example: ledger import export.json --format konshus --json
+        """
+        fmt = _format(fmt, ingest=True)
+        trusted = [service.read_trusted_key(p) for p in trust or []]
+        with open_app() as app:
+            plan = service.plan_file(app, file, fmt, subject=subject, trusted=trusted,
+                                     max_bytes=max_bytes, skip_unsupported=skip_unsupported)
+            report = service.apply_plan(app, plan, dry_run=dry_run, actor=actor,
+                                        apply_untrusted=apply_untrusted)
+        verb = "would create" if dry_run else "created"
+        _out(report, as_json, f"{verb}: {_counts(report['created'])}\n"
+                              f"skipped: {_counts(report['skipped'])}\n"
+                              f"refused: {_counts(report['refused'])}")
+        for w in report["warnings"]:
+            _verdict(f"warning: {w}")
+        if report["tombstones"].get("not_applied_untrusted"):
+            _verdict("warning: untrusted tombstones not applied to existing items: "
+                     + ", ".join(report["tombstones"]["not_applied_untrusted"][:5]))
+        _verdict(f"OK: {'checked (dry run)' if dry_run else 'imported'} {file} as {fmt} "
+                 f"for subject {report['subject']}")
+
+    return import_
+
+
+def make_export(open_app: OpenApp) -> Callable[..., None]:
+    def export_(
+        fmt: FormatOpt,
+        out: Annotated[Path, typer.Option("--out", help="File (konshus, persona) or new "
+                                                        "bundle directory (mem) to write.")],
+        subject: SubjectOpt = None,
+        sign: Annotated[bool, typer.Option(
+            "--sign", help="Sign it: manifest.sig for mem, a DSSE envelope beside the file "
+                           "otherwise.")] = False,
+        include_private: Annotated[bool, typer.Option(
+            "--include-private", help="Include the title and body of artifacts marked "
+                                      "private (default: private artifacts travel as stubs, "
+                                      "for exports meant for sharing or training).")] = False,
+        actor: ActorOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Export one subject's memory to a standard format. Erased content never leaves;
+        sensitivity, provenance and validity travel unchanged.
+
+        Example: ledger export --format mem --subject user_9f4e --out user.mem --sign
+        """
+        fmt = _format(fmt)
+        with open_app() as app:
+            v = view.load(app, subject)
+            signer = app.signer(actor) if sign or fmt == "mem" else None
+            if fmt == "mem":
+                assert signer is not None
+                stats = mem.export(v, out, include_private=include_private,
+                                   key=mem.signing_key(bytes(signer.signing_key)),
+                                   sign_manifest=sign)
+                written = [str(out)]
+            else:
+                module = konshus if fmt == "konshus" else persona
+                doc, stats = module.export(v, include_private=include_private,
+                                           now=clock.now())
+                written = service.write_document(out, doc, signer if sign else None,
+                                                 PAYLOAD_TYPES[fmt])
+        report = {"format": fmt, "subject": v.ref, "written": written, "counts": stats}
+        _out(report, as_json, "\n".join(written))
+        _verdict(f"OK: exported subject {v.ref} as {fmt} ({_counts(stats)})")
+
+    return export_
+
+
+def register(cli: typer.Typer, open_app: OpenApp) -> None:
+    """Mount ``import`` and ``export`` on the ``ledger`` command."""
+    cli.command("import")(make_import(open_app))
+    cli.command("export")(make_export(open_app))

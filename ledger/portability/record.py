@@ -1,0 +1,226 @@
+"""The portable atom: one flat record that every format encodes and decodes.
+
+A format writes what its standard can say in the standard's own fields (its
+*core*) and everything else under our provider key ``x-memory-ledger`` (the
+*wire*). The wire is computed, not hand-written: ``wire = diff(record,
+decode(core))``, so an export re-imports to the same record by construction and a
+foreign file (no wire) imports as what its core says. Values that only an import
+can know (the source's creation time, its rehearsals, unresolved citations, a
+foreign label) are kept in ``Atom.extensions`` under ``x-memory-ledger-source``.
+
+A record has the keys in ``REQUIRED`` and ``DEFAULTS``; a key equal to its default is
+absent, so that equal records have equal canonical bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from ledger.errors import InputError
+from ledger.inputs import ATOM_KINDS, SENSITIVITIES
+from ledger.portability.common import (
+    FOREIGN,
+    RESERVED,
+    SIDECAR,
+    WIRE,
+    fmt_instant,
+    namespaced,
+    norm_instant,
+    parse_instant,
+)
+from ledger.portability.view import AtomView
+
+DEFAULTS: dict[str, Any] = {
+    "gist": None, "details": None, "tags": None, "confidence": None, "valid_from": None,
+    "valid_to": None, "cited": None, "extractor": None, "human_reviewed": False,
+    "salience": 0.5, "emotional_valence": 0, "decay_profile": None, "privacy_class": None,
+    "consent_basis": None, "session_id": None, "min_sources": 1, "rehearsal_count": 0,
+    "last_rehearsed_at": None, "status": "active", "source_sensitivity": None,
+    "episode": None, "foreign": None, "provider": None, "erased": False,
+}
+REQUIRED = ("id", "kind", "text", "sensitivity", "derivation", "created_at")
+KEYS = frozenset(REQUIRED) | frozenset(DEFAULTS)
+STATUSES = ("active", "superseded", "expired", "soft-redacted", "archived")
+WITHHELD = ("soft-redacted", "archived")
+IMPORT_EXTRACTOR = "unknown"
+
+_DECAY_ALIASES = {"half_life_days": "halfLifeDays", "rehearsal_boost": "rehearsalBoost",
+                  "valence_protection": "valenceProtection",
+                  "minimum_salience": "minimumSalience", "detail_decay_rate": "detailDecayRate"}
+
+Record = dict[str, Any]
+
+
+def clean(rec: Record) -> Record:
+    """Drop keys equal to their default (empty lists and dicts count as absent)."""
+    out: Record = {}
+    for k, v in rec.items():
+        if v is None or v == [] or v == {}:
+            continue
+        d = DEFAULTS.get(k)
+        if d is not None and v == d and isinstance(v, bool) == isinstance(d, bool):
+            continue
+        out[k] = v
+    return out
+
+
+def wire_of(rec: Record, decoded: Record, protected: frozenset[str]) -> dict[str, Any]:
+    """What ``decoded`` (the core read back) lacks of ``rec``; None marks 'absent'."""
+    a, b = clean(rec), clean(decoded)
+    wire = {k: a.get(k) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+    bad = set(wire) & protected
+    if bad:  # the format's core must say these itself; never smuggle them in the wire
+        raise AssertionError(f"core of the format lost {sorted(bad)}")
+    return wire
+
+
+def apply_wire(decoded: Record, wire: Any, protected: frozenset[str], where: str) -> Record:
+    """Overlay a received wire on the decoded core, refusing what it may not change."""
+    if wire is None:
+        return decoded
+    if not isinstance(wire, dict):
+        raise InputError(f"{where}: {WIRE} must be an object")
+    unknown = sorted(set(wire) - KEYS - {"record"})
+    if unknown:
+        raise InputError(f"{where}: {WIRE} has unknown keys {unknown}")
+    clash = sorted(set(wire) & protected)
+    if clash:
+        raise InputError(f"{where}: {WIRE} may not override {clash}: the standard's own "
+                         "fields say them")
+    out = dict(decoded)
+    for k, v in wire.items():
+        if k == "record":
+            continue
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = v
+    return out
+
+
+# ------------------------------------------------------------------ ledger -> record
+def from_view(v: AtomView) -> Record:
+    """The record of a ledger atom (erased atoms keep only ids, times and labels)."""
+    f = v.fields
+    decay = f.get("decay_profile")
+    rec: Record = {
+        "id": v.local_id, "kind": f["kind"], "text": f.get("text") or "",
+        "gist": f.get("gist"), "details": f.get("details"), "tags": f.get("tags"),
+        "confidence": f.get("confidence"), "sensitivity": f["sensitivity"],
+        "valid_from": norm_instant(f.get("valid_from")),
+        "valid_to": norm_instant(f.get("valid_to")), "derivation": f["derivation"],
+        "cited": list(v.cited), "extractor": f.get("extractor"),
+        "human_reviewed": bool(f.get("human_reviewed")), "salience": f.get("salience"),
+        "emotional_valence": f.get("emotional_valence"),
+        "decay_profile": {_DECAY_ALIASES.get(k, k): x for k, x in decay.items()}
+        if decay else None,
+        "privacy_class": f.get("privacy_class"), "consent_basis": f.get("consent_basis"),
+        "session_id": f.get("session_id"), "min_sources": f.get("min_sources"),
+        "created_at": v.created_at, "rehearsal_count": v.rehearsal_count,
+        "last_rehearsed_at": v.last_rehearsed_at,
+        "status": v.status if v.status in STATUSES else "active",
+        "source_sensitivity": v.sidecar.get("sensitivity"),
+        "episode": v.sidecar.get("episode"), "foreign": v.foreign or None,
+        "provider": v.provider or None, "erased": v.erased,
+    }
+    if v.erased:
+        for k in ("text", "gist", "details", "tags"):
+            rec[k] = "" if k == "text" else None
+    return clean(rec)
+
+
+# ------------------------------------------------------------------ record -> ledger input
+def withheld(rec: Record) -> str | None:
+    """Why a record must not be created: a redaction at the source an import would undo."""
+    if rec.get("status") in WITHHELD:
+        return (f"{rec['status']} at the source: importing it would make it visible again; "
+                "import it active and redact it here if that is intended")
+    return None
+
+
+def to_inputs(rec: Record, subject_ref: str, resolve: Callable[[str], str | None],
+              where: str) -> tuple[dict[str, Any], list[str]]:
+    """AtomInput data for a record, and the cited local ids that resolve nowhere.
+
+    ``resolve`` maps a cited local artifact id to a ledger ref (in this import or
+    already in the ledger), or None. The caller decides what unresolved citations mean.
+    """
+    for k in REQUIRED:
+        if rec.get(k) in (None, ""):
+            raise InputError(f"{where}: no {k}")
+    unknown = set(rec) - KEYS
+    if unknown:
+        raise InputError(f"{where}: unknown record keys {sorted(unknown)}")
+    local = str(rec["id"])
+    ref, reversible = namespaced(subject_ref, local)
+    cited = [str(c) for c in rec.get("cited") or []]
+    resolved: list[str] = []
+    unresolved: list[str] = []
+    for c in cited:
+        r = resolve(c)
+        if r is None:
+            unresolved.append(c)
+        elif r not in resolved:
+            resolved.append(r)
+    sidecar: dict[str, Any] = {}
+    if not reversible:
+        sidecar["id"] = local
+    sidecar["created_at"] = _instant(rec["created_at"], f"{where}: created_at")
+    if unresolved:
+        sidecar["unresolved"] = unresolved
+    count = rec.get("rehearsal_count", 0)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise InputError(f"{where}: rehearsal count {count!r} is not a whole number >= 0")
+    if count:
+        sidecar["rehearsal_count"] = count
+    if rec.get("last_rehearsed_at"):
+        sidecar["last_rehearsed_at"] = _instant(rec["last_rehearsed_at"],
+                                                f"{where}: last rehearsed at")
+    status = rec.get("status", "active")
+    if status not in STATUSES:
+        raise InputError(f"{where}: status {status!r} is not one of {', '.join(STATUSES)}")
+    if status != "active":
+        sidecar["status"] = status
+    if rec.get("episode") is not None and not isinstance(rec["episode"], dict):
+        raise InputError(f"{where}: the kept episode fields must be an object")
+    for key, name in (("source_sensitivity", "sensitivity"), ("episode", "episode")):
+        if rec.get(key) is not None:
+            sidecar[name] = rec[key]
+    provider = rec.get("provider") or {}
+    if not isinstance(provider, dict) or any(
+            not isinstance(k, str) or not k.startswith("x-") or k in RESERVED for k in provider):
+        raise InputError(f"{where}: provider fields must be x- keys other than {RESERVED}")
+    extensions: dict[str, Any] = dict(provider)
+    extensions[SIDECAR] = sidecar
+    if rec.get("foreign"):
+        if not isinstance(rec["foreign"], dict):
+            raise InputError(f"{where}: foreign fields must be an object")
+        extensions[FOREIGN] = rec["foreign"]
+    sensitivity = rec["sensitivity"]
+    if sensitivity not in SENSITIVITIES:
+        raise InputError(f"{where}: sensitivity {sensitivity!r} is not one of "
+                         f"{', '.join(SENSITIVITIES)}")
+    if rec["kind"] not in ATOM_KINDS:
+        raise InputError(f"{where}: kind {rec['kind']!r} is not one of {', '.join(ATOM_KINDS)}")
+    data: dict[str, Any] = {
+        "subject": subject_ref, "ref": ref, "kind": rec["kind"], "text": rec["text"],
+        "sensitivity": sensitivity, "derivation": rec["derivation"],
+        "artifact_ids": resolved, "extensions": extensions,
+    }
+    for key in ("gist", "details", "tags", "confidence", "valid_from", "valid_to",
+                "extractor", "human_reviewed", "salience", "emotional_valence",
+                "decay_profile", "privacy_class", "consent_basis", "session_id", "min_sources"):
+        if rec.get(key) is not None:
+            data[key] = rec[key]
+    for key in ("valid_from", "valid_to"):
+        if key in data:
+            data[key] = _instant(data[key], f"{where}: {key}")
+    return data, unresolved
+
+
+def _instant(value: Any, where: str) -> str:
+    t: datetime = parse_instant(value, where)
+    return fmt_instant(t)
+

@@ -1,0 +1,235 @@
+"""Carry out an import plan against a ledger, and run exports.
+
+Import order: every input is validated first (nothing written on any error); then
+one ``import_records`` call writes subjects, artifacts, atoms and tombstone
+placeholders, all or nothing; then one ``shred`` command destroys the data keys of
+the existing items that trusted tombstones cover and of the placeholders. Rows a
+tombstone covers were already left out of the plan, so nothing is ever resurrected.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import structlog
+
+from keys.errors import KeyringError
+from keys.keyring import read_public_key_file
+from ledger.domain import ERASED
+from ledger.envelope import pae
+from ledger.errors import InputError, NotFound
+from ledger.inputs import ArtifactInput, AtomInput, SubjectInput, parse
+from ledger.portability.common import SIDECAR, Plan
+
+log = structlog.get_logger("ledger.portability")
+
+PLACEHOLDER_REASON = "tombstone received on import"
+
+
+def _check(model: Any, data: dict[str, Any], what: str) -> None:
+    try:
+        parse(model, data)
+    except InputError as e:
+        raise InputError(f"{what}: {e}", hint=e.hint) from None
+
+
+def _exists(app: Any, kind: str, ref: str) -> UUID | None:
+    try:
+        if kind == "subject":
+            sid: UUID = app.subject_id(ref)
+            return sid if app.exists(sid) else None
+        found: UUID = app.resolve(kind, ref)
+        return found
+    except NotFound:
+        return None
+
+
+def placeholder(kind: str, subject: str, ref: str, tomb: dict[str, Any] | None
+                ) -> dict[str, Any]:
+    """An item created only to be crypto-shredded: the ledger's memory of a tombstone."""
+    if kind == "artifact":
+        return {"subject": subject, "ref": ref, "kind": "document", "title": ERASED,
+                "private": True, "source": "tombstone"}
+    side: dict[str, Any] = {"placeholder": True}
+    if tomb is not None:
+        side["tombstone"] = tomb
+    return {"subject": subject, "ref": ref, "text": ERASED, "kind": "fact",
+            "derivation": "stated", "sensitivity": "private", "extensions": {SIDECAR: side}}
+
+
+def apply_plan(app: Any, plan: Plan, *, dry_run: bool = False, actor: str | None = None,
+               apply_untrusted: bool = False) -> dict[str, Any]:
+    """Validate, then write the plan (unless ``dry_run``); return the import report."""
+    subject = plan.subject_ref
+    _check(SubjectInput, plan.subject, f"subject {subject!r}")
+    for a in plan.artifacts:
+        _check(ArtifactInput, a, f"artifact {a.get('ref')!r}")
+    for m in plan.atoms:
+        _check(AtomInput, m, f"atom {m.get('ref')!r}")
+
+    shred: list[UUID] = []
+    not_applied: list[str] = []
+    for kind, ref, tomb_id, trusted in _erase_entries(plan):
+        found = _exists(app, kind, ref)
+        if found is None:
+            continue
+        if trusted or apply_untrusted:
+            shred.append(found)
+        else:
+            not_applied.append(tomb_id)
+    extra_artifacts: list[dict[str, Any]] = []
+    extra_atoms: list[dict[str, Any]] = []
+    untrusted = set(plan.untrusted)
+    for kind, ref, data, tomb_id in plan.placeholders:
+        if tomb_id in untrusted and not apply_untrusted:
+            continue
+        if _exists(app, kind, ref) is not None:
+            continue
+        _check(ArtifactInput if kind == "artifact" else AtomInput, data, f"{kind} {ref!r}")
+        (extra_artifacts if kind == "artifact" else extra_atoms).append(data)
+    artifacts = plan.artifacts + extra_artifacts
+    atoms = plan.atoms + extra_atoms
+
+    report: dict[str, Any] = {
+        "format": plan.format, "subject": subject, "dry_run": dry_run,
+        "refused": {"artifacts": sum(r.kind == "artifact" for r in plan.refused),
+                    "atoms": sum(r.kind == "atom" for r in plan.refused),
+                    "other": sum(r.kind not in ("artifact", "atom") for r in plan.refused)},
+        "refusals": [r.as_json() for r in plan.refused],
+        "tombstones": {**plan.tombstones, "placeholders": len(extra_artifacts) +
+                       len(extra_atoms), "erased_existing": len(set(shred)),
+                       "not_applied_untrusted": sorted(set(not_applied))},
+        "warnings": list(plan.warnings),
+    }
+    if dry_run:
+        created = {"subjects": 0, "artifacts": 0, "atoms": 0}
+        skipped = dict(created)
+        if _exists(app, "subject", subject) is None:
+            created["subjects"] = 1
+        else:
+            skipped["subjects"] = 1
+        for key, kind, items in (("artifacts", "artifact", artifacts), ("atoms", "atom", atoms)):
+            for item in items:
+                if _exists(app, kind, item["ref"]) is None:
+                    created[key] += 1
+                else:
+                    skipped[key] += 1
+        report.update(created=created, skipped=skipped)
+        return report
+
+    result = app.import_records([plan.subject], artifacts, atoms, actor=actor)
+    ids = result["ids"]
+    for item in extra_artifacts:
+        shred.append(UUID(ids["artifacts"][item["ref"]]))
+    for item in extra_atoms:
+        shred.append(UUID(ids["atoms"][item["ref"]]))
+    if shred:
+        _shred(app, list(dict.fromkeys(shred)), actor)
+    report.update(created=result["created"], skipped=result["skipped"])
+    log.info("portability.imported", format=plan.format,
+             **{f"created_{k}": v for k, v in result["created"].items()},
+             **{f"skipped_{k}": v for k, v in result["skipped"].items()},
+             refused=len(plan.refused), shredded=len(shred))
+    return report
+
+
+def _erase_entries(plan: Plan) -> list[tuple[str, str, str, bool]]:
+    out: list[tuple[str, str, str, bool]] = []
+    untrusted = set(plan.untrusted)
+    for kind, ref, tomb_id in plan.erase:
+        kinds = ("atom", "artifact") if kind == "any" else (kind,)
+        out += [(k, ref, tomb_id, tomb_id not in untrusted) for k in kinds]
+    return out
+
+
+def _shred(app: Any, ids: Sequence[UUID], actor: str | None) -> None:
+    """Crypto-shred in one command where the ledger offers it, else item by item."""
+    if hasattr(app, "shred"):
+        app.shred(ids, PLACEHOLDER_REASON, actor=actor)
+        return
+    for i in ids:  # pragma: no cover - a ledger without the batch command
+        app.destroy_data_key(i, PLACEHOLDER_REASON, actor=actor)
+
+
+# ------------------------------------------------------------------ files in and out
+def read_trusted_key(path: Path) -> bytes:
+    """A trusted Ed25519 public key: a ledger ``.pub`` file, or 64 hex characters."""
+    try:
+        return read_public_key_file(path)
+    except KeyringError:
+        pass
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read trusted key {path}: {e}") from e
+    if text.startswith("ed25519:"):
+        text = text.split(":")[1]
+    try:
+        raw = bytes.fromhex(text)
+    except ValueError:
+        raw = b""
+    if len(raw) != 32:
+        raise InputError(f"{path} is neither a ledger .pub file nor a 64-character hex "
+                         "Ed25519 public key")
+    return raw
+
+
+def plan_file(app: Any, path: Path, fmt: str, *, subject: str | None,
+              trusted: Sequence[bytes], max_bytes: int | None,
+              skip_unsupported: bool) -> Plan:
+    """Check ``path`` (before touching the ledger) and plan its import."""
+    from ledger.portability import adapters, konshus, mem, membundle, persona
+    from ledger.portability.common import MAX_DOCUMENT_BYTES, MAX_LINE_BYTES, read_capped
+
+    def artifact_exists(ref: str) -> bool:
+        return _exists(app, "artifact", ref) is not None
+
+    if fmt in adapters.ADAPTERS:
+        return adapters.plan_import(fmt, path, subject=subject, max_bytes=max_bytes,
+                                    artifact_exists=artifact_exists,
+                                    skip_unsupported=skip_unsupported)
+    if fmt == "mem":
+        bundle = membundle.verify_bundle(path, trusted,
+                                         max_line_bytes=max_bytes or MAX_LINE_BYTES)
+        return mem.plan_import(bundle, subject=subject, artifact_exists=artifact_exists,
+                               skip_unsupported=skip_unsupported)
+    if path.is_dir():
+        raise InputError(f"{path} is a directory; a {fmt} file is one JSON document")
+    data = read_capped(path, max_bytes or MAX_DOCUMENT_BYTES, f"{fmt} file")
+    if fmt == "konshus":
+        return konshus.plan_import(data, subject=subject, artifact_exists=artifact_exists)
+    return persona.plan_import(data, subject=subject, artifact_exists=artifact_exists)
+
+
+def write_document(out: Path, doc: dict[str, Any], signer: Any | None, payload_type: str
+                   ) -> list[str]:
+    """Write a JSON export (mode 0600, never over an existing file); with a signer, a
+    DSSE envelope over the exact bytes beside it. Returns the paths written."""
+    data = (json.dumps(doc, ensure_ascii=False, indent=2, allow_nan=False) + "\n").encode()
+    written = [_write_new_file(out, data)]
+    if signer is not None:
+        sig = signer.sign(pae(payload_type, data))
+        env = {"payloadType": payload_type, "payload": base64.b64encode(data).decode(),
+               "signatures": [{"keyid": signer.kid, "sig": base64.b64encode(sig).decode()}]}
+        written.append(_write_new_file(out.with_name(out.name + ".dsse.json"),
+                                       (json.dumps(env, indent=2) + "\n").encode()))
+    return written
+
+
+def _write_new_file(path: Path, data: bytes) -> str:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise InputError(f"{path} already exists", hint="choose a new --out, or remove it"
+                         ) from None
+    except OSError as e:
+        raise InputError(f"cannot write {path}: {e.strerror or e}") from e
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return str(path)

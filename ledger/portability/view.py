@@ -1,0 +1,197 @@
+"""One subject's memory, read from the ledger for export.
+
+The log is read once, in order, in batches: every event goes through the ledger's
+mapper, which verifies its signature and opens its sealed fields (erased content
+reads as ``None``), and the events are folded into aggregates. Only verified data
+reaches the exporters. Nothing is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+import structlog
+
+from ledger.domain import ATOM_FIELDS
+from ledger.errors import InputError, NotFound
+from ledger.portability.common import FOREIGN, SIDECAR, WIRE, local_of, norm_instant
+
+log = structlog.get_logger("ledger.portability")
+
+_TOPICS = ("memory-ledger:subject.", "memory-ledger:artifact.", "memory-ledger:atom.")
+GONE_ATOM = ("hard-redacted", "deleted")
+WITHHELD_ATOM = ("soft-redacted", "archived")
+
+
+@dataclass(frozen=True)
+class ArtifactView:
+    id: UUID
+    ref: str | None
+    local_id: str
+    kind: str
+    captured_at: str
+    source: str | None
+    private: bool
+    title: str | None
+    body: str | None
+    media_url: str | None
+    deleted: bool
+    erased: bool
+    gone_at: str | None
+
+    @property
+    def gone(self) -> bool:
+        """Deleted or its content destroyed: never exported, tombstoned in ``.mem``."""
+        return self.deleted or self.erased
+
+
+@dataclass(frozen=True)
+class AtomView:
+    id: UUID
+    ref: str | None
+    local_id: str
+    fields: dict[str, Any]
+    status: str
+    erased: bool
+    erased_at: str | None
+    created_at: str
+    rehearsal_count: int
+    last_rehearsed_at: str | None
+    cited: list[str]
+    provider: dict[str, Any]
+    foreign: dict[str, Any]
+    sidecar: dict[str, Any]
+
+    def get(self, name: str) -> Any:
+        return self.fields.get(name)
+
+    @property
+    def withheld(self) -> bool:
+        """Soft-redacted or archived: kept in the ledger, out of shared exports."""
+        return self.status in WITHHELD_ATOM
+
+
+@dataclass(frozen=True)
+class SubjectView:
+    ledger_id: str
+    id: UUID
+    ref: str
+    display_name: str | None
+    locale: str | None
+    atoms: list[AtomView]
+    artifacts: list[ArtifactView]
+
+    def artifact(self, local_id: str) -> ArtifactView | None:
+        for a in self.artifacts:
+            if a.local_id == local_id:
+                return a
+        return None
+
+
+def fold(app: Any, batch: int = 5000) -> dict[UUID, Any]:
+    """Subject, artifact and atom aggregates from the whole log (signatures verified)."""
+    aggs: dict[UUID, Any] = {}
+    rows: list[Any] = []
+    for n in app.stored_records(batch=batch):
+        if n.topic.startswith(_TOPICS):
+            rows.append(n)
+        if len(rows) >= batch:
+            _apply(app, rows, aggs)
+            rows = []
+    _apply(app, rows, aggs)
+    return aggs
+
+
+def _apply(app: Any, rows: list[Any], aggs: dict[UUID, Any]) -> None:
+    if not rows:
+        return
+    app.datakeys.get_many({str(n.originator_id) for n in rows})  # one query per batch
+    for n in rows:
+        event = app.mapper.to_domain_event(n)
+        aggs[event.originator_id] = event.mutate(aggs.get(event.originator_id))
+
+
+def subject_refs(aggs: dict[UUID, Any]) -> list[str]:
+    from ledger.domain import Subject
+
+    return sorted(a.ref for a in aggs.values() if isinstance(a, Subject))
+
+
+def load(app: Any, subject: str | None) -> SubjectView:
+    """The view of ``subject`` (a ref or id); without one, the ledger's only subject."""
+    from ledger.domain import Artifact, Atom, Subject
+
+    aggs = fold(app)
+    subjects = [a for a in aggs.values() if isinstance(a, Subject)]
+    if subject is None:
+        if len(subjects) != 1:
+            raise InputError(f"this ledger holds {len(subjects)} subjects; say which to export",
+                             hint="pass --subject REF")
+        subj = subjects[0]
+    else:
+        found = [s for s in subjects if subject in (s.ref, str(s.id))]
+        if not found:
+            raise NotFound(f"no subject {subject!r} in this ledger")
+        subj = found[0]
+    sid = str(subj.id)
+    artifacts: dict[str, ArtifactView] = {}
+    for a in aggs.values():
+        if isinstance(a, Artifact) and a.subject_id == sid:
+            artifacts[str(a.id)] = _artifact_view(a, subj.ref)
+    local_by_uuid = {k: v.local_id for k, v in artifacts.items()}
+    for a in aggs.values():  # artifacts of other subjects an atom may cite
+        if isinstance(a, Artifact) and str(a.id) not in local_by_uuid:
+            local_by_uuid[str(a.id)] = a.ref or str(a.id)
+    atoms = [_atom_view(a, subj.ref, local_by_uuid) for a in aggs.values()
+             if isinstance(a, Atom) and a.subject_id == sid]
+    view = SubjectView(
+        ledger_id=str(app.ledger_id), id=subj.id, ref=subj.ref,
+        display_name=None if subj.content_erased else subj.display_name, locale=subj.locale,
+        atoms=sorted(atoms, key=lambda v: v.local_id),
+        artifacts=sorted(artifacts.values(), key=lambda v: v.local_id))
+    log.info("portability.view_loaded", subject_id=sid, atoms=len(atoms),
+             artifacts=len(artifacts))
+    return view
+
+
+def _when(t: str) -> datetime:
+    return datetime.fromisoformat(t.replace("Z", "+00:00"))
+
+
+def _artifact_view(a: Any, subject_ref: str) -> ArtifactView:
+    deleted = getattr(a, "status", "active") == "deleted"
+    return ArtifactView(
+        id=a.id, ref=a.ref, local_id=local_of(a.ref, subject_ref, str(a.id)), kind=a.kind,
+        captured_at=norm_instant(a.captured_at) or "", source=a.source, private=bool(a.private),
+        title=a.title, body=a.body, media_url=a.media_url, deleted=deleted,
+        erased=bool(a.content_erased),
+        gone_at=norm_instant(a.data_key_destroyed_at) or (
+            norm_instant(a.modified_on.astimezone(UTC).isoformat()) if deleted else None))
+
+
+def _atom_view(a: Any, subject_ref: str, local_by_uuid: dict[str, str]) -> AtomView:
+    ext = dict(a.extensions or {})
+    sidecar = dict(ext.pop(SIDECAR, None) or {})
+    foreign = dict(ext.pop(FOREIGN, None) or {})
+    ext.pop(WIRE, None)
+    fields = {name: getattr(a, name, None) for name in ATOM_FIELDS}
+    mapped = [local_by_uuid.get(x, x) for x in (a.artifact_ids or [])]
+    cited = mapped + [u for u in sidecar.get("unresolved", []) if u not in mapped]
+    status = str(getattr(a, "status", "active"))
+    if status == "active" and sidecar.get("status"):
+        status = str(sidecar["status"])
+    lasts = [t for t in (norm_instant(a.last_rehearsed_at),
+                         sidecar.get("last_rehearsed_at")) if t]
+    erased = bool(a.content_erased) or status in GONE_ATOM
+    return AtomView(
+        id=a.id, ref=a.ref,
+        local_id=local_of(a.ref, subject_ref, str(a.id), sidecar.get("id")),
+        fields=fields, status=status, erased=erased,
+        erased_at=norm_instant(a.data_key_destroyed_at or getattr(a, "redacted_at", None)),
+        created_at=sidecar.get("created_at") or norm_instant(a.created_on.isoformat()) or "",
+        rehearsal_count=int(sidecar.get("rehearsal_count", 0)) + int(a.rehearsal_count),
+        last_rehearsed_at=max(lasts, key=_when) if lasts else None,
+        cited=cited, provider=ext, foreign=foreign, sidecar=sidecar)

@@ -1,0 +1,406 @@
+"""Atom store: the current state of atoms, subjects and artifacts, content decrypted.
+
+Content (the fields the ledger encrypts: atom text, gist, details, tags; subject
+display name; artifact title, body, media URL) lives in separate ``*_content`` tables,
+one row per item, written once and deleted once. Everything else (ids, Konshus and
+Persona fields, status, rehearsals, validity, decay state) lives in the main tables,
+so purging an item is a row delete and leaves its tombstone (status, ids,
+``content_erased``) in place.
+
+Decay state follows ADR 0005: ``salience`` is the value recorded at creation,
+``baseline`` the stored baseline that each rehearsal rebases, ``decay_origin`` the
+last rehearsal (else creation), ``detail_brightness`` the rebased brightness of each
+detail, and ``fades_at`` the instant salience drops below the retrieval threshold
+(0.15), stored for inspection and for future SQL-side filtering.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ledger.domain import STATUS_BY_MODE, Artifact, Atom, DataKeyDestroyedMixin, Subject
+from projections._rows import RowSet, contains, delete_ids, dump_table
+from projections.entries import LogEntry, content_gone
+from projections.memory import DecayState, fades_at, profile_of
+from projections.routes import ProbeHit, ProbeResult
+from projections.runner import Applied
+from projections.store import Store, content_needles, dumps
+
+__all__ = ["AtomStore", "AtomStoreRoute", "decay_state", "is_candidate"]
+
+_ID = sa.String(36)
+_TIME = sa.String(40)
+
+
+def _loads(value: str | None) -> Any:
+    return None if value is None else json.loads(value)
+
+
+class AtomStore:
+    """Read model ``atoms``: current atoms, subjects and artifacts."""
+
+    name = "atoms"
+    version = "2"
+    holds_content: ClassVar[bool] = True
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        md = store.metadata()
+        self.atoms = sa.Table(
+            "proj_atoms", md,
+            sa.Column("atom_id", _ID, primary_key=True),
+            sa.Column("subject_id", _ID, nullable=False),
+            sa.Column("version", sa.Integer, nullable=False),
+            sa.Column("ref", sa.String(128)),
+            sa.Column("kind", sa.String(32), nullable=False),
+            sa.Column("confidence", sa.Float),
+            sa.Column("sensitivity", sa.String(32)),
+            sa.Column("valid_from", _TIME),
+            sa.Column("valid_to", _TIME),
+            sa.Column("derivation", sa.String(16)),
+            sa.Column("artifact_ids", sa.Text),
+            sa.Column("extractor", sa.String(200)),
+            sa.Column("human_reviewed", sa.Boolean, nullable=False),
+            sa.Column("salience", sa.Float, nullable=False),
+            sa.Column("emotional_valence", sa.Float, nullable=False),
+            sa.Column("decay_profile", sa.Text),
+            sa.Column("privacy_class", sa.String(40)),
+            sa.Column("consent_basis", sa.String(40)),
+            sa.Column("session_id", sa.String(200)),
+            sa.Column("supersedes", _ID),
+            sa.Column("superseded_by", _ID),
+            sa.Column("min_sources", sa.Integer),
+            sa.Column("extensions", sa.Text),
+            sa.Column("status", sa.String(16), nullable=False),
+            sa.Column("redaction_mode", sa.String(16)),
+            sa.Column("redacted_at", _TIME),
+            sa.Column("flags", sa.Text, nullable=False),
+            sa.Column("rehearsal_count", sa.Integer, nullable=False),
+            sa.Column("last_rehearsed_at", _TIME),
+            sa.Column("baseline", sa.Float, nullable=False),
+            sa.Column("decay_origin", _TIME, nullable=False),
+            sa.Column("fades_at", _TIME),
+            sa.Column("detail_brightness", sa.Text),
+            sa.Column("created_at", _TIME, nullable=False),
+            sa.Column("updated_at", _TIME, nullable=False),
+            sa.Column("last_seq", sa.BigInteger, nullable=False),
+            sa.Column("content_erased", sa.Boolean, nullable=False),
+            sa.Column("data_key_destroyed_at", _TIME),
+            sa.Index("proj_atoms_subject", "subject_id", "status"),
+        )
+        self.atom_content = sa.Table(
+            "proj_atom_content", md,
+            sa.Column("atom_id", _ID, primary_key=True),
+            sa.Column("text", sa.Text),
+            sa.Column("gist", sa.Text),
+            sa.Column("details", sa.Text),
+            sa.Column("tags", sa.Text),
+        )
+        self.subjects = sa.Table(
+            "proj_subjects", md,
+            sa.Column("subject_id", _ID, primary_key=True),
+            sa.Column("ref", sa.String(128), nullable=False),
+            sa.Column("locale", sa.String(35)),
+            sa.Column("version", sa.Integer, nullable=False),
+            sa.Column("created_at", _TIME, nullable=False),
+            sa.Column("content_erased", sa.Boolean, nullable=False),
+            sa.Column("data_key_destroyed_at", _TIME),
+        )
+        self.subject_content = sa.Table(
+            "proj_subject_content", md,
+            sa.Column("subject_id", _ID, primary_key=True),
+            sa.Column("display_name", sa.Text),
+        )
+        self.artifacts = sa.Table(
+            "proj_artifacts", md,
+            sa.Column("artifact_id", _ID, primary_key=True),
+            sa.Column("subject_id", _ID, nullable=False, index=True),
+            sa.Column("ref", sa.String(128)),
+            sa.Column("kind", sa.String(32), nullable=False),
+            sa.Column("captured_at", _TIME),
+            sa.Column("source", sa.String(200)),
+            sa.Column("private", sa.Boolean, nullable=False),
+            sa.Column("status", sa.String(16), nullable=False),
+            sa.Column("version", sa.Integer, nullable=False),
+            sa.Column("created_at", _TIME, nullable=False),
+            sa.Column("content_erased", sa.Boolean, nullable=False),
+            sa.Column("data_key_destroyed_at", _TIME),
+        )
+        self.artifact_content = sa.Table(
+            "proj_artifact_content", md,
+            sa.Column("artifact_id", _ID, primary_key=True),
+            sa.Column("title", sa.Text),
+            sa.Column("body", sa.Text),
+            sa.Column("media_url", sa.Text),
+        )
+        self.tables = [self.atoms, self.atom_content, self.subjects, self.subject_content,
+                       self.artifacts, self.artifact_content]
+        self.content = [self.atom_content, self.subject_content, self.artifact_content]
+        self.route = AtomStoreRoute(self)
+
+    # ------------------------------------------------------------------ lifecycle
+    def create(self, conn: Connection) -> None:
+        for table in self.tables:
+            table.create(conn, checkfirst=True)
+
+    def reset(self, conn: Connection) -> None:
+        for table in reversed(self.tables):
+            table.drop(conn, checkfirst=True)
+
+    def routes(self) -> Sequence[AtomStoreRoute]:
+        return [self.route]
+
+    def dump(self, conn: Connection) -> dict[str, list[tuple[Any, ...]]]:
+        return {t.name: dump_table(conn, t) for t in self.tables}
+
+    # ------------------------------------------------------------------ applying
+    def apply(self, conn: Connection, entries: Sequence[LogEntry]) -> Applied:
+        atoms, subjects, artifacts = (RowSet(self.atoms), RowSet(self.subjects),
+                                      RowSet(self.artifacts))
+        later = {e.originator_id for e in entries
+                 if e.event is not None and e.version > 1}
+        atoms.load(conn, later)
+        subjects.load(conn, later - set(atoms.rows))
+        artifacts.load(conn, later - set(atoms.rows) - set(subjects.rows))
+        content: dict[str, tuple[sa.Table, dict[str, Any]]] = {}
+        purge: list[str] = []
+        for e in entries:
+            ev = e.event
+            if ev is None:
+                continue
+            if isinstance(ev, Atom.Created):
+                atoms.add(e.originator_id, _new_atom(e))
+                if not getattr(ev, "content_erased", False) and ev.text is not None:
+                    content[e.originator_id] = (self.atom_content, {
+                        "atom_id": e.originator_id, "text": ev.text, "gist": ev.gist,
+                        "details": dumps(ev.details), "tags": dumps(ev.tags)})
+            elif isinstance(ev, Subject.Created):
+                subjects.add(e.originator_id, {
+                    "subject_id": e.originator_id, "ref": ev.ref, "locale": ev.locale,
+                    "version": e.version, "created_at": e.timestamp,
+                    "content_erased": bool(getattr(ev, "content_erased", False)),
+                    "data_key_destroyed_at": None})
+                if ev.display_name is not None:
+                    content[e.originator_id] = (self.subject_content, {
+                        "subject_id": e.originator_id, "display_name": ev.display_name})
+            elif isinstance(ev, Artifact.Created):
+                artifacts.add(e.originator_id, {
+                    "artifact_id": e.originator_id, "subject_id": ev.subject_id,
+                    "ref": ev.ref, "kind": ev.kind, "captured_at": ev.captured_at,
+                    "source": ev.source, "private": bool(ev.private), "status": "active",
+                    "version": e.version,
+                    "created_at": e.timestamp,
+                    "content_erased": bool(getattr(ev, "content_erased", False)),
+                    "data_key_destroyed_at": None})
+                if any(getattr(ev, f) is not None for f in ("title", "body", "media_url")):
+                    content[e.originator_id] = (self.artifact_content, {
+                        "artifact_id": e.originator_id, "title": ev.title, "body": ev.body,
+                        "media_url": ev.media_url})
+            else:
+                row = (atoms.touch(e.originator_id) or subjects.touch(e.originator_id)
+                       or artifacts.touch(e.originator_id))
+                if row is None:
+                    continue  # an item whose creation this view never saw: nothing to change
+                row["version"] = e.version
+                if "updated_at" in row:
+                    row["updated_at"] = e.timestamp
+                    row["last_seq"] = e.seq
+                if content_gone(ev):
+                    row["content_erased"] = True
+                    if isinstance(ev, DataKeyDestroyedMixin):
+                        row["data_key_destroyed_at"] = e.timestamp
+                    if "detail_brightness" in row:
+                        row["detail_brightness"] = None
+                    if content.pop(e.originator_id, None) is None:
+                        purge.append(e.originator_id)
+                if isinstance(ev, Atom.Event):
+                    _atom_event(row, ev, e)
+                elif isinstance(ev, Artifact.Deleted):
+                    row["status"] = "deleted"
+        atoms.flush(conn)
+        subjects.flush(conn)
+        artifacts.flush(conn)
+        by_table: dict[str, list[dict[str, Any]]] = {}
+        for table, values in content.values():
+            by_table.setdefault(table.name, []).append(values)
+        for table in self.content:
+            if by_table.get(table.name):
+                conn.execute(table.insert(), by_table[table.name])
+        purged = [i for i in purge if self.route.purge(conn, i)]
+        return Applied(purged=purged)
+
+    # ------------------------------------------------------------------ queries
+    def atom(self, conn: Connection, atom_id: str) -> dict[str, Any] | None:
+        rows = self.atoms_by_id(conn, [atom_id])
+        return rows[0] if rows else None
+
+    def atoms_by_id(self, conn: Connection, ids: Sequence[str]) -> list[dict[str, Any]]:
+        if not ids:
+            return []
+        out: list[dict[str, Any]] = []
+        for start in range(0, len(ids), 500):
+            out.extend(self._select(conn, self.atoms.c.atom_id.in_(list(ids[start:start + 500]))))
+        return out
+
+    def list_atoms(self, conn: Connection, subject_id: str | None = None,
+                   privacy_class: str | None = None) -> list[dict[str, Any]]:
+        cond: sa.ColumnElement[bool] = sa.true()
+        if subject_id is not None:
+            cond = sa.and_(cond, self.atoms.c.subject_id == subject_id)
+        if privacy_class is not None:
+            cond = sa.and_(cond, self.atoms.c.privacy_class == privacy_class)
+        return self._select(conn, cond)
+
+    def _select(self, conn: Connection, cond: Any) -> list[dict[str, Any]]:
+        a, c = self.atoms, self.atom_content
+        stmt = (sa.select(a, c.c.text, c.c.gist, c.c.details, c.c.tags)
+                .select_from(a.outerjoin(c, a.c.atom_id == c.c.atom_id))
+                .where(cond).order_by(a.c.created_at, a.c.atom_id))
+        return [_decode_atom(dict(r._mapping)) for r in conn.execute(stmt)]
+
+    def subject(self, conn: Connection, subject_id: str) -> dict[str, Any] | None:
+        s, c = self.subjects, self.subject_content
+        row = conn.execute(
+            sa.select(s, c.c.display_name).select_from(
+                s.outerjoin(c, s.c.subject_id == c.c.subject_id))
+            .where(s.c.subject_id == subject_id)).first()
+        return dict(row._mapping) if row is not None else None
+
+    def artifacts_of(self, conn: Connection, subject_id: str) -> list[dict[str, Any]]:
+        t, c = self.artifacts, self.artifact_content
+        rows = conn.execute(
+            sa.select(t, c.c.title, c.c.body, c.c.media_url).select_from(
+                t.outerjoin(c, t.c.artifact_id == c.c.artifact_id))
+            .where(t.c.subject_id == subject_id).order_by(t.c.created_at, t.c.artifact_id))
+        return [dict(r._mapping) for r in rows]
+
+
+def _new_atom(e: LogEntry) -> dict[str, Any]:
+    ev = e.event
+    salience = float(ev.salience if ev.salience is not None else 0.5)
+    valence = float(ev.emotional_valence or 0.0)
+    state = DecayState(salience, 0, valence, e.timestamp, profile_of(ev.decay_profile))
+    details = ev.details if not getattr(ev, "content_erased", False) else None
+    return {
+        "atom_id": e.originator_id, "subject_id": ev.subject_id, "version": e.version,
+        "ref": ev.ref, "kind": ev.kind, "confidence": ev.confidence,
+        "sensitivity": ev.sensitivity, "valid_from": ev.valid_from, "valid_to": ev.valid_to,
+        "derivation": ev.derivation, "artifact_ids": dumps(ev.artifact_ids or []),
+        "extractor": ev.extractor, "human_reviewed": bool(ev.human_reviewed),
+        "salience": salience, "emotional_valence": valence,
+        "decay_profile": dumps(ev.decay_profile), "privacy_class": ev.privacy_class,
+        "consent_basis": ev.consent_basis, "session_id": ev.session_id,
+        "supersedes": ev.supersedes, "superseded_by": None, "min_sources": ev.min_sources,
+        "extensions": dumps(ev.extensions), "status": "active", "redaction_mode": None,
+        "redacted_at": None, "flags": "[]", "rehearsal_count": 0,
+        "last_rehearsed_at": None, "baseline": salience, "decay_origin": e.timestamp,
+        "fades_at": fades_at(state),
+        "detail_brightness": dumps([float(d["brightness"]) for d in details])
+        if details else None,
+        "created_at": e.timestamp, "updated_at": e.timestamp, "last_seq": e.seq,
+        "content_erased": bool(getattr(ev, "content_erased", False)),
+        "data_key_destroyed_at": None,
+    }
+
+
+def is_candidate(row: dict[str, Any], at: str) -> bool:
+    """Persona §6 candidate selection, salience aside: active, not superseded, expired or
+    erased, and valid at ``at`` (``valid_from <= at < valid_to``, open ends allowed)."""
+    return (row["status"] == "active" and not row["content_erased"]
+            and row["superseded_by"] is None and row["text"] is not None
+            and (row["valid_from"] is None or row["valid_from"] <= at)
+            and (row["valid_to"] is None or at < row["valid_to"]))
+
+
+def decay_state(row: dict[str, Any]) -> DecayState:
+    """The decay state stored in an atom row (``decay_profile`` as stored JSON or dict)."""
+    profile = row["decay_profile"]
+    if isinstance(profile, str):
+        profile = json.loads(profile)
+    return DecayState(float(row["baseline"]), int(row["rehearsal_count"]),
+                      float(row["emotional_valence"]), str(row["decay_origin"]),
+                      profile_of(profile))
+
+
+def _atom_event(row: dict[str, Any], ev: Any, e: LogEntry) -> None:
+    if isinstance(ev, Atom.Rehearsed):
+        state = decay_state(row)
+        after = state.rehearsed(e.timestamp)
+        if row["detail_brightness"] is not None:
+            row["detail_brightness"] = dumps(
+                state.rehearsed_brightness(json.loads(row["detail_brightness"]), e.timestamp))
+        row.update(baseline=after.baseline, rehearsal_count=after.count,
+                   decay_origin=after.origin, last_rehearsed_at=e.timestamp,
+                   fades_at=fades_at(after))
+    elif isinstance(ev, Atom.Superseded):
+        row.update(superseded_by=ev.superseded_by, valid_to=ev.valid_to, status="superseded")
+    elif isinstance(ev, Atom.Expired):
+        row.update(valid_to=ev.valid_to, status="expired")
+    elif isinstance(ev, Atom.Redacted):
+        row.update(status=STATUS_BY_MODE[ev.mode], redaction_mode=ev.mode,
+                   redacted_at=e.timestamp)
+    elif isinstance(ev, Atom.Unredacted):
+        row.update(status="active", redaction_mode=None, redacted_at=None)
+    elif isinstance(ev, Atom.SourceRemoved):
+        row.update(artifact_ids=dumps(list(ev.remaining)))
+    elif isinstance(ev, Atom.Flagged | Atom.FlagResolved):
+        flags = set(json.loads(row["flags"]))
+        flags = flags | {ev.flag} if isinstance(ev, Atom.Flagged) else flags - {ev.flag}
+        row["flags"] = dumps(sorted(flags))
+
+
+def _decode_atom(row: dict[str, Any]) -> dict[str, Any]:
+    for key in ("artifact_ids", "decay_profile", "extensions", "detail_brightness",
+                "details", "tags", "flags"):
+        row[key] = _loads(row.get(key))
+    row["human_reviewed"] = bool(row["human_reviewed"])
+    row["content_erased"] = bool(row["content_erased"])
+    return row
+
+
+class AtomStoreRoute:
+    """The atom store's content tables: atom, subject and artifact content rows."""
+
+    name = "atom-store"
+    model = "atoms"
+
+    def __init__(self, model: AtomStore) -> None:
+        self.m = model
+
+    def purge(self, conn: Connection, item_id: str) -> int:
+        return sum(delete_ids(conn, t, [item_id]) for t in self.m.content)
+
+    def compact(self, conn: Connection) -> None:
+        return None  # row deletes only; the store-wide compaction follows
+
+    def content_tables(self) -> Sequence[str]:
+        return [t.name for t in self.m.content]
+
+    def probe(self, item_id: str, content: str | None) -> ProbeResult:
+        hits: list[ProbeHit] = []
+        checked: list[str] = []
+        with self.m.store.engine.connect() as conn:
+            for table in self.m.content:
+                if not self.m.store.table_exists(conn, table.name):
+                    continue
+                (pk,) = table.primary_key.columns
+                checked.append(table.name)
+                n = conn.execute(sa.select(sa.func.count()).select_from(table)
+                                 .where(pk == item_id)).scalar_one()
+                if n:
+                    hits.append(ProbeHit(table.name, "id", int(n)))
+                if not content:
+                    continue
+                text_cols = [c for c in table.columns if c is not pk]
+                needles = [n.decode() for n in content_needles(content)]
+                cond = sa.or_(*[contains(conn, c, s) for c in text_cols for s in needles])
+                ids = [str(r[0]) for r in conn.execute(sa.select(pk).where(cond))]
+                if ids:
+                    hits.append(ProbeHit(table.name, "content", len(ids),
+                                         tuple(i for i in ids if i != item_id)))
+        return ProbeResult(self.name, item_id, tuple(checked), tuple(hits))

@@ -1,0 +1,260 @@
+"""Keyword index: SQLite FTS5 or PostgreSQL full text, one query API.
+
+Indexed text per atom: text, gist, tags and detail contents (``memory.index_text``),
+stemmed (FTS5 ``porter unicode61``; PostgreSQL ``english``). ``search(subject_id,
+query, k)`` returns atom ids with a relevance score (higher is better: ``-bm25`` on
+SQLite, ``ts_rank`` on PostgreSQL; scores are comparable within one result list only).
+
+SQLite layout: ``proj_kw_docs`` maps FTS rowids to atoms (subject, retrievable flag);
+``proj_kw_fts`` holds the index. The FTS table is contentless with
+``contentless_delete=1`` when SQLite is 3.43 or newer (no second copy of the text),
+else a normal FTS5 table. The subject is a column token (``s<hex>0``) so a subject's
+search touches only its own postings. Purge deletes the doc and its FTS row, and
+compaction runs FTS5 ``optimize``, which merges every segment into one and so drops
+the deleted terms' postings from the index b-trees.
+
+PostgreSQL layout: ``proj_kw`` (atom id, subject, retrievable, ``tsvector`` with a GIN
+index); no raw text is stored.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Connection
+
+from ledger.domain import Atom
+from projections._rows import dump_table
+from projections.embedder import STOPWORDS
+from projections.entries import LogEntry, content_gone, retrieval
+from projections.memory import index_text, query_terms
+from projections.routes import ProbeHit, ProbeResult
+from projections.runner import Applied
+from projections.store import Store
+
+__all__ = ["KeywordIndex", "KeywordRoute"]
+
+_TOKENIZE = "porter unicode61 remove_diacritics 2"
+_PG_CONFIG = "english"
+
+# SQL templates. Only identifiers ({fts}, {docs}, {kw}: schema-qualified table names and
+# the fixed text-search configuration) are substituted, by KeywordIndex.sql; every value
+# is a bound parameter.
+_FTS_INSERT = "INSERT INTO {fts}(rowid, skey, body) VALUES (?, ?, ?)"
+_FTS_SEARCH = ("SELECT d.atom_id, bm25({fts}, 0.0, 1.0) AS s FROM {fts} "
+               "JOIN {docs} d ON d.doc = {fts}.rowid "
+               "WHERE {fts} MATCH ? {flag} ORDER BY s, d.atom_id LIMIT ?")
+_FTS_DELETE = "DELETE FROM {fts} WHERE rowid = ?"
+_FTS_OPTIMIZE = "INSERT INTO {fts}({fts}) VALUES ('optimize')"
+_FTS_PROBE = ("SELECT {fts}.rowid, d.atom_id FROM {fts} LEFT JOIN {docs} d "
+              "ON d.doc = {fts}.rowid WHERE {fts} MATCH ?")
+_PG_INSERT = ("INSERT INTO {kw} (atom_id, subject_id, retrievable, tsv) "
+              "VALUES (:a, :s, :r, to_tsvector('{config}', :b))")
+_PG_SEARCH = ("SELECT atom_id, ts_rank(tsv, q) AS s FROM {kw}, to_tsquery('{config}', :q) q "
+              "WHERE subject_id = :s AND tsv @@ q {flag} ORDER BY s DESC, atom_id LIMIT :k")
+_PG_DUMP = "SELECT atom_id, subject_id, retrievable, tsv::text FROM {kw} ORDER BY atom_id"
+_PG_PROBE = "SELECT atom_id FROM {kw} WHERE tsv @@ phraseto_tsquery('{config}', :c)"
+
+
+def subject_token(subject_id: str) -> str:
+    """The FTS token that stands for a subject; ends in a digit so no stemmer alters it."""
+    return f"s{uuid.UUID(subject_id).hex}0"
+
+
+def _phrase(terms: Sequence[str]) -> str:
+    return '"' + " ".join(terms) + '"'
+
+
+class KeywordIndex:
+    """Read model ``keyword``."""
+
+    name = "keyword"
+    holds_content: ClassVar[bool] = True
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.sqlite = store.is_sqlite
+        self.contentless = self.sqlite and store.sqlite_version() >= (3, 43, 0)
+        self.version = "2/" + ("fts5-contentless" if self.contentless else
+                               "fts5" if self.sqlite else "tsvector-english")
+        md = store.metadata()
+        if self.sqlite:
+            self.docs = sa.Table(
+                "proj_kw_docs", md,
+                sa.Column("doc", sa.Integer, primary_key=True, autoincrement=False),
+                sa.Column("atom_id", sa.String(36), nullable=False, unique=True),
+                sa.Column("subject_id", sa.String(36), nullable=False),
+                sa.Column("retrievable", sa.Boolean, nullable=False),
+            )
+        else:
+            self.docs = sa.Table(
+                "proj_kw", md,
+                sa.Column("atom_id", sa.String(36), primary_key=True),
+                sa.Column("subject_id", sa.String(36), nullable=False, index=True),
+                sa.Column("retrievable", sa.Boolean, nullable=False),
+                sa.Column("tsv", postgresql.TSVECTOR, nullable=False),
+                sa.Index("proj_kw_tsv", "tsv", postgresql_using="gin"),
+            )
+        self.fts = store.q("proj_kw_fts")
+        self.route = KeywordRoute(self)
+
+    def sql(self, template: str, flag: str = "") -> str:
+        """Fill a module SQL template with this store's table names (never with values)."""
+        return template.format(fts=self.fts, docs=self.store.q("proj_kw_docs"),
+                               kw=self.store.q("proj_kw"), config=_PG_CONFIG, flag=flag)
+
+    # ------------------------------------------------------------------ lifecycle
+    def create(self, conn: Connection) -> None:
+        self.docs.create(conn, checkfirst=True)
+        if self.sqlite:
+            options = ", content='', contentless_delete=1" if self.contentless else ""
+            conn.exec_driver_sql(
+                f"CREATE VIRTUAL TABLE IF NOT EXISTS {self.fts} USING fts5("
+                f"skey, body, tokenize='{_TOKENIZE}'{options})")
+
+    def reset(self, conn: Connection) -> None:
+        if self.sqlite:
+            conn.exec_driver_sql(f"DROP TABLE IF EXISTS {self.fts}")
+        self.docs.drop(conn, checkfirst=True)
+
+    def routes(self) -> Sequence[KeywordRoute]:
+        return [self.route]
+
+    # ------------------------------------------------------------------ applying
+    def apply(self, conn: Connection, entries: Sequence[LogEntry]) -> Applied:
+        new: dict[str, tuple[str, str]] = {}
+        flags: dict[str, bool] = {}
+        purge: list[str] = []
+        for e in entries:
+            ev = e.event
+            if isinstance(ev, Atom.Created):
+                if not getattr(ev, "content_erased", False) and ev.text is not None:
+                    new[e.originator_id] = (ev.subject_id, index_text(
+                        ev.text, ev.gist, ev.tags, ev.details))
+            elif isinstance(ev, Atom.Event) and content_gone(ev):
+                if new.pop(e.originator_id, None) is None:
+                    purge.append(e.originator_id)
+                flags.pop(e.originator_id, None)
+            elif isinstance(ev, Atom.Event) and retrieval(ev) is not None:
+                flags[e.originator_id] = bool(retrieval(ev))
+        self._insert(conn, new, flags)
+        for atom_id, on in flags.items():
+            if atom_id not in new:
+                conn.execute(self.docs.update().where(self.docs.c.atom_id == atom_id)
+                             .values(retrievable=on))
+        return Applied(purged=[i for i in purge if self.route.purge(conn, i)])
+
+    def _insert(self, conn: Connection, new: dict[str, tuple[str, str]],
+                flags: dict[str, bool]) -> None:
+        if not new:
+            return
+        ids = list(new)  # log order
+        if self.sqlite:
+            start = int(conn.execute(sa.select(sa.func.coalesce(sa.func.max(self.docs.c.doc),
+                                                                0))).scalar_one()) + 1
+            docs = [(start + i, a, new[a][0]) for i, a in enumerate(ids)]
+            conn.execute(self.docs.insert(), [
+                {"doc": doc, "atom_id": a, "subject_id": sid, "retrievable": flags.get(a, True)}
+                for doc, a, sid in docs])
+            conn.exec_driver_sql(self.sql(_FTS_INSERT), [
+                (doc, subject_token(sid), new[a][1]) for doc, a, sid in docs])
+            return
+        conn.execute(
+            sa.text(self.sql(_PG_INSERT)),
+            [{"a": a, "s": new[a][0], "r": flags.get(a, True), "b": new[a][1]} for a in ids])
+
+    # ------------------------------------------------------------------ queries
+    def search(self, conn: Connection, subject_id: str, query: str, k: int = 10,
+               retrievable_only: bool = True) -> list[tuple[str, float]]:
+        """Up to ``k`` (atom_id, score) pairs of the subject, best first."""
+        terms = query_terms(query)
+        # Function words match most documents and add nothing to the ranking (PostgreSQL's
+        # 'english' configuration drops them too); keep them only if nothing else is left.
+        terms = [t for t in terms if t not in STOPWORDS] or terms
+        if not terms or k <= 0:
+            return []
+        if self.sqlite:
+            match = (f'skey : "{subject_token(subject_id)}" AND body : ('
+                     + " OR ".join(f'"{t}"' for t in terms) + ")")
+            rows = conn.exec_driver_sql(
+                self.sql(_FTS_SEARCH, flag="AND d.retrievable = 1" if retrievable_only else ""),
+                (match, k)).all()
+            return [(str(a), -float(s)) for a, s in rows]
+        rows = conn.execute(sa.text(
+            self.sql(_PG_SEARCH, flag="AND retrievable" if retrievable_only else "")),
+            {"q": " | ".join(terms), "s": subject_id, "k": k}).all()
+        return [(str(a), float(s)) for a, s in rows]
+
+    def dump(self, conn: Connection) -> dict[str, list[tuple[Any, ...]]]:
+        if not self.sqlite:
+            rows = conn.execute(sa.text(self.sql(_PG_DUMP))).all()
+            return {"proj_kw": [tuple(r) for r in rows]}
+        docs = {int(r[0]): r for r in dump_table(conn, self.docs)}
+        conn.exec_driver_sql(
+            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.proj_kw_vocab "
+            "USING fts5vocab('main', 'proj_kw_fts', 'instance')")
+        terms = sorted((str(docs[int(doc)][1]), str(term), str(col), int(off))
+                       for term, doc, col, off in conn.exec_driver_sql(
+                           "SELECT term, doc, col, offset FROM temp.proj_kw_vocab"))
+        conn.exec_driver_sql("DROP TABLE temp.proj_kw_vocab")
+        return {"proj_kw_docs": sorted(tuple(r[1:]) for r in docs.values()),
+                "proj_kw_fts": terms}
+
+
+class KeywordRoute:
+    """FTS postings (and, for a normal FTS5 table, its content copy) or tsvectors."""
+
+    name = "keyword-index"
+    model = "keyword"
+
+    def __init__(self, model: KeywordIndex) -> None:
+        self.m = model
+
+    def purge(self, conn: Connection, item_id: str) -> int:
+        m = self.m
+        if not m.sqlite:
+            return int(conn.execute(m.docs.delete().where(m.docs.c.atom_id == item_id))
+                       .rowcount or 0)
+        doc = conn.execute(sa.select(m.docs.c.doc).where(m.docs.c.atom_id == item_id)).scalar()
+        if doc is None:
+            return 0
+        conn.exec_driver_sql(m.sql(_FTS_DELETE), (int(doc),))
+        conn.execute(m.docs.delete().where(m.docs.c.doc == doc))
+        return 1
+
+    def compact(self, conn: Connection) -> None:
+        if self.m.sqlite and self.m.store.table_exists(conn, "proj_kw_fts"):
+            conn.exec_driver_sql(self.m.sql(_FTS_OPTIMIZE))
+
+    def content_tables(self) -> Sequence[str]:
+        return [] if self.m.sqlite else ["proj_kw"]
+
+    def probe(self, item_id: str, content: str | None) -> ProbeResult:
+        m = self.m
+        hits: list[ProbeHit] = []
+        with m.store.engine.connect() as conn:
+            if not m.store.table_exists(conn, m.docs.name):
+                return ProbeResult(self.name, item_id, ())
+            checked = [m.docs.name] + (["proj_kw_fts"] if m.sqlite else [])
+            n = conn.execute(sa.select(sa.func.count()).select_from(m.docs)
+                             .where(m.docs.c.atom_id == item_id)).scalar_one()
+            if n:
+                hits.append(ProbeHit(m.docs.name, "id", int(n)))
+            terms = query_terms(content or "", limit=64)
+            if terms:
+                if m.sqlite:
+                    ids = [str(a) if a is not None else f"orphan-fts-row:{rowid}"
+                           for rowid, a in conn.exec_driver_sql(
+                               m.sql(_FTS_PROBE), ("body : " + _phrase(terms),))]
+                else:
+                    ids = [str(r[0]) for r in conn.execute(sa.text(m.sql(_PG_PROBE)),
+                                                           {"c": content})]
+                if ids:
+                    hits.append(ProbeHit(m.docs.name if not m.sqlite else "proj_kw_fts",
+                                         "content", len(ids),
+                                         tuple(i for i in ids if i != item_id)))
+        return ProbeResult(self.name, item_id, tuple(checked), tuple(hits))

@@ -1,0 +1,121 @@
+"""Routes: every place in the read models that holds or can return memory content.
+
+Each read model that holds content registers one :class:`Route` per store it writes
+(DESIGN.md, Projections). Erasure is done only when every registered route has
+purged the item physically and its probe finds nothing:
+
+* ``purge(conn, item_id)`` deletes the item's content rows and derived data (FTS
+  terms, vectors) inside the caller's transaction and returns the row count;
+* ``compact(conn)`` runs the route's own in-transaction compaction (FTS5
+  ``optimize``); the store-wide compaction (SQLite ``VACUUM`` and WAL truncation,
+  PostgreSQL ``VACUUM FULL`` of ``content_tables``) runs once after commit;
+* ``probe(item_id, content)`` looks for any trace, by id and by the given content,
+  and returns a :class:`ProbeResult`; it never returns a bare bool.
+
+Probe results name tables, files and other item ids, never content.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
+
+from sqlalchemy.engine import Connection
+
+__all__ = ["ProbeHit", "ProbeResult", "Reach", "Route", "RouteRegistry"]
+
+
+class Reach(StrEnum):
+    """A probe's verdict for one route."""
+
+    NOT_REACHABLE = "not-reachable"
+    REACHABLE = "reachable"
+
+
+@dataclass(frozen=True)
+class ProbeHit:
+    """One trace: where it is, how it was found, how many rows or bytes matched."""
+
+    where: str
+    """A table (``proj_atom_content``) or a file name (``projections.sqlite-wal``)."""
+    by: str
+    """``id`` (rows keyed by the item id) or ``content`` (the given content matched)."""
+    count: int
+    other_ids: tuple[str, ...] = ()
+    """Other items whose rows matched the content (ids only)."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {"where": self.where, "by": self.by, "count": self.count,
+                "other_ids": list(self.other_ids)}
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What one route's probe found for one item."""
+
+    route: str
+    item_id: str
+    checked: tuple[str, ...]
+    """What was examined (tables, files, methods), so an empty result means something."""
+    hits: tuple[ProbeHit, ...] = field(default_factory=tuple)
+
+    @property
+    def reach(self) -> Reach:
+        return Reach.REACHABLE if self.hits else Reach.NOT_REACHABLE
+
+    def as_json(self) -> dict[str, Any]:
+        return {"route": self.route, "item_id": self.item_id, "reach": self.reach.value,
+                "checked": list(self.checked), "hits": [h.as_json() for h in self.hits]}
+
+
+@runtime_checkable
+class Route(Protocol):
+    name: str
+    model: str
+    """Name of the read model that owns this route."""
+
+    def purge(self, conn: Connection, item_id: str) -> int: ...
+
+    def compact(self, conn: Connection) -> None: ...
+
+    def content_tables(self) -> Sequence[str]: ...
+
+    def probe(self, item_id: str, content: str | None) -> ProbeResult: ...
+
+
+class RouteRegistry:
+    """The registered routes, in registration order; names are unique."""
+
+    def __init__(self) -> None:
+        self._routes: dict[str, Route] = {}
+
+    def register(self, route: Route) -> None:
+        if not isinstance(route, Route):
+            raise TypeError(f"{route!r} does not implement the Route protocol")
+        if route.name in self._routes:
+            raise ValueError(f"route {route.name!r} is already registered")
+        self._routes[route.name] = route
+
+    def routes(self) -> list[Route]:
+        return list(self._routes.values())
+
+    def names(self) -> list[str]:
+        return list(self._routes)
+
+    def models(self) -> set[str]:
+        """Names of the read models that registered at least one route."""
+        return {r.model for r in self._routes.values()}
+
+    def for_models(self, models: Sequence[str]) -> list[Route]:
+        return [r for r in self._routes.values() if r.model in models]
+
+    def purge(self, conn: Connection, item_id: str,
+              models: Sequence[str] | None = None) -> dict[str, int]:
+        """Purge ``item_id`` from every route (of ``models``); rows deleted per route."""
+        routes = self.routes() if models is None else self.for_models(models)
+        return {r.name: r.purge(conn, item_id) for r in routes}
+
+    def probe(self, item_id: str, content: str | None = None) -> list[ProbeResult]:
+        return [r.probe(item_id, content) for r in self._routes.values()]

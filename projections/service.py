@@ -1,0 +1,465 @@
+"""``Projections(app)``: the read side of one ledger, and the queries the CLI uses.
+
+Read models: ``atoms`` (atom store), ``keyword``, ``vectors``, ``audit``, ``asof``.
+Every content route is registered in :attr:`Projections.registry`. Query helpers
+catch up first (``refresh=True``), so they answer for the log as it is now.
+
+Recall (ADR 0007): the keyword and vector indexes propose the atoms that match the
+query (the pool); candidates among them are active, not superseded, expired or erased,
+valid now, with current salience at least the retrieval threshold (0.15); they are
+ranked by ``w_s * salience(now) + w_r * relevance + w_c * recency``.
+Recall writes nothing: the caller records rehearsals for the returned atom ids.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+from uuid import UUID
+
+import structlog
+
+from ledger import clock
+from ledger.clock import format_instant
+from ledger.domain import Atom
+from ledger.errors import InputError, NotFound
+from ledger.inputs import PRIVACY_CLASSES
+from projections import decay
+from projections.asof import AsOfIndex
+from projections.atoms import AtomStore, decay_state, is_candidate
+from projections.audit import AuditView
+from projections.embedder import Embedder
+from projections.keyword import KeywordIndex
+from projections.memory import RETRIEVAL_THRESHOLD, DecayState, parse_time, profile_of
+from projections.routes import ProbeResult, RouteRegistry
+from projections.runner import ModelStatus, Progress, ReadModel, Runner, RunReport
+from projections.store import CompactionReport, FilesRoute, Store
+from projections.vectors import SEGMENT_SIZE, VectorIndex
+
+log = structlog.get_logger("projections")
+
+__all__ = ["MIN_SIMILARITY", "Projections", "RecallItem", "RecallResult", "RecallWeights",
+           "StateView", "render_memories"]
+
+MIN_SIMILARITY = 0.15
+"""A vector match below this cosine does not bring an atom into the recall pool."""
+
+
+@dataclass(frozen=True)
+class RecallWeights:
+    """Persona Schema §6 ranking weights (topical match is folded into relevance)."""
+
+    salience: float = 0.35
+    relevance: float = 0.5
+    recency: float = 0.15
+    recency_half_life_days: float = 7.0
+    keyword_share: float = 0.5
+    """Relevance = keyword_share * keyword (normalised) + (1 - keyword_share) * cosine."""
+
+
+DEFAULT_WEIGHTS = RecallWeights()
+
+
+@dataclass(frozen=True)
+class RecallItem:
+    atom_id: str
+    score: float
+    salience: float
+    relevance: float
+    keyword: float
+    vector: float
+    recency: float
+    markers: tuple[str, ...]
+    text: str
+    gist: str | None
+    details: tuple[decay.Detail, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"atom_id": self.atom_id, "score": round(self.score, 6),
+                "salience": round(self.salience, 6), "relevance": round(self.relevance, 6),
+                "keyword": round(self.keyword, 6), "vector": round(self.vector, 6),
+                "recency": round(self.recency, 6), "markers": list(self.markers),
+                "text": self.text, "gist": self.gist,
+                "details": [{"content": d.content, "brightness": round(d.brightness, 6)}
+                            for d in self.details]}
+
+
+@dataclass(frozen=True)
+class RecallResult:
+    subject_id: str
+    now: str
+    k: int
+    pool: int
+    """Atoms the indexes proposed for the query."""
+    eligible: int
+    """Of those, the ones that passed candidate selection (status, validity, salience)."""
+    items: tuple[RecallItem, ...]
+    prompt: str
+
+    @property
+    def atom_ids(self) -> list[str]:
+        return [i.atom_id for i in self.items]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"subject_id": self.subject_id, "now": self.now, "k": self.k,
+                "pool": self.pool, "eligible": self.eligible,
+                "atom_ids": self.atom_ids, "items": [i.as_json() for i in self.items],
+                "prompt": self.prompt}
+
+
+@dataclass(frozen=True)
+class StateView:
+    """What the ledger knew at ``as_of`` about one subject, facts valid at ``valid_at``."""
+
+    subject_id: str
+    as_of: str
+    valid_at: str
+    subject: dict[str, Any] | None
+    valid: list[dict[str, Any]] = field(default_factory=list)
+    not_valid: list[dict[str, Any]] = field(default_factory=list)
+    artifacts: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"subject_id": self.subject_id, "as_of": self.as_of, "valid_at": self.valid_at,
+                "subject": self.subject, "valid": self.valid, "not_valid": self.not_valid,
+                "artifacts": self.artifacts}
+
+
+@dataclass(frozen=True)
+class PurgeReport:
+    item_id: str
+    rows: dict[str, int]
+    compaction: CompactionReport
+
+    def as_json(self) -> dict[str, Any]:
+        return {"item_id": self.item_id, "rows": self.rows,
+                "compaction": self.compaction.as_json()}
+
+
+def render_memories(items: Sequence[RecallItem]) -> str:
+    """The Persona Schema §6 "What you remember" block (empty when nothing was recalled)."""
+    if not items:
+        return ""
+    lines = ["## What you remember (about this person)", "",
+             "You may reference these memories naturally in conversation. Some are vivid;",
+             "others are fragmentary. Where a memory is uncertain, hedge accordingly.", ""]
+    for item in items:
+        lines.append(f"[mem:{item.atom_id[:8]}] ({', '.join(item.markers)})")
+        lines.append(item.gist or item.text)
+        lines.extend(f"- {d.content}" for d in item.details)
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+class Projections:
+    """The read models of one opened :class:`ledger.application.LedgerApp`."""
+
+    def __init__(self, app: Any, embedder: Embedder | None = None,
+                 batch_size: int = 1000, vector_segment_size: int = SEGMENT_SIZE) -> None:
+        self.app = app
+        self.store = Store.open(app.config.projections)
+        self.atoms = AtomStore(self.store)
+        self.keyword = KeywordIndex(self.store)
+        self.vectors = VectorIndex(self.store, embedder, vector_segment_size)
+        self.audit = AuditView(self.store)
+        self.asof = AsOfIndex(self.store)
+        self.models: list[ReadModel] = [self.atoms, self.keyword, self.vectors, self.audit,
+                                        self.asof]
+        self.registry = RouteRegistry()
+        for model in self.models:
+            for route in model.routes():
+                self.registry.register(route)
+        if self.store.is_sqlite:
+            self.registry.register(FilesRoute(self.store))
+        self.runner = Runner(app, self.store, self.models, self.registry, batch_size)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Projections:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ running
+    def catch_up(self, progress: Progress | None = None) -> RunReport:
+        return self.runner.catch_up(progress=progress)
+
+    def rebuild(self, name: str | None = None, progress: Progress | None = None) -> RunReport:
+        return self.runner.rebuild(None if name is None else [name], progress)
+
+    def status(self) -> list[ModelStatus]:
+        return self.runner.status()
+
+    def dump(self) -> dict[str, dict[str, list[tuple[Any, ...]]]]:
+        """Every model's view as sorted rows (tests compare rebuild and incremental)."""
+        with self.store.engine.connect() as conn:
+            return {m.name: m.dump(conn) for m in self.models}
+
+    # ------------------------------------------------------------------ erasure
+    def purge(self, item_id: str) -> PurgeReport:
+        """Purge one item from every content route and compact (governance uses this)."""
+        with self.store.engine.begin() as conn:
+            rows = self.registry.purge(conn, item_id)
+        compaction = self.runner.compact([m.name for m in self.models])
+        log.info("projections.item_purged", item_id=item_id, rows=sum(rows.values()))
+        return PurgeReport(item_id, rows, compaction)
+
+    def probe(self, item_id: str, content: str | None = None) -> list[ProbeResult]:
+        return self.registry.probe(item_id, content)
+
+    # ------------------------------------------------------------------ helpers
+    def _subject(self, subject: str) -> str:
+        return str(self.app.resolve_subject(subject))
+
+    def _atom_id(self, atom: str) -> str:
+        return str(self.app.resolve("atom", atom))
+
+    # ------------------------------------------------------------------ memory list
+    def memory_list(self, subject: str | None = None, privacy_class: str | None = None,
+                    min_salience: float | None = None, now: datetime | None = None,
+                    refresh: bool = True) -> list[dict[str, Any]]:
+        """Atoms (all statuses) with current salience and markers; content None if erased."""
+        if privacy_class is not None and privacy_class not in PRIVACY_CLASSES:
+            raise InputError(f"unknown privacy class {privacy_class!r}",
+                             hint=f"privacy classes: {', '.join(PRIVACY_CLASSES)}")
+        if min_salience is not None and not 0.0 <= min_salience <= 1.0:
+            raise InputError(f"--min-salience must be between 0 and 1, got {min_salience}")
+        if refresh:
+            self.catch_up()
+        at = now or clock.now()
+        sid = self._subject(subject) if subject is not None else None
+        with self.store.engine.connect() as conn:
+            rows = self.atoms.list_atoms(conn, sid, privacy_class)
+        out = []
+        for row in rows:
+            state = decay_state(row)
+            sal = state.salience(at)
+            if min_salience is not None and sal < min_salience:
+                continue
+            out.append({
+                "atom_id": row["atom_id"], "subject_id": row["subject_id"], "ref": row["ref"],
+                "kind": row["kind"], "status": row["status"],
+                "redaction_mode": row["redaction_mode"], "flags": row["flags"],
+                "privacy_class": row["privacy_class"], "sensitivity": row["sensitivity"],
+                "salience_now": round(sal, 6),
+                "markers": decay.marker(sal, decay.days_since(parse_time(row["created_at"]),
+                                                              at)),
+                "rehearsal_count": row["rehearsal_count"], "created_at": row["created_at"],
+                "content_erased": row["content_erased"], "text": row["text"],
+            })
+        return out
+
+    # ------------------------------------------------------------------ memory inspect
+    def memory_inspect(self, atom: str, now: datetime | None = None,
+                       refresh: bool = True) -> dict[str, Any]:
+        """Full content, decay status and rehearsal history of one atom."""
+        atom_id = self._atom_id(atom)
+        if refresh:
+            self.catch_up()
+        at = now or clock.now()
+        with self.store.engine.connect() as conn:
+            row = self.atoms.atom(conn, atom_id)
+            if row is None:
+                raise NotFound(f"atom {atom_id} is not in the read models",
+                               hint="run `ledger projections rebuild atoms`")
+            rehearsals = self.audit.trail(conn, atom_id, [Atom.Rehearsed.TOPIC])
+            events = self.audit.trail(conn, atom_id)
+        state = decay_state(row)
+        sal = state.salience(at)
+        elapsed = state.elapsed(at)
+        details = []
+        for d, b in zip(row["details"] or [], row["detail_brightness"] or [], strict=False):
+            now_b = decay.detail_brightness(b, elapsed, state.profile)
+            details.append({"content": d["content"], "brightness_recorded": d["brightness"],
+                            "brightness_now": round(now_b, 6),
+                            "visible": now_b >= decay.DETAIL_VISIBILITY_THRESHOLD})
+        out = {k: v for k, v in row.items() if k not in ("detail_brightness",)}
+        out["decay"] = {
+            "now": format_instant(at), "salience_now": round(sal, 6),
+            "raw_salience_now": round(state.raw_salience(at), 6),
+            "baseline": row["baseline"], "origin": row["decay_origin"],
+            "elapsed_days": round(max(0.0, elapsed), 6),
+            "markers": decay.marker(sal, decay.days_since(parse_time(row["created_at"]), at)),
+            "archivable": decay.is_archivable(sal, state.profile),
+            "below_retrieval_threshold_from": row["fades_at"],
+            "profile": state.profile.to_json(),
+        }
+        out["details_now"] = details
+        out["rehearsals"] = rehearsals
+        out["events"] = events
+        return out
+
+    # ------------------------------------------------------------------ recall
+    def recall(self, query: str, subject: str, k: int = 5, now: datetime | None = None,
+               threshold: float = RETRIEVAL_THRESHOLD,
+               weights: RecallWeights = DEFAULT_WEIGHTS, refresh: bool = True) -> RecallResult:
+        """Rank the subject's recallable atoms for ``query``; returns the top ``k``.
+
+        Two stages: the indexes propose the best ``pool_n`` (at least 50, ``10 * k``)
+        retrievable atoms each (keyword hits; vector matches with cosine >= 0.15); those
+        that pass candidate selection (:func:`projections.atoms.is_candidate` and
+        salience >= ``threshold`` at ``now``) are re-ranked. If too few pass, the indexes
+        are asked for more.
+        """
+        if not query.strip():
+            raise InputError("the recall query is empty", hint="give the words to recall by")
+        if not 1 <= k <= 100:
+            raise InputError(f"k must be between 1 and 100, got {k}")
+        if not 0.0 <= threshold <= 1.0:
+            raise InputError(f"threshold must be between 0 and 1, got {threshold}")
+        if refresh:
+            self.catch_up()
+        sid = self._subject(subject)
+        at = now or clock.now()
+        at_s = format_instant(at)
+        qvec = self.vectors.embed_query(query)
+        pool_n = max(50, 10 * k)
+        n = pool_n
+        rows: dict[str, dict[str, Any]] = {}
+        with self.store.engine.connect() as conn:
+            while True:
+                kw = self.keyword.search(conn, sid, query, n)
+                vec = [(a, s) for a, s in self.vectors.search(conn, sid, qvec, n)
+                       if s >= MIN_SIMILARITY]
+                pool = list(dict.fromkeys([a for a, _ in kw] + [a for a, _ in vec]))
+                missing = [a for a in pool if a not in rows]
+                rows.update((r["atom_id"], r) for r in self.atoms.atoms_by_id(conn, missing))
+                states = {a: decay_state(rows[a]) for a in pool
+                          if a in rows and is_candidate(rows[a], at_s)}
+                eligible = {a: st for a, st in states.items() if st.salience(at) >= threshold}
+                exhausted = len(kw) < n and len(vec) < n
+                if len(eligible) >= min(pool_n, len(pool)) or exhausted or n >= 100_000:
+                    break
+                n *= 4
+        kw_in = [(a, s) for a, s in kw if a in eligible]
+        kw_max = max((s for _, s in kw_in), default=0.0)
+        kw_norm = {a: (s / kw_max if kw_max > 0 else 0.0) for a, s in kw_in}
+        cos = dict(vec)
+        scored: list[tuple[tuple[float, float, float, str], RecallItem]] = []
+        for atom_id, state in eligible.items():
+            row = rows[atom_id]
+            sal = state.salience(at)
+            age = decay.days_since(parse_time(row["created_at"]), at)
+            recency = math.pow(2.0, -max(0.0, age) / weights.recency_half_life_days)
+            k_rel, v_rel = kw_norm.get(atom_id, 0.0), min(1.0, max(0.0, cos.get(atom_id, 0.0)))
+            rel = weights.keyword_share * k_rel + (1.0 - weights.keyword_share) * v_rel
+            score = weights.salience * sal + weights.relevance * rel + weights.recency * recency
+            item = RecallItem(
+                atom_id=atom_id, score=score, salience=sal, relevance=rel, keyword=k_rel,
+                vector=v_rel, recency=recency, markers=tuple(decay.marker(sal, age)),
+                text=row["text"], gist=row["gist"],
+                details=tuple(_visible(row, state, at)))
+            tie = (-round(score, 12), -state.raw_salience(at),
+                   -parse_time(row["created_at"]).timestamp(), atom_id)
+            scored.append((tie, item))
+        scored.sort(key=lambda p: p[0])
+        items = tuple(item for _, item in scored[:k])
+        log.info("projections.recalled", subject_id=sid, pool=len(pool),
+                 eligible=len(eligible), returned=len(items))
+        return RecallResult(subject_id=sid, now=at_s, k=k, pool=len(pool),
+                            eligible=len(eligible), items=items,
+                            prompt=render_memories(items))
+
+    # ------------------------------------------------------------------ state as of
+    def state_as_of(self, subject: str, as_of: datetime, valid_at: datetime | None = None,
+                    refresh: bool = True) -> StateView:
+        """Transaction time ``as_of``, valid time ``valid_at`` (default: ``as_of``).
+
+        Replays only this subject's events up to ``as_of`` (found through the as-of
+        index) with the domain's own event handlers. A fact is valid at V when
+        ``valid_from <= V < valid_to`` (``valid_from`` absent: its creation time;
+        ``valid_to`` absent: open); a correction ends the old fact at the new one's
+        ``valid_from``, so superseded facts drop out for later V. Content whose data
+        key is destroyed reads as None in every view, whatever ``as_of`` says.
+        """
+        if refresh:
+            self.catch_up()
+        sid = self._subject(subject)
+        return self._state(sid, as_of, valid_at or as_of)
+
+    def state_all(self, as_of: datetime, valid_at: datetime | None = None,
+                  refresh: bool = True) -> list[StateView]:
+        """:meth:`state_as_of` for every subject registered by ``as_of``."""
+        if refresh:
+            self.catch_up()
+        with self.store.engine.connect() as conn:
+            sids = self.asof.subjects_at(conn, format_instant(as_of))
+        return [self._state(s, as_of, valid_at or as_of) for s in sids]
+
+    def _state(self, sid: str, as_of: datetime, valid_at: datetime) -> StateView:
+        as_of_s, valid_s = format_instant(as_of), format_instant(valid_at)
+        with self.store.engine.connect() as conn:
+            known = self.asof.known_at(conn, sid, as_of_s)
+        self.app.datakeys.get_many([oid for oid, _, _ in known])
+        subject: dict[str, Any] | None = None
+        valid: list[dict[str, Any]] = []
+        not_valid: list[dict[str, Any]] = []
+        artifacts: list[dict[str, Any]] = []
+        for oid, kind, version in known:
+            events = [self.app.mapper.to_domain_event(s)
+                      for s in self.app.recorder.select_events(UUID(oid), lte=version)]
+            agg: Any = None
+            for ev in events:
+                agg = ev.mutate(agg)
+            if agg is None:
+                continue
+            if kind == "subject":
+                subject = {"subject_id": oid, "ref": agg.ref, "display_name": agg.display_name,
+                           "locale": agg.locale, "content_erased": agg.content_erased,
+                           "version": agg.version}
+            elif kind == "artifact":
+                artifacts.append({
+                    "artifact_id": oid, "ref": agg.ref, "kind": agg.kind,
+                    "captured_at": agg.captured_at, "source": agg.source,
+                    "private": agg.private, "title": agg.title, "body": agg.body,
+                    "media_url": agg.media_url, "content_erased": agg.content_erased,
+                    "version": agg.version})
+            elif kind == "atom":
+                fact = _fact_as_of(agg, events, as_of)
+                start = fact["valid_from"] or fact["created_at"]
+                end = fact["valid_to"]
+                if parse_time(start) <= valid_at and (end is None or valid_at < parse_time(end)):
+                    valid.append(fact)
+                else:
+                    fact["not_valid_because"] = (
+                        "not yet valid" if valid_at < parse_time(start) else fact["status"]
+                        if fact["status"] != "active" else "valid_to passed")
+                    not_valid.append(fact)
+        log.info("projections.state_as_of", subject_id=sid, items=len(known))
+        return StateView(sid, as_of_s, valid_s, subject, valid, not_valid, artifacts)
+
+
+def _fact_as_of(agg: Any, events: Sequence[Any], as_of: datetime) -> dict[str, Any]:
+    fact = agg.as_dict()
+    fact["created_at"] = format_instant(agg.created_on)
+    fact["version"] = agg.version
+    state = DecayState(float(fact["salience"] if fact["salience"] is not None else 0.5), 0,
+                       float(fact["emotional_valence"] or 0.0), fact["created_at"],
+                       profile_of(fact["decay_profile"]))
+    for ev in events:
+        if isinstance(ev, Atom.Rehearsed):
+            state = state.rehearsed(format_instant(ev.timestamp))
+    fact["salience_as_of"] = round(state.salience(as_of), 6)
+    fact["last_rehearsed_at"] = (format_instant(parse_time(fact["last_rehearsed_at"]))
+                                 if fact["last_rehearsed_at"] else None)
+    plain: dict[str, Any] = json.loads(json.dumps(fact, default=str))
+    return plain
+
+
+def _visible(row: dict[str, Any], state: DecayState, at: datetime) -> list[decay.Detail]:
+    contents = [d["content"] for d in row["details"] or []]
+    brightness = row["detail_brightness"] or []
+    if not contents or len(contents) != len(brightness):
+        return []
+    return decay.visible_details([decay.Detail(c, b) for c, b in zip(contents, brightness,
+                                                                     strict=True)],
+                                 state.elapsed(at), state.profile)
+

@@ -1,0 +1,191 @@
+"""The projections database: an SQLite file in the home, or the configured PostgreSQL schema.
+
+One SQLAlchemy Core code path for both. The engine comes from
+``keys.datakeys.make_engine``, so SQLite connections run in WAL mode with
+``secure_delete`` on (deleted cells and freed pages are overwritten with zeros).
+All read-model tables are prefixed ``proj_``; on PostgreSQL they share the event
+store's schema.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+import structlog
+from sqlalchemy.engine import Connection, Engine
+
+from keys.datakeys import make_engine
+from ledger.errors import EnvironmentProblem
+from ledger.home import StorageURL
+from projections.routes import ProbeHit, ProbeResult
+
+log = structlog.get_logger("projections")
+
+_LOCK_KEY = 0x6D656D6C  # "meml": projections schema lock
+
+__all__ = ["CompactionReport", "FilesRoute", "Store", "content_needles", "dumps"]
+
+
+def dumps(value: Any) -> str | None:
+    """Canonical JSON text for stored lists and dicts (None stays NULL)."""
+    if value is None:
+        return None
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def content_needles(content: str) -> list[bytes]:
+    """Byte forms under which ``content`` could sit in a file: as is, lower case, JSON."""
+    forms = {content, content.lower(), json.dumps(content)[1:-1],
+             json.dumps(content.lower())[1:-1]}
+    return sorted({f.encode("utf-8") for f in forms if f})
+
+
+@dataclass(frozen=True)
+class CompactionReport:
+    """What compaction did; ``complete`` is False when a reader blocked WAL truncation."""
+
+    backend: str
+    steps: tuple[str, ...]
+    complete: bool
+
+    def as_json(self) -> dict[str, Any]:
+        return {"backend": self.backend, "steps": list(self.steps), "complete": self.complete}
+
+
+class Store:
+    """Engine, schema and the store-wide operations (compaction, raw-file scan)."""
+
+    def __init__(self, engine: Engine, schema: str | None, sqlite_path: Path | None) -> None:
+        self.engine = engine
+        self.schema = schema
+        self.sqlite_path = sqlite_path
+
+    @classmethod
+    def open(cls, url: StorageURL) -> Store:
+        try:
+            engine = make_engine(url.sqlalchemy_url(), url.schema)
+        except Exception as e:
+            raise EnvironmentProblem(
+                f"cannot open the projections database: {e.__class__.__name__}",
+                hint="check the projections setting in config.toml") from e
+        return cls(engine, url.schema, None if url.is_postgres else url.sqlite_path)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.engine.dialect.name == "sqlite"
+
+    @property
+    def backend(self) -> str:
+        return "sqlite" if self.is_sqlite else "postgresql"
+
+    def metadata(self) -> sa.MetaData:
+        return sa.MetaData(schema=self.schema)
+
+    def q(self, name: str) -> str:
+        """A table name for raw SQL, schema-qualified on PostgreSQL."""
+        return f'"{self.schema}"."{name}"' if self.schema else f'"{name}"'
+
+    def sqlite_version(self) -> tuple[int, ...]:
+        dbapi = self.engine.dialect.dbapi
+        return tuple(getattr(dbapi, "sqlite_version_info", (0, 0, 0)))
+
+    def lock(self, conn: Connection) -> None:
+        """Serialise schema changes: hold a store-wide lock until ``conn`` commits.
+
+        PostgreSQL: a transaction-scoped advisory lock. SQLite: a write to ``proj_lock``,
+        which takes the database write lock for the rest of the transaction.
+        """
+        if self.is_sqlite:
+            with self.engine.connect() as c:  # DDL outside the transaction; atomic itself
+                c.exec_driver_sql('CREATE TABLE IF NOT EXISTS "proj_lock" '
+                                  "(id INTEGER PRIMARY KEY, n INTEGER NOT NULL)")
+                c.commit()
+            conn.exec_driver_sql('INSERT INTO "proj_lock" (id, n) VALUES (1, 1) '
+                                 "ON CONFLICT (id) DO UPDATE SET n = n + 1")
+            return
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"),
+                     {"k": (_LOCK_KEY << 32) | zlib.crc32((self.schema or "").encode())})
+
+    def table_exists(self, conn: Connection, name: str) -> bool:
+        return bool(sa.inspect(conn).has_table(name, schema=self.schema))
+
+    # ------------------------------------------------------------------ compaction
+    def compact(self, tables: Iterable[str]) -> CompactionReport:
+        """Store-wide compaction after a purge (outside any transaction).
+
+        SQLite: ``VACUUM`` (rewrites the file; with ``secure_delete`` freed pages are
+        zeroed), then ``wal_checkpoint(TRUNCATE)`` so the write-ahead log that held old
+        page images is emptied. PostgreSQL: ``VACUUM FULL`` of each content table (a new
+        relation file; the old one is unlinked). See ADR 0007 for what neither can promise.
+        """
+        if self.is_sqlite:
+            with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+                c.exec_driver_sql("VACUUM")
+                busy, _log, _done = c.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()
+            steps = ("vacuum", "wal_checkpoint(truncate)")
+            if busy:
+                log.warning("projections.compaction_blocked", backend="sqlite")
+            return CompactionReport("sqlite", steps, complete=not busy)
+        names = sorted(set(tables))
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+            for name in names:
+                if self.table_exists(c, name):
+                    c.exec_driver_sql(f"VACUUM FULL {self.q(name)}")
+        return CompactionReport("postgresql", tuple(f"vacuum full {n}" for n in names), True)
+
+    # ------------------------------------------------------------------ raw files
+    def files(self) -> list[Path]:
+        """The SQLite database file and its WAL and shared-memory files (those that exist)."""
+        if self.sqlite_path is None:
+            return []
+        base = self.sqlite_path
+        return [p for p in (base, base.with_name(base.name + "-wal"),
+                            base.with_name(base.name + "-shm"),
+                            base.with_name(base.name + "-journal")) if p.exists()]
+
+    def scan_files(self, needles: Sequence[bytes]) -> dict[str, int]:
+        """Occurrences of any needle per file name (raw bytes, no SQL)."""
+        found: dict[str, int] = {}
+        for path in self.files():
+            data = path.read_bytes()
+            count = sum(data.count(n) for n in needles)
+            if count:
+                found[path.name] = count
+        return found
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+class FilesRoute:
+    """The SQLite files themselves, scanned byte by byte (the route an attacker with the
+    disk would use). Purge is the store compaction; there is nothing to delete per row."""
+
+    name = "sqlite-files"
+    model = "store"
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def purge(self, conn: Connection, item_id: str) -> int:
+        return 0
+
+    def compact(self, conn: Connection) -> None:
+        return None
+
+    def content_tables(self) -> Sequence[str]:
+        return ()
+
+    def probe(self, item_id: str, content: str | None) -> ProbeResult:
+        files = tuple(p.name for p in self.store.files())
+        if not content:
+            return ProbeResult(self.name, item_id, checked=files)
+        hits = tuple(ProbeHit(where=name, by="content", count=n)
+                     for name, n in sorted(self.store.scan_files(content_needles(content)).items()))
+        return ProbeResult(self.name, item_id, checked=files, hits=hits)

@@ -1,0 +1,169 @@
+"""The read-side commands, mounted on a CLI the way ``ledger`` mounts them."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+
+import ledger.logs
+from ledger.application import LedgerApp
+from ledger.errors import LedgerError
+from ledger.home import Config
+from projections.cli import register
+
+from .conftest import CliResult
+from .test_projections_contract import T0, Clock
+
+
+@pytest.fixture(autouse=True)
+def _logs_on_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Log lines belong on stderr; re-apply the ledger's logging setup in case an earlier
+    test left structlog at its defaults (which print to stdout)."""
+    monkeypatch.setattr(ledger.logs, "_configured", False)
+    ledger.logs.configure()
+
+
+def make_cli(home: Path) -> typer.Typer:
+    cli = typer.Typer(no_args_is_help=True, add_completion=False,
+                      pretty_exceptions_enable=False)
+
+    @contextmanager
+    def open_app() -> Iterator[LedgerApp]:
+        app = LedgerApp(Config.load(home))
+        try:
+            yield app
+        finally:
+            app.close()
+
+    def rehearse(app: Any, atom_ids: list[str], session: str | None) -> None:
+        for atom_id in atom_ids:
+            app.rehearse_atom(atom_id, session, "recalled")
+
+    register(cli, open_app, rehearse)
+    return cli
+
+
+def run(home: Path, *args: str) -> CliResult:
+    """Run like ``ledger.cli.main``: errors become exit codes and a line on stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            make_cli(home)(args=list(args), prog_name="ledger")
+            code = 0
+        except SystemExit as e:
+            code = int(e.code or 0)
+        except LedgerError as e:
+            err.write(f"error: {e}\n")
+            code = e.exit_code
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture
+def seeded(app: LedgerApp, home: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    clock = Clock(monkeypatch)
+    app.register_subject({"ref": "u1"})
+    old = app.add_atom({"subject": "u1", "ref": "job", "text": "Works at Acme",
+                        "privacy_class": "staff-pii"})
+    gone = app.add_atom({"subject": "u1", "text": "Secret hobby", "salience": 0.9})
+    clock.tick(days=2)
+    new = app.correct_atom(str(old), {"text": "Works at Beta as a manager"})
+    app.destroy_data_key(gone, "erasure")
+    clock.tick(days=1)
+    return {"old": str(old), "new": str(new), "gone": str(gone)}
+
+
+def test_status_and_rebuild(seeded: dict[str, str], home: Path) -> None:
+    r = run(home, "projections", "status", "--json")
+    assert r.code == 0, r.err
+    assert {row["state"] for row in json.loads(r.out)} == {"stale"}
+    assert "not current" in r.err
+    r = run(home, "projections", "rebuild", "--json")
+    assert r.code == 0, r.err
+    data = json.loads(r.out)
+    assert set(data["models"]) == {"atoms", "keyword", "vectors", "audit", "asof"}
+    assert "OK: rebuilt 5 read model(s)" in r.err
+    r = run(home, "projections", "rebuild", "keyword")
+    assert r.code == 0 and r.out.startswith("keyword")
+    r = run(home, "projections", "status")
+    assert r.code == 0 and "OK: 5 read models at position" in r.err
+    assert all(" current " in line for line in r.out.splitlines())
+    r = run(home, "projections", "rebuild", "nonsense")
+    assert r.code == 2 and "unknown read model nonsense" in r.err
+
+
+def test_rebuild_shows_progress_on_a_terminal_only(seeded: dict[str, str], home: Path) -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out, err = io.StringIO(), Terminal()
+    with redirect_stdout(out), redirect_stderr(err):
+        with pytest.raises(SystemExit) as exit_:
+            make_cli(home)(args=["projections", "rebuild", "--json"], prog_name="ledger")
+    assert exit_.value.code in (0, None)
+    assert "rebuild" in err.getvalue() and "100%" in err.getvalue()
+    assert json.loads(out.getvalue())["head"] > 0  # stdout stays pure JSON
+    r = run(home, "projections", "rebuild")  # not a terminal: no bar
+    assert "100%" not in r.err
+
+
+def test_recall_rehearses_unless_told_not_to(seeded: dict[str, str], home: Path,
+                                             app: LedgerApp) -> None:
+    r = run(home, "recall", "where does she work", "--subject", "u1", "--json",
+            "--no-rehearse")
+    assert r.code == 0, r.err
+    data = json.loads(r.out)
+    assert data["atom_ids"] == [seeded["new"]] and data["rehearsed"] is False
+    assert app.get_atom(seeded["new"]).rehearsal_count == 0
+    r = run(home, "recall", "where does she work", "--subject", "u1", "-k", "3",
+            "--session", "sess:9")
+    assert r.code == 0, r.err
+    assert r.out.startswith("## What you remember")
+    assert "Works at Beta as a manager" in r.out and "Acme" not in r.out
+    assert "OK: recalled 1 of 1 matching memories; rehearsals recorded" in r.err
+    assert app.get_atom(seeded["new"]).rehearsal_count == 1
+    r = run(home, "recall", "", "--subject", "u1")
+    assert r.code == 2 and "query is empty" in r.err
+
+
+def test_memory_list_and_inspect(seeded: dict[str, str], home: Path) -> None:
+    r = run(home, "memory", "list", "--json")
+    assert r.code == 0, r.err
+    rows = {row["atom_id"]: row for row in json.loads(r.out)}
+    assert rows[seeded["gone"]]["text"] == "[erased]"
+    assert rows[seeded["old"]]["status"] == "superseded"
+    r = run(home, "memory", "list", "--privacy-class", "staff-pii", "--subject", "u1")
+    assert r.code == 0 and len(r.out.splitlines()) == 2  # the old atom and its correction
+    r = run(home, "memory", "list", "--privacy-class", "nope")
+    assert r.code == 2 and "unknown privacy class" in r.err
+    r = run(home, "memory", "inspect", "job", "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["superseded_by"] == seeded["new"]
+    r = run(home, "memory", "inspect", seeded["gone"])
+    assert r.code == 0 and "text: [erased]" in r.out
+    assert f"note: the content of atom {seeded['gone']} was erased" in r.err
+
+
+def test_state_as_of_and_valid_at(seeded: dict[str, str], home: Path) -> None:
+    t1 = (T0 + timedelta(days=1)).isoformat()
+    r = run(home, "state", "--as-of", t1, "--subject", "u1", "--json")
+    assert r.code == 0, r.err
+    data = json.loads(r.out)
+    # both were valid then; the one whose key was destroyed later reads as erased
+    assert {a["atom_id"]: a["text"] for a in data["valid"]} == {
+        seeded["old"]: "Works at Acme", seeded["gone"]: "[erased]"}
+    assert data["not_valid"] == []
+    r = run(home, "state", "--as-of", (T0 + timedelta(days=5)).isoformat(),
+            "--valid-at", t1)
+    assert r.code == 0, r.err
+    assert "Works at Acme" in r.out and "2 fact(s) valid at" in r.err
+    r = run(home, "state", "--as-of", "yesterday-ish")
+    assert r.code == 2 and "--as-of" in r.err
