@@ -66,19 +66,38 @@ def run() -> None:
              note="Recall it once (a signed rehearsal event)")
         step(home, "atom", "history", "atom_002", note="The signed history of that fact")
         step(home, "verify", note="Verify every signature against the roster as it stood")
-        print("\n# Crypto-shred atom_001 (the call hard erasure uses): its data key is destroyed")
-        from ledger.application import LedgerApp
-        from ledger.home import Config
-
-        app = LedgerApp(Config.load(home))
-        try:
-            event = app.destroy_data_key(app.resolve("atom", "atom_001"), "demo erasure")
-        finally:
-            app.close()
-        print(f"  data key destroyed; signed event {event}")
-        shown = step(home, "atom", "show", a1, "--json", note="The atom now reads as erased")
-        assert json.loads(shown)["content_erased"] is True
-        step(home, "verify", "--json", note="...and the whole log still verifies")
+        step(home, "checkpoint", "--out", str(Path(tmp) / "kept.checkpoint"),
+             note="Sign a checkpoint of the Merkle tree and keep it outside the ledger")
+        step(home, "artifact", "add", "--subject", "user_9f4e", "--kind", "email",
+             "--ref", "art_102", "--body", "...an email thread about the offsite...",
+             note="More memories of the same person, from a second artifact")
+        step(home, "atom", "add", "--subject", "user_9f4e", "--kind", "episodic",
+             "--text", "Organised the Lisbon offsite and loved the seafood.",
+             "--derivation", "observed", "--artifact", "art_102", "--session", "sess:1",
+             "--detail", "rainy evening=0.2", "--detail", "grilled sardines=0.85")
+        step(home, "subject", "add", "user_7a1c")
+        step(home, "atom", "add", "--subject", "user_7a1c",
+             "--text", "Prefers aisle seats on long flights.")
+        step(home, "recall", "offsite seafood", "--subject", "user_9f4e", "-k", "3",
+             note="Recall for a prompt (each recalled atom gets a signed rehearsal event)")
+        out = step(home, "redact-user", "user_9f4e", "--reason", "GDPR Art. 17 request",
+                   "--operator", "operator", "--legal-basis", "GDPR Art. 17(1)(a)",
+                   "--session", "sess:1",
+                   note="Right to be forgotten: receipt, operator-signed batch, hard erasure "
+                        "of every copy, probes and a raw scan of every file")
+        batch = next(line.split()[1] for line in out.splitlines() if line.startswith("batch "))
+        pack = Path(tmp) / "evidence"
+        step(home, "evidence-pack", batch, "--out", str(pack), "--zip",
+             note="The Evidence Pack: DSSE-signed in-toto statement, proofs, HTML report")
+        step(home, "verify-pack", str(pack.with_suffix(".zip")), "--root-key",
+             str(home / "keys" / "root.pub"),
+             note="An auditor verifies it offline with the root public key only")
+        step(home, "recall", "offsite seafood", "--subject", "user_9f4e", "--no-rehearse",
+             note="Recall again: nothing of the subject remains")
+        step(home, "recall", "aisle seat flights", "--subject", "user_7a1c", "--no-rehearse",
+             note="Other people's memories are untouched")
+        step(home, "verify", "--checkpoint", str(Path(tmp) / "kept.checkpoint"),
+             note="The log still verifies, and extends the checkpoint kept before the erasure")
         print("\nDemo finished: the temporary ledger is removed.")
 
 

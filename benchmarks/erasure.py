@@ -1,0 +1,85 @@
+"""Right-to-be-forgotten cost: does it follow the subject, not the ledger?
+
+For ledgers of each --sizes (events), with one subject holding --subject-atoms atoms and
+the rest spread over other subjects: `redact-user` end to end (gather, sign, shred, purge,
+probes, raw scan, tombstones, checkpoints), then Evidence Pack build and verify.
+Target: redact-user under 5 s, and the largest ledger within 2x of the smallest.
+
+Usage: python benchmarks/erasure.py [--sizes 100000,1000000] [--subject-atoms 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# benchmarks/projections.py would shadow the projections package when run from here.
+if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+    sys.path.pop(0)
+
+from governance.erasure import redact_user  # noqa: E402
+from governance.pack import build_pack, verify_pack
+from ledger.application import LedgerApp
+from ledger.home import Config
+from projections.service import Projections
+
+
+def build(home: Path, events: int, subject_atoms: int) -> LedgerApp:
+    LedgerApp.initialize(home)
+    app = LedgerApp(Config.load(home))
+    others = max(1, events // 5000)
+    app.import_records([{"ref": f"u{i}"} for i in range(others)] + [{"ref": "target"}], [], [])
+    app.add_atoms([{"subject": "target", "text": f"Target fact number {i} with detail",
+                    "session_id": "sess:target"} for i in range(subject_atoms)])
+    remaining = events - subject_atoms - others - 10
+    for start in range(0, remaining, 5000):
+        n = min(5000, remaining - start)
+        app.add_atoms([{"subject": f"u{(start + j) % others}",
+                        "text": f"Background memory {start + j} of someone else"}
+                       for j in range(n)])
+    return app
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="100000,1000000")
+    ap.add_argument("--subject-atoms", type=int, default=1000)
+    args = ap.parse_args()
+    os.environ.pop("LEDGER_NOW", None)
+    results = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            app = build(Path(tmp) / "home", size, args.subject_atoms)
+            proj = Projections(app)
+            proj.catch_up()
+            built = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            res = redact_user(app, proj, "target", reason="benchmark", operator="operator")
+            erase = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            pack = build_pack(app, res["batch_id"], Path(tmp) / "pack")
+            pack_build = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            report = verify_pack(pack, app.root_public_key)
+            pack_verify = time.perf_counter() - t0
+            assert report.ok
+            events = app.head()[0]
+            proj.close()
+            app.close()
+        results.append((size, erase))
+        print(f"ledger of {events:>9,} events (built + projected in {built:6.1f} s): "
+              f"redact-user of {len(res['targets']['atoms'])} atoms {erase:6.2f} s "
+              f"(target < 5 s); pack build {pack_build:5.2f} s, verify {pack_verify:5.2f} s "
+              f"({report.events} events)")
+    if len(results) > 1:
+        print(f"largest/smallest ledger redact-user time: {results[-1][1] / results[0][1]:.2f}x "
+              f"(target within 2x)")
+
+
+if __name__ == "__main__":
+    main()
