@@ -43,6 +43,7 @@ from ledger.errors import (
 from ledger.home import HOME_DIRNAME, Config, find_home
 from ledger.leaf import leaf_of
 from ledger.merkle import leaf_hash, verify_consistency, verify_inclusion
+from ledger.portability.cli import register as register_portability
 from ledger.transparency import b64, unb64, verify_since, verify_with_roster
 from ledger.verify import Failure, check_checkpoint, verify_log
 from projections.cli import register as register_projections
@@ -660,6 +661,7 @@ def _rehearse(app: LedgerApp, atom_ids: list[str], session: str | None) -> None:
 
 register_projections(cli, opened, rehearse=_rehearse)
 register_governance(cli, opened, artifact_cli)
+register_portability(cli, opened)
 
 
 # ---------------------------------------------------------------------- entry point

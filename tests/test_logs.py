@@ -57,3 +57,4 @@ def test_cli_json_logs_have_no_content(home: Path, monkeypatch: pytest.MonkeyPat
     assert marker in r3.out  # content only where the user asked for it: stdout of `show`
     structlog.reset_defaults()
     monkeypatch.setattr(ledger.logs, "_configured", False)
+    ledger.logs.configure()  # back to JSON on stderr for the tests that follow

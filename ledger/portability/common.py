@@ -79,6 +79,7 @@ class Plan:
     placeholders: list[tuple[str, str, dict[str, Any], str]] = field(default_factory=list)
     tombstones: dict[str, int] = field(default_factory=dict)
     untrusted: list[str] = field(default_factory=list)
+    manifest_signature: str | None = None
 
     @property
     def subject_ref(self) -> str:
@@ -210,6 +211,9 @@ def local_of(ref: str | None, subject_ref: str, fallback: str,
 
 
 def check_subject_ref(ref: Any, where: str) -> str:
+    if ref is None:
+        raise InputError(f"{where}: the input names no subject",
+                         hint="pass --subject REF to say whose memory this is")
     if not isinstance(ref, str) or not _REF.match(ref):
         raise InputError(f"{where}: subject id {ref!r} is not a valid ledger subject id "
                          "(1-128 of A-Z a-z 0-9 . _ : -, starting with a letter or digit)",

@@ -220,6 +220,10 @@ def plan_import(bundle: VerifiedBundle, *, subject: str | None,
     ref = check_subject_ref(subject or s.get("subject_id"), "bundle subject")
     plan = Plan(format="mem", subject=drop_none(
         {"ref": ref, "display_name": s.get("display_name"), "locale": s.get("locale")}))
+    plan.manifest_signature = bundle.manifest_trust
+    if bundle.manifest_trust == "untrusted":
+        plan.warnings.append("manifest.sig is by a key not given with --trust; the bundle's "
+                             "integrity is checked, its origin is not")
     return plan_records(plan, bundle.streams, bundle.tombstones,
                         artifact_exists=artifact_exists, skip_unsupported=skip_unsupported)
 

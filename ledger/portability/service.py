@@ -107,6 +107,8 @@ def apply_plan(app: Any, plan: Plan, *, dry_run: bool = False, actor: str | None
                        "not_applied_untrusted": sorted(set(not_applied))},
         "warnings": list(plan.warnings),
     }
+    if plan.manifest_signature is not None:
+        report["manifest_signature"] = plan.manifest_signature
     if dry_run:
         created = {"subjects": 0, "artifacts": 0, "atoms": 0}
         skipped = dict(created)
