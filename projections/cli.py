@@ -185,8 +185,8 @@ def recall_command(
         if rehearsed:
             assert CONTEXT.rehearse is not None
             CONTEXT.rehearse(app, result.atom_ids, session)
-    data = result.as_json()
-    data["rehearsed"] = rehearsed
+    data = [{**item.as_json(), "marker": ", ".join(item.markers), "rehearsed": rehearsed}
+            for item in result.items]
     _out(data, as_json, result.prompt)
     if result.items:
         _verdict(f"OK: recalled {len(result.items)} of {result.eligible} matching memories"

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 import structlog
@@ -33,6 +33,7 @@ from projections import decay
 from projections.asof import AsOfIndex
 from projections.atoms import AtomStore, decay_state, is_candidate
 from projections.audit import AuditView
+from projections.cache import RecallCache
 from projections.embedder import Embedder
 from projections.keyword import KeywordIndex
 from projections.memory import RETRIEVAL_THRESHOLD, DecayState, parse_time, profile_of
@@ -174,6 +175,8 @@ class Projections:
         for model in self.models:
             for route in model.routes():
                 self.registry.register(route)
+        self.cache = RecallCache()
+        self.registry.register(self.cache)
         if self.store.is_sqlite:
             self.registry.register(FilesRoute(self.store))
         self.runner = Runner(app, self.store, self.models, self.registry, batch_size)
@@ -319,6 +322,19 @@ class Projections:
             self.catch_up()
         sid = self._subject(subject)
         at = now or clock.now()
+        position = int(self.app.recorder.max_notification_id() or 0)
+        key = (sid, query, k, threshold, weights,
+               format_instant(at) if now else format_instant(at)[:16])  # same clock minute
+        cached = self.cache.get(key, position)
+        if cached is not None:
+            log.info("projections.recall_cached", subject_id=sid, returned=len(cached.items))
+            return cast(RecallResult, cached)
+        result = self._recall(query, sid, k, at, threshold, weights)
+        self.cache.put(key, position, result)
+        return result
+
+    def _recall(self, query: str, sid: str, k: int, at: datetime, threshold: float,
+                weights: RecallWeights) -> RecallResult:
         at_s = format_instant(at)
         qvec = self.vectors.embed_query(query)
         pool_n = max(50, 10 * k)

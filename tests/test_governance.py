@@ -195,3 +195,19 @@ def test_pack_signed_by_a_non_operator_fails(app: LedgerApp, proj: Projections,
         verify_pack(build_pack(app, res["batch_id"], tmp_path / "p", operator="writer"),
                     app.root_public_key)
     assert Config  # the pack needs no home to verify
+
+
+def test_recall_cache_is_a_route_that_erasure_purges(app: LedgerApp, proj: Projections) -> None:
+    marker = _marker()
+    app.register_subject({"ref": "u1"})
+    atom = str(app.add_atom({"subject": "u1", "text": f"Speaks Basque fluently {marker}"}))
+    first = proj.recall("Basque", "u1", 3)
+    assert proj.recall("Basque", "u1", 3) is first  # served from the cache
+    assert "recall-cache" in proj.registry.names()
+    hit = proj.cache.probe(atom, marker)
+    assert hit.reach.value == "reachable" and len(proj.cache) == 1
+    result = hard_erase(app, proj, Targets(atoms=[atom]), mode="hard", reason="t",
+                        operator="operator")
+    assert "recall-cache" in [r["route"] for r in result["reach"]["routes"]]
+    assert proj.cache.probe(atom, marker).reach.value == "not-reachable"
+    assert atom not in proj.recall("Basque", "u1", 3).atom_ids

@@ -120,8 +120,10 @@ def test_recall_rehearses_unless_told_not_to(seeded: dict[str, str], home: Path,
     r = run(home, "recall", "where does she work", "--subject", "u1", "--json",
             "--no-rehearse")
     assert r.code == 0, r.err
-    data = json.loads(r.out)
-    assert data["atom_ids"] == [seeded["new"]] and data["rehearsed"] is False
+    data = json.loads(r.out)  # a list of recalled memories
+    assert [d["atom_id"] for d in data] == [seeded["new"]]
+    assert data[0]["rehearsed"] is False and data[0]["marker"] in ("recent, vivid", "vivid")
+    assert {"atom_id", "text", "salience", "marker"} <= set(data[0])
     assert app.get_atom(seeded["new"]).rehearsal_count == 0
     r = run(home, "recall", "where does she work", "--subject", "u1", "-k", "3",
             "--session", "sess:9")
