@@ -21,7 +21,7 @@ from pathlib import Path
 if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     sys.path.pop(0)
 
-from governance.erasure import redact_user  # noqa: E402
+from governance.erasure import redact_user
 from governance.pack import build_pack, verify_pack
 from ledger.application import LedgerApp
 from ledger.home import Config

@@ -92,9 +92,9 @@ def _content_of(proj: Projections, conn: Any, t: Targets) -> dict[str, list[str]
         for r in conn.execute(sa.select(ac).where(ac.c.artifact_id.in_(t.artifacts))):
             out[str(r.artifact_id)] = [x for x in (r.title, r.body, r.media_url) if x]
     for sid in t.subjects:
-        row = proj.atoms.subject(conn, sid)
-        if row and row.get("display_name"):
-            out[sid] = [row["display_name"]]
+        subject_row = proj.atoms.subject(conn, sid)
+        if subject_row and subject_row.get("display_name"):
+            out[sid] = [subject_row["display_name"]]
     assert art is not None
     return {k: [x for x in v if x and len(x) >= MIN_PROBE_CHARS] for k, v in out.items()}
 
@@ -319,8 +319,10 @@ def delete_artifact(app: Any, proj: Projections, artifact: str, *, reason: str, 
     with proj.store.engine.connect() as conn:
         rows = [r for r in proj.atoms.list_atoms(conn)
                 if aid in (r.get("artifact_ids") or []) and r["status"] not in GONE]
-    gone = set()
-    deleted_atoms, kept, flagged = [], [], []
+    gone: set[str] = set()
+    deleted_atoms: list[str] = []
+    flagged: list[str] = []
+    kept: list[tuple[str, list[str]]] = []
     for r in rows:
         remaining = [a for a in (r.get("artifact_ids") or []) if a != aid and a not in gone]
         needs = r.get("min_sources") or 1

@@ -366,10 +366,10 @@ def verify_pack(folder: Path, root_public_key: bytes | None = None) -> PackRepor
                       {k: len(v) for k, v in predicate["targets"].items()})
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Rec:
     id: int
-    originator_id: UUID
+    originator_id: UUID | str
     originator_version: int
     topic: str
     state: bytes

@@ -6,7 +6,6 @@ Each step runs the real `ledger` command and shows what it printed.
 from __future__ import annotations
 
 import io
-import json
 import shlex
 import sys
 import tempfile
@@ -43,7 +42,7 @@ def run() -> None:
              "--ref", "art_101", "--title", "Q4 board prep", "--source", "chatgpt-export",
              "--body", "...the whole conversation transcript...",
              note="Capture the chat the memories come from")
-        a1 = step(home, "atom", "add", "--subject", "user_9f4e", "--ref", "atom_001",
+        step(home, "atom", "add", "--subject", "user_9f4e", "--ref", "atom_001",
                   "--kind", "preference", "--sensitivity", "public", "--confidence", "0.87",
                   "--text", "Prefers direct, unhedged feedback in writing.",
                   "--derivation", "inferred", "--artifact", "art_101",
@@ -80,12 +79,13 @@ def run() -> None:
              "--text", "Prefers aisle seats on long flights.")
         step(home, "recall", "offsite seafood", "--subject", "user_9f4e", "-k", "3",
              note="Recall for a prompt (each recalled atom gets a signed rehearsal event)")
-        out = step(home, "redact-user", "user_9f4e", "--reason", "GDPR Art. 17 request",
+        erased = step(home, "redact-user", "user_9f4e", "--reason", "GDPR Art. 17 request",
                    "--operator", "operator", "--legal-basis", "GDPR Art. 17(1)(a)",
                    "--session", "sess:1",
                    note="Right to be forgotten: receipt, operator-signed batch, hard erasure "
                         "of every copy, probes and a raw scan of every file")
-        batch = next(line.split()[1] for line in out.splitlines() if line.startswith("batch "))
+        batch = next(line.split()[1] for line in erased.splitlines()
+                     if line.startswith("batch "))
         pack = Path(tmp) / "evidence"
         step(home, "evidence-pack", batch, "--out", str(pack), "--zip",
              note="The Evidence Pack: DSSE-signed in-toto statement, proofs, HTML report")

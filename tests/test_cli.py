@@ -115,3 +115,12 @@ def test_console_script_runs(home: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "ledger", "--home", str(home), "verify", "--json"],
                        capture_output=True, text=True, check=False)
     assert r.returncode == 0 and json.loads(r.stdout)["ok"] is True
+
+
+def test_demo_runs_the_whole_flow() -> None:
+    """`make demo` runs this module: keep the README's first command true."""
+    r = subprocess.run([sys.executable, "-m", "ledger.demo"], capture_output=True, text=True,
+                       check=False, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "OK: pack verified against the trusted root key" in r.stdout
+    assert "nothing recalled" in r.stdout

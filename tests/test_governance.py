@@ -17,7 +17,7 @@ from ledger.errors import InputError, NotFound
 from ledger.home import Config
 from projections.service import Projections
 
-from .conftest import RawStore, files_under, run_cli, snapshot
+from .conftest import RawStore, files_under, run_cli
 
 
 @pytest.fixture
