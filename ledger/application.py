@@ -72,7 +72,10 @@ class LedgerApp(Application[UUID]):
         try:
             if config.events.is_postgres:
                 _ensure_schema(config.events)
-            super().__init__(env=config.events.eventsourcing_env())
+            # Aggregates are cached per process and fast-forwarded from the log on every
+            # get, so a cached copy is never stale; commands get deep copies.
+            super().__init__(env={**config.events.eventsourcing_env(),
+                                  "AGGREGATE_CACHE_MAXSIZE": "5000"})
         except Exception as e:
             raise EnvironmentProblem(
                 f"cannot open the event store: {_first_line(e)}",

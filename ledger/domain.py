@@ -51,6 +51,9 @@ class DataKeyDestroyedMixin:
     def apply(self, aggregate: Any) -> None:
         aggregate.content_erased = True
         aggregate.data_key_destroyed_at = self.timestamp.isoformat()  # type: ignore[attr-defined]
+        # Forget the plaintext in memory too (a cached aggregate must not outlive its key).
+        for name in getattr(aggregate, "PERSONAL_STATE", ()):
+            setattr(aggregate, name, None)
 
 
 # --------------------------------------------------------------------------- Subject
@@ -60,6 +63,7 @@ class Subject(Aggregate, _Erasable):
     """A person memories are about. ``ref`` is their opaque, user-controlled id."""
 
     TOPIC = "memory-ledger:subject"
+    PERSONAL_STATE = ("display_name",)
 
     class Event(LedgerEvent):
         pass
@@ -92,6 +96,7 @@ class Artifact(Aggregate, _Erasable):
     """Raw source material (a chat, a document, a note) that atoms derive from."""
 
     TOPIC = "memory-ledger:artifact"
+    PERSONAL_STATE = ("title", "body", "media_url")
 
     class Event(LedgerEvent):
         pass
@@ -159,6 +164,7 @@ class Atom(Aggregate, _Erasable):
     """One remembered fact, preference or episode: the Konshus and Persona atom fields."""
 
     TOPIC = "memory-ledger:atom"
+    PERSONAL_STATE = ("text", "gist", "details", "tags")
 
     # Set from the Created event (see ATOM_FIELDS); declared here for type checkers.
     subject_id: str
@@ -359,6 +365,7 @@ class ErasureRequest(Aggregate, _Erasable):
     """
 
     TOPIC = "memory-ledger:request"
+    PERSONAL_STATE = ("identifiers",)
 
     class Event(LedgerEvent):
         SIGNER_ROLES = OPERATOR
