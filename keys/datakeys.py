@@ -36,9 +36,10 @@ def make_engine(url: str, schema: str | None = None, pooled: bool = False) -> En
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
             cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA busy_timeout=10000")  # first: the next pragmas may wait
+            if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA secure_delete=ON")
-            cur.execute("PRAGMA busy_timeout=10000")
             cur.close()
 
         return engine

@@ -12,6 +12,7 @@ import base64
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import uuid
@@ -38,6 +39,7 @@ from ledger.domain import (
     Atom,
     ErasureRequest,
     LedgerEvent,
+    Policy,
     RedactionBatch,
     Subject,
 )
@@ -846,6 +848,51 @@ class LedgerApp(Application[UUID]):
             ids = self.commit(*aggs)
         log.info("batch.closed", batch_id=str(batch_id), events=len(event_ids))
         return ids
+
+    # ------------------------------------------------------------------ policy
+    def policy_id(self) -> UUID:
+        return uuid.uuid5(LEDGER_NAMESPACE, f"{self.ledger_id}/policy")
+
+    def set_policy(self, document: dict[str, Any], actor: str = "operator") -> str:
+        """Validate a memoryPolicy against schemas/memory-policy.json and record it, signed."""
+        import importlib.resources
+
+        import jsonschema
+
+        doc = document.get("memoryPolicy", document) if isinstance(document, dict) else None
+        if not isinstance(doc, dict):
+            raise InputError("a memoryPolicy document is a JSON object",
+                             hint='give {"memoryPolicy": {...}} or the block itself')
+        schema = json.loads(importlib.resources.files("schemas").joinpath(
+            "memory-policy.json").read_text(encoding="utf-8"))
+        validator = jsonschema.Draft202012Validator(
+            schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+        errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+        if errors:
+            problems = "; ".join(
+                f"{'/'.join(str(p) for p in e.absolute_path) or '(top)'}: {e.message}"
+                for e in errors[:5])
+            raise InputError(f"invalid memoryPolicy: {problems}",
+                             hint="see schemas/memory-policy.json (Persona Schema §7)")
+        with self.writing(self.signer(actor), OPERATOR) as at:
+            pid = self.policy_id()
+            if self.exists(pid):
+                policy: Any = self.repository.get(pid)
+            else:
+                policy = Policy._create(Policy.Created, id=pid, timestamp=at)
+            policy.trigger_event(Policy.PolicySet, timestamp=at, document=doc)
+            ids = self.commit(policy)
+        log.info("policy.set", version=policy.version)
+        return ids[-1]
+
+    def policy(self) -> dict[str, Any] | None:
+        """The policy in force, with when it was set and by which signed event."""
+        pid = self.policy_id()
+        if not self.exists(pid):
+            return None
+        policy: Any = self.repository.get(pid)
+        return {"memoryPolicy": policy.document, "set_at": policy.set_at,
+                "event_id": envelope.event_id(pid, policy.version)}
 
     # ------------------------------------------------------------------ reading
     def history(self, atom_id: str) -> list[dict[str, Any]]:

@@ -417,6 +417,40 @@ def keys_rotate(name: str, reason: str | None = None, as_json: JsonOpt = False) 
     out({"name": name, "old_kid": old, "new_kid": new}, as_json, new)
 
 
+# ---------------------------------------------------------------------- policy
+policy_cli = typer.Typer(no_args_is_help=True, help="The memoryPolicy in force (signed).")
+cli.add_typer(policy_cli, name="policy")
+
+
+@policy_cli.command("set")
+def policy_set(file: Path, actor: Annotated[str, typer.Option(
+        "--as", help="Operator key that signs.")] = "operator", as_json: JsonOpt = False) -> None:
+    """Record a memoryPolicy (JSON, validated against schemas/memory-policy.json).
+
+    Example: ledger policy set policy.json
+    """
+    try:
+        document = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise InputError(f"cannot read policy file {file}: {e}") from e
+    with opened() as app:
+        event_id = app.set_policy(document, actor)
+    out({"event_id": event_id}, as_json, event_id)
+    verdict("OK: policy recorded")
+
+
+@policy_cli.command("show")
+def policy_show(as_json: JsonOpt = False) -> None:
+    """Show the memoryPolicy in force.  Example: ledger policy show --json"""
+    with opened() as app:
+        data = app.policy()
+    if data is None:
+        verdict("note: no policy has been set; see `ledger policy set`")
+        out(None, as_json)
+        return
+    out(data, as_json, json.dumps(data, indent=2))
+
+
 # ---------------------------------------------------------------------- verify
 def _read_note(path: Path) -> str:
     try:

@@ -476,8 +476,33 @@ class RedactionBatch(Aggregate):
         self.outcome: str | None = None
 
 
+class Policy(Aggregate):
+    """The memoryPolicy in force (Persona Schema §7): one per ledger, each change signed by an
+    operator, so every later decision can be traced to the policy of its time."""
+
+    TOPIC = "memory-ledger:policy"
+
+    class Event(LedgerEvent):
+        SIGNER_ROLES = OPERATOR
+
+    class Created(Event, Aggregate.Created):
+        TOPIC = "memory-ledger:policy.started.v1"
+
+    class PolicySet(Event):
+        TOPIC = "memory-ledger:policy.set.v1"
+        document: dict[str, Any]
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.document = self.document
+            aggregate.set_at = self.timestamp.isoformat()
+
+    def __init__(self) -> None:
+        self.document: dict[str, Any] | None = None
+        self.set_at: str | None = None
+
+
 MEMORY_AGGREGATES: tuple[type[Aggregate], ...] = (Subject, Artifact, Atom, ErasureRequest,
-                                                  RedactionBatch)
+                                                  RedactionBatch, Policy)
 
 
 def event_classes() -> list[type[Any]]:
