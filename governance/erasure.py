@@ -27,12 +27,15 @@ from uuid import UUID
 import sqlalchemy as sa
 import structlog
 
+from governance.scan import scan_tree
 from keys.errors import KeyNotAuthorized
 from ledger import clock
 from ledger.errors import ConflictError, InputError, NotFound, VerificationFailed
+from projections._rows import contains
+from projections.memory import index_text
 from projections.routes import Reach
 from projections.service import Projections
-from projections.store import content_needles
+from projections.store import content_digest, content_needles
 
 log = structlog.get_logger("governance")
 
@@ -74,7 +77,8 @@ def check_operator(app: Any, operator: str) -> None:
 
 
 # ----------------------------------------------------------------------------- content
-def _content_of(proj: Projections, conn: Any, t: Targets) -> dict[str, list[str]]:
+def _content_of(proj: Projections, conn: Any, t: Targets
+                ) -> tuple[dict[str, list[str]], dict[str, str]]:
     """Plaintext of every target, for probes only. Never logged, never stored.
 
     Free text only (text, gist, details, title, body, display name): tags are short
@@ -83,10 +87,14 @@ def _content_of(proj: Projections, conn: Any, t: Targets) -> dict[str, list[str]
     (a one-word text matches everywhere); they too are probed by id only.
     """
     out: dict[str, list[str]] = {}
+    indexed: dict[str, str] = {}
     for row in proj.atoms.atoms_by_id(conn, t.atoms):
         texts = [row.get("text"), row.get("gist"),
                  *(d.get("content") for d in (row.get("details") or []))]
         out[row["atom_id"]] = [x for x in texts if isinstance(x, str)]
+        if row.get("text") is not None:
+            indexed[row["atom_id"]] = index_text(row.get("text"), row.get("gist"),
+                                                 row.get("tags"), row.get("details"))
     art, ac = proj.atoms.artifacts, proj.atoms.artifact_content
     if t.artifacts:
         for r in conn.execute(sa.select(ac).where(ac.c.artifact_id.in_(t.artifacts))):
@@ -96,20 +104,13 @@ def _content_of(proj: Projections, conn: Any, t: Targets) -> dict[str, list[str]
         if subject_row and subject_row.get("display_name"):
             out[sid] = [subject_row["display_name"]]
     assert art is not None
-    return {k: [x for x in v if x and len(x) >= MIN_PROBE_CHARS] for k, v in out.items()}
+    return ({k: [x for x in v if x and len(x) >= MIN_PROBE_CHARS] for k, v in out.items()},
+            indexed)
 
 
 def scan_files(folder: Path, needles: Sequence[bytes]) -> dict[str, Any]:
-    """Raw scan of every file below ``folder`` for any needle (no SQL, no parsing)."""
-    files = [p for p in sorted(folder.rglob("*")) if p.is_file()]
-    hits = []
-    for path in files:
-        data = path.read_bytes()
-        count = sum(data.count(n) for n in needles if n)
-        if count:
-            hits.append({"file": str(path.relative_to(folder)), "count": count})
-    return {"files": len(files), "needles": len(needles), "hits": hits,
-            "checked_at": clock.format_instant(clock.now())}
+    """Raw scan of every file below ``folder`` for any needle (see governance/scan.py)."""
+    return {**scan_tree(folder, needles), "checked_at": clock.format_instant(clock.now())}
 
 
 # ----------------------------------------------------------------------------- erasure
@@ -125,29 +126,29 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
     before = app.checkpoint()
     batch_id = app.open_batch(operator, request_id, mode, reason, targets.as_json())
     with proj.store.engine.connect() as conn:
-        content = _content_of(proj, conn, targets)
+        content, indexed = _content_of(proj, conn, targets)
     ids = [UUID(i) for i in [*targets.atoms, *targets.artifacts, *targets.subjects]]
     shred_ids = app.shred(ids, reason, actor=operator)
-    proj.catch_up()
+    applied = proj.catch_up()  # the read models apply the destruction: purge + compaction
     routes = [r for r in proj.registry.routes() if r.name != "sqlite-files"]
+    items = [str(i) for i in ids]
+    with proj.store.engine.begin() as conn:  # explicit purge of every route, in batches
+        leftover = proj.registry.purge_many(conn, items, routes)
+    if any(leftover.values()) or applied.compaction is None:
+        proj.runner.compact([m.name for m in proj.models])
+    probes = proj.registry.probe_many(
+        {i: [*content.get(i, []), *([indexed[i]] if i in indexed else [])] for i in items},
+        routes)
     per_route: dict[str, dict[str, Any]] = {r.name: {"route": r.name, "items": 0,
                                                       "reach": Reach.NOT_REACHABLE.value}
                                             for r in routes}
-    with proj.store.engine.begin() as conn:  # explicit purge of every route, one compaction
-        for item in ids:
-            proj.registry.purge(conn, str(item))
-    proj.runner.compact([m.name for m in proj.models])
     problems = []
-    for item in ids:
-        texts = content.get(str(item), [])
-        for route in routes:
-            results = [route.probe(str(item), None)] + [route.probe(str(item), t) for t in texts]
-            per_route[route.name]["items"] += 1
-            for res in results:
-                if res.reach is Reach.REACHABLE:
-                    per_route[route.name]["reach"] = Reach.REACHABLE.value
-                    problems.append(f"{route.name} still reaches {item} "
-                                    f"({', '.join(h.where for h in res.hits)})")
+    for res in probes:
+        per_route[res.route]["items"] += 1
+        if res.reach is Reach.REACHABLE:
+            per_route[res.route]["reach"] = Reach.REACHABLE.value
+            problems.append(f"{res.route} still reaches {res.item_id} "
+                            f"({', '.join(h.where for h in res.hits)})")
     needles = sorted({n for texts in content.values() for t in texts
                       for n in content_needles(t)})
     raw = scan_files(app.config.home, needles)
@@ -189,68 +190,71 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
 
 
 # ----------------------------------------------------------------------------- gathering
-def _matches(texts: Iterable[str | None], identifiers: Sequence[str]) -> bool:
-    low = [i.lower() for i in identifiers]
-    return any(t and any(i in t.lower() for i in low) for t in texts)
-
-
-def _atom_texts(row: dict[str, Any]) -> list[str | None]:
-    return [row.get("text"), row.get("gist"), *(row.get("tags") or []),
-            *(d.get("content") for d in (row.get("details") or []))]
-
-
 def plan_user_erasure(app: Any, proj: Projections, subject: str,
                       identifiers: Sequence[str] = (), sessions: Sequence[str] = ()
                       ) -> tuple[Targets, list[str]]:
-    """Gather what belongs to the subject, and what of others refers to it."""
+    """Gather what belongs to the subject, and what of others refers to it.
+
+    Subject and session lookups use the atom store's indexes, and memories that share a
+    tag with a target are found through the tag digests, so the cost follows the
+    subject. Identifier matching is a substring search over all stored content and so
+    reads the whole store (in SQL), only when identifiers are given (ADR 0012).
+    """
     sid = str(app.resolve_subject(subject))
     proj.catch_up()
     t = Targets()
+    store = proj.atoms
+    a, ac = store.atoms, store.atom_content
     with proj.store.engine.connect() as conn:
-        rows = proj.atoms.list_atoms(conn)
-        arts = proj.atoms.artifacts_of(conn, sid)
-        subj = proj.atoms.subject(conn, sid)
-        ac = proj.atoms.artifact_content
-        art_rows = list(conn.execute(sa.select(proj.atoms.artifacts.c.artifact_id,
-                                               proj.atoms.artifacts.c.subject_id,
-                                               ac.c.title, ac.c.body).select_from(
-            proj.atoms.artifacts.outerjoin(
-                ac, proj.atoms.artifacts.c.artifact_id == ac.c.artifact_id))))
-    sessions_set = set(sessions)
-    for row in rows:
-        if row["status"] in GONE and row["content_erased"]:
-            continue  # already erased and tombstoned; a half-done erasure is picked up again
-        why = None
-        if row["subject_id"] == sid:
-            why = "subject"
-        elif row.get("session_id") and row["session_id"] in sessions_set:
-            why = "session"
-        elif identifiers and _matches(_atom_texts(row), identifiers):
-            why = "identifier"
-        if why:
-            t.atoms.append(row["atom_id"])
-            t.why[row["atom_id"]] = why
-    for a in arts:
-        if not a.get("content_erased"):
-            t.artifacts.append(str(a["artifact_id"]))
-    if identifiers:
-        for r in art_rows:
-            aid = str(r.artifact_id)
-            if aid not in t.artifacts and _matches([r.title, r.body], identifiers):
+        found: dict[str, tuple[str, dict[str, Any]]] = {}
+        for row in store.atoms_where(conn, a.c.subject_id == sid):
+            found.setdefault(row["atom_id"], ("subject", row))
+        if sessions:
+            for row in store.atoms_where(conn, a.c.session_id.in_(list(sessions))):
+                found.setdefault(row["atom_id"], ("session", row))
+        if identifiers:
+            cond = sa.or_(*[contains(conn, sa.func.lower(col), i.lower())
+                            for col in (ac.c.text, ac.c.gist, ac.c.tags, ac.c.details)
+                            for i in identifiers])
+            hit_ids = [str(r[0]) for r in conn.execute(sa.select(ac.c.atom_id).where(cond))]
+            for row in store.atoms_by_id(conn, hit_ids):
+                found.setdefault(row["atom_id"], ("identifier", row))
+        arts = store.artifacts_of(conn, sid)
+        subj = store.subject(conn, sid)
+        extra_arts: list[str] = []
+        if identifiers:
+            art_c = store.artifact_content
+            cond = sa.or_(*[contains(conn, sa.func.lower(col), i.lower())
+                            for col in (art_c.c.title, art_c.c.body) for i in identifiers])
+            extra_arts = [str(r[0]) for r in conn.execute(
+                sa.select(art_c.c.artifact_id).where(cond))]
+        target_rows = []
+        for atom_id, (why, row) in found.items():
+            if row["status"] in GONE and row["content_erased"]:
+                continue  # already erased and tombstoned; a half-done erasure is picked up
+            t.atoms.append(atom_id)
+            t.why[atom_id] = why
+            target_rows.append(row)
+        for art in arts:
+            if not art.get("content_erased"):
+                t.artifacts.append(str(art["artifact_id"]))
+        for aid in extra_arts:
+            if aid not in t.artifacts:
                 t.artifacts.append(aid)
-    if subj is not None and not subj.get("content_erased"):
-        t.subjects.append(sid)
-    # Memories of others that refer to the erased ones: shared tags, session, identifiers.
-    target_set = set(t.atoms)
-    tags = {tag for row in rows if row["atom_id"] in target_set for tag in (row.get("tags") or [])}
-    sess = {row.get("session_id") for row in rows if row["atom_id"] in target_set} - {None}
-    referring = []
-    for row in rows:
-        if row["atom_id"] in target_set or row["status"] in GONE:
-            continue
-        if (tags & set(row.get("tags") or [])) or (row.get("session_id") in sess) or \
-                (identifiers and _matches(_atom_texts(row), identifiers)):
-            referring.append(row["atom_id"])
+        if subj is not None and not subj.get("content_erased"):
+            t.subjects.append(sid)
+        # Memories of others that refer to the erased ones: shared tags or session.
+        target_set = set(t.atoms)
+        tags = {tag for row in target_rows for tag in (row.get("tags") or [])}
+        sess = sorted({row["session_id"] for row in target_rows if row.get("session_id")})
+        holders = store.items_with_digests(conn, "tag", [content_digest(x) for x in tags])
+        candidates = {i for ids in holders.values() for i in ids} - target_set
+        others = store.atoms_by_id(conn, sorted(candidates))
+        if sess:
+            others += store.atoms_where(conn, sa.and_(a.c.session_id.in_(sess),
+                                                      a.c.atom_id.notin_(sorted(target_set))))
+    referring = sorted({row["atom_id"] for row in others
+                        if row["atom_id"] not in target_set and row["status"] not in GONE})
     return t, referring
 
 

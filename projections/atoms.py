@@ -17,7 +17,7 @@ detail, and ``fades_at`` the instant salience drops below the retrieval threshol
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
@@ -29,7 +29,7 @@ from projections.entries import LogEntry, content_gone
 from projections.memory import DecayState, fades_at, profile_of
 from projections.routes import ProbeHit, ProbeResult
 from projections.runner import Applied
-from projections.store import Store, content_needles, dumps
+from projections.store import Store, content_digest, content_needles, dumps
 
 __all__ = ["AtomStore", "AtomStoreRoute", "decay_state", "is_candidate"]
 
@@ -45,7 +45,7 @@ class AtomStore:
     """Read model ``atoms``: current atoms, subjects and artifacts."""
 
     name = "atoms"
-    version = "2"
+    version = "3"
     holds_content: ClassVar[bool] = True
 
     def __init__(self, store: Store) -> None:
@@ -92,6 +92,12 @@ class AtomStore:
             sa.Column("content_erased", sa.Boolean, nullable=False),
             sa.Column("data_key_destroyed_at", _TIME),
             sa.Index("proj_atoms_subject", "subject_id", "status"),
+            sa.Index("proj_atoms_session", "session_id"),
+            # memoryPolicy sweeps (governance/sweep.py, ADR 0014): retention due by class,
+            # decay below minimumSalience, tombstone records past their retention.
+            sa.Index("proj_atoms_retention", "privacy_class", "status", "created_at"),
+            sa.Index("proj_atoms_fading", "status", "fades_at"),
+            sa.Index("proj_atoms_tombstones", "status", "redacted_at"),
         )
         self.atom_content = sa.Table(
             "proj_atom_content", md,
@@ -138,8 +144,17 @@ class AtomStore:
             sa.Column("body", sa.Text),
             sa.Column("media_url", sa.Text),
         )
+        # Digests of content values (never the values): kind "text" for free text, "tag"
+        # for tags. Erasure probes and the right-to-be-forgotten gathering look values up
+        # here by index, so their cost follows the items, not the store (ADR 0012).
+        self.digests = sa.Table(
+            "proj_content_digests", md,
+            sa.Column("item_id", _ID, nullable=False, index=True),
+            sa.Column("kind", sa.String(8), nullable=False),
+            sa.Column("digest", sa.String(64), nullable=False, index=True),
+        )
         self.tables = [self.atoms, self.atom_content, self.subjects, self.subject_content,
-                       self.artifacts, self.artifact_content]
+                       self.artifacts, self.artifact_content, self.digests]
         self.content = [self.atom_content, self.subject_content, self.artifact_content]
         self.route = AtomStoreRoute(self)
 
@@ -231,7 +246,12 @@ class AtomStore:
         for table in self.content:
             if by_table.get(table.name):
                 conn.execute(table.insert(), by_table[table.name])
-        purged = [i for i in purge if self.route.purge(conn, i)]
+        digests = [{"item_id": item, "kind": kind, "digest": d}
+                   for item, (_t, values) in content.items()
+                   for kind, d in _digests_of(values)]
+        if digests:
+            conn.execute(self.digests.insert(), digests)
+        purged = purge if purge and self.route.purge_many(conn, purge) else []
         return Applied(purged=purged)
 
     # ------------------------------------------------------------------ queries
@@ -263,6 +283,23 @@ class AtomStore:
                 .where(cond).order_by(a.c.created_at, a.c.atom_id))
         return [_decode_atom(dict(r._mapping)) for r in conn.execute(stmt)]
 
+    def atoms_where(self, conn: Connection, cond: Any) -> list[dict[str, Any]]:
+        """Atoms (with content) matching a SQL condition on the atoms table."""
+        return self._select(conn, cond)
+
+    def items_with_digests(self, conn: Connection, kind: str,
+                           digests: Sequence[str]) -> dict[str, set[str]]:
+        """digest -> ids of the items holding a value with that digest (index lookups)."""
+        out: dict[str, set[str]] = {}
+        wanted = sorted(set(digests))
+        d = self.digests
+        for start in range(0, len(wanted), 500):
+            for item, digest in conn.execute(
+                    sa.select(d.c.item_id, d.c.digest).where(
+                        d.c.kind == kind, d.c.digest.in_(wanted[start:start + 500]))):
+                out.setdefault(str(digest), set()).add(str(item))
+        return out
+
     def subject(self, conn: Connection, subject_id: str) -> dict[str, Any] | None:
         s, c = self.subjects, self.subject_content
         row = conn.execute(
@@ -278,6 +315,20 @@ class AtomStore:
                 t.outerjoin(c, t.c.artifact_id == c.c.artifact_id))
             .where(t.c.subject_id == subject_id).order_by(t.c.created_at, t.c.artifact_id))
         return [dict(r._mapping) for r in rows]
+
+
+def _digests_of(values: dict[str, Any]) -> list[tuple[str, str]]:
+    """(kind, digest) of every content value of one content row."""
+    texts: list[Any] = [values.get(k) for k in ("text", "gist", "display_name", "title",
+                                                  "body", "media_url")]
+    details = values.get("details")
+    if details:
+        texts += [d.get("content") for d in json.loads(details) if isinstance(d, dict)]
+    out = {("text", content_digest(t)) for t in texts if isinstance(t, str) and t}
+    tags = values.get("tags")
+    if tags:
+        out |= {("tag", content_digest(t)) for t in json.loads(tags) if isinstance(t, str)}
+    return sorted(out)
 
 
 def _new_atom(e: LogEntry) -> dict[str, Any]:
@@ -364,7 +415,8 @@ def _decode_atom(row: dict[str, Any]) -> dict[str, Any]:
 
 
 class AtomStoreRoute:
-    """The atom store's content tables: atom, subject and artifact content rows."""
+    """The atom store's content tables: atom, subject and artifact content rows, and the
+    digests of their values."""
 
     name = "atom-store"
     model = "atoms"
@@ -373,15 +425,25 @@ class AtomStoreRoute:
         self.m = model
 
     def purge(self, conn: Connection, item_id: str) -> int:
-        return sum(delete_ids(conn, t, [item_id]) for t in self.m.content)
+        return self.purge_many(conn, [item_id])
+
+    def purge_many(self, conn: Connection, item_ids: Sequence[str]) -> int:
+        d = self.m.digests
+        n = sum(delete_ids(conn, t, item_ids) for t in self.m.content)
+        for start in range(0, len(item_ids), 500):
+            n += int(conn.execute(d.delete().where(
+                d.c.item_id.in_(list(item_ids[start:start + 500])))).rowcount or 0)
+        return n
 
     def compact(self, conn: Connection) -> None:
         return None  # row deletes only; the store-wide compaction follows
 
     def content_tables(self) -> Sequence[str]:
-        return [t.name for t in self.m.content]
+        return [t.name for t in (*self.m.content, self.m.digests)]
 
     def probe(self, item_id: str, content: str | None) -> ProbeResult:
+        """Thorough probe of one item: by id, and every stored value scanned for the
+        content (substring, in SQL). ``probe_many`` is the indexed form erasure uses."""
         hits: list[ProbeHit] = []
         checked: list[str] = []
         with self.m.store.engine.connect() as conn:
@@ -403,4 +465,47 @@ class AtomStoreRoute:
                 if ids:
                     hits.append(ProbeHit(table.name, "content", len(ids),
                                          tuple(i for i in ids if i != item_id)))
+            hits += self._digest_hits(conn, {item_id: [content] if content else []})[item_id]
+            checked.append(self.m.digests.name)
         return ProbeResult(self.name, item_id, tuple(checked), tuple(hits))
+
+    def probe_many(self, items: Mapping[str, Sequence[str]]) -> list[ProbeResult]:
+        """Probe many items at once, with index lookups only: rows keyed by each id in
+        every content table, and any stored value equal (case-folded) to one of the
+        item's texts under any id, through the digest index. Substring copies are left
+        to the raw file scan that follows every erasure (ADR 0012)."""
+        ids = list(items)
+        found: dict[str, list[ProbeHit]] = {i: [] for i in ids}
+        checked: list[str] = []
+        with self.m.store.engine.connect() as conn:
+            for table in (*self.m.content, self.m.digests):
+                if not self.m.store.table_exists(conn, table.name):
+                    continue
+                checked.append(table.name)
+                key = table.c.item_id if table is self.m.digests else \
+                    next(iter(table.primary_key.columns))
+                counts: dict[str, int] = {}
+                for start in range(0, len(ids), 500):
+                    for item, n in conn.execute(
+                            sa.select(key, sa.func.count()).where(
+                                key.in_(ids[start:start + 500])).group_by(key)):
+                        counts[str(item)] = int(n)
+                for item, n in counts.items():
+                    found[item].append(ProbeHit(table.name, "id", n))
+            if self.m.store.table_exists(conn, self.m.digests.name):
+                for item, extra in self._digest_hits(conn, items).items():
+                    found[item] += extra
+        return [ProbeResult(self.name, i, tuple(checked), tuple(found[i])) for i in ids]
+
+    def _digest_hits(self, conn: Connection,
+                     items: Mapping[str, Sequence[str]]) -> dict[str, list[ProbeHit]]:
+        wanted = {i: {content_digest(t) for t in texts if t} for i, texts in items.items()}
+        holders = self.m.items_with_digests(conn, "text", [d for v in wanted.values()
+                                                            for d in v])
+        out: dict[str, list[ProbeHit]] = {i: [] for i in items}
+        for item, digests in wanted.items():
+            other = sorted({h for d in digests for h in holders.get(d, ())})
+            if other:
+                out[item].append(ProbeHit(self.m.digests.name, "content", len(other),
+                                          tuple(h for h in other if h != item)))
+        return out

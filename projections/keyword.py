@@ -20,7 +20,7 @@ index); no raw text is stored.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
@@ -146,7 +146,7 @@ class KeywordIndex:
             if atom_id not in new:
                 conn.execute(self.docs.update().where(self.docs.c.atom_id == atom_id)
                              .values(retrievable=on))
-        return Applied(purged=[i for i in purge if self.route.purge(conn, i)])
+        return Applied(purged=purge if purge and self.route.purge_many(conn, purge) else [])
 
     def _insert(self, conn: Connection, new: dict[str, tuple[str, str]],
                 flags: dict[str, bool]) -> None:
@@ -232,6 +232,61 @@ class KeywordRoute:
 
     def content_tables(self) -> Sequence[str]:
         return [] if self.m.sqlite else ["proj_kw"]
+
+    def purge_many(self, conn: Connection, item_ids: Sequence[str]) -> int:
+        m = self.m
+        wanted = list(dict.fromkeys(item_ids))
+        n = 0
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start:start + 500]
+            if not m.sqlite:
+                n += int(conn.execute(m.docs.delete().where(m.docs.c.atom_id.in_(chunk)))
+                         .rowcount or 0)
+                continue
+            docs = [int(d) for d, in conn.execute(
+                sa.select(m.docs.c.doc).where(m.docs.c.atom_id.in_(chunk)))]
+            if docs:
+                conn.exec_driver_sql(m.sql(_FTS_DELETE), [(d,) for d in docs])
+                conn.execute(m.docs.delete().where(m.docs.c.doc.in_(docs)))
+            n += len(docs)
+        return n
+
+    def probe_many(self, items: Mapping[str, Sequence[str]]) -> list[ProbeResult]:
+        """Probe many items in one connection: documents keyed by each id (one IN query),
+        and a phrase query per text through the full-text index."""
+        m = self.m
+        ids = list(items)
+        found: dict[str, list[ProbeHit]] = {i: [] for i in ids}
+        with m.store.engine.connect() as conn:
+            if not m.store.table_exists(conn, m.docs.name):
+                return [ProbeResult(self.name, i, ()) for i in ids]
+            checked = (m.docs.name, *(["proj_kw_fts"] if m.sqlite else []))
+            for start in range(0, len(ids), 500):
+                for a, n in conn.execute(
+                        sa.select(m.docs.c.atom_id, sa.func.count()).where(
+                            m.docs.c.atom_id.in_(ids[start:start + 500]))
+                        .group_by(m.docs.c.atom_id)):
+                    found[str(a)].append(ProbeHit(m.docs.name, "id", int(n)))
+            for item, texts in items.items():
+                other: set[str] = set()
+                for text in texts:
+                    other |= set(self._content_ids(conn, text))
+                if other:
+                    found[item].append(ProbeHit(
+                        m.docs.name if not m.sqlite else "proj_kw_fts", "content",
+                        len(other), tuple(sorted(other - {item}))))
+        return [ProbeResult(self.name, i, checked, tuple(found[i])) for i in ids]
+
+    def _content_ids(self, conn: Connection, content: str) -> list[str]:
+        m = self.m
+        terms = query_terms(content or "", limit=64)
+        if not terms:
+            return []
+        if m.sqlite:
+            return [str(a) if a is not None else f"orphan-fts-row:{rowid}"
+                    for rowid, a in conn.exec_driver_sql(
+                        m.sql(_FTS_PROBE), ("body : " + _phrase(terms),))]
+        return [str(r[0]) for r in conn.execute(sa.text(m.sql(_PG_PROBE)), {"c": content})]
 
     def probe(self, item_id: str, content: str | None) -> ProbeResult:
         m = self.m

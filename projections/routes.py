@@ -17,7 +17,7 @@ Probe results name tables, files and other item ids, never content.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
@@ -119,3 +119,33 @@ class RouteRegistry:
 
     def probe(self, item_id: str, content: str | None = None) -> list[ProbeResult]:
         return [r.probe(item_id, content) for r in self._routes.values()]
+
+    def purge_many(self, conn: Connection, item_ids: Sequence[str],
+                   routes: Sequence[Route] | None = None) -> dict[str, int]:
+        """Purge many items from every route (or ``routes``), in batches where the route
+        offers ``purge_many``; rows deleted per route."""
+        out: dict[str, int] = {}
+        for r in self.routes() if routes is None else routes:
+            many = getattr(r, "purge_many", None)
+            out[r.name] = int(many(conn, list(item_ids))) if many is not None else \
+                sum(r.purge(conn, i) for i in item_ids)
+        return out
+
+    def probe_many(self, items: Mapping[str, Sequence[str]],
+                   routes: Sequence[Route] | None = None) -> list[ProbeResult]:
+        """Probe many items (id -> its texts) on every route (or ``routes``).
+
+        Routes that offer ``probe_many`` answer with index lookups, so the cost follows
+        the items, not the store; others are asked item by item, text by text.
+        """
+        out: list[ProbeResult] = []
+        for r in self.routes() if routes is None else routes:
+            many = getattr(r, "probe_many", None)
+            if many is not None:
+                out.extend(many(items))
+                continue
+            for item, texts in items.items():
+                results = [r.probe(item, None), *(r.probe(item, t) for t in texts)]
+                out.append(ProbeResult(r.name, item, results[0].checked,
+                                       tuple(h for res in results for h in res.hits)))
+        return out

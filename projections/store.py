@@ -9,6 +9,7 @@ store's schema.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zlib
 from collections.abc import Iterable, Sequence
@@ -29,7 +30,8 @@ log = structlog.get_logger("projections")
 
 _LOCK_KEY = 0x6D656D6C  # "meml": projections schema lock
 
-__all__ = ["CompactionReport", "FilesRoute", "Store", "content_needles", "dumps"]
+__all__ = ["CompactionReport", "FilesRoute", "Store", "content_digest", "content_needles",
+           "dumps"]
 
 
 def dumps(value: Any) -> str | None:
@@ -44,6 +46,16 @@ def content_needles(content: str) -> list[bytes]:
     forms = {content, content.lower(), json.dumps(content)[1:-1],
              json.dumps(content.lower())[1:-1]}
     return sorted({f.encode("utf-8") for f in forms if f})
+
+
+def content_digest(value: str) -> str:
+    """Domain-separated SHA-256 of a content value, case-folded like the probe needles.
+
+    Read models index these digests (never the text) so that an erasure can ask "is this
+    exact value still stored under any id?" with an index lookup instead of a scan.
+    """
+    data = b"memory-ledger/content-digest/v1\x00" + value.lower().encode("utf-8")
+    return hashlib.sha256(data).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -119,16 +131,18 @@ class Store:
     def compact(self, tables: Iterable[str]) -> CompactionReport:
         """Store-wide compaction after a purge (outside any transaction).
 
-        SQLite: ``VACUUM`` (rewrites the file; with ``secure_delete`` freed pages are
-        zeroed), then ``wal_checkpoint(TRUNCATE)`` so the write-ahead log that held old
-        page images is emptied. PostgreSQL: ``VACUUM FULL`` of each content table (a new
-        relation file; the old one is unlinked). See ADR 0007 for what neither can promise.
+        SQLite: deletes already overwrote the freed cells and pages with zeros
+        (``secure_delete``, set on every connection); ``wal_checkpoint(TRUNCATE)`` then
+        writes the zeroed pages into the database file and empties the write-ahead log
+        that held the old page images. No ``VACUUM``: it rewrites the whole file, a cost
+        that follows the store's size, not the erased items (ADR 0012).
+        PostgreSQL: ``VACUUM FULL`` of each content table (a new relation file; the old
+        one is unlinked). See ADR 0007 for what neither can promise.
         """
         if self.is_sqlite:
             with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
-                c.exec_driver_sql("VACUUM")
                 busy, _log, _done = c.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()
-            steps = ("vacuum", "wal_checkpoint(truncate)")
+            steps = ("secure_delete", "wal_checkpoint(truncate)")
             if busy:
                 log.warning("projections.compaction_blocked", backend="sqlite")
             return CompactionReport("sqlite", steps, complete=not busy)

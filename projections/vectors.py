@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 import sys
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -38,7 +38,7 @@ from projections.entries import LogEntry, content_gone, retrieval
 from projections.memory import index_text
 from projections.routes import ProbeHit, ProbeResult
 from projections.runner import Applied
-from projections.store import Store
+from projections.store import Store, content_digest
 
 np: Any
 try:  # optional acceleration
@@ -155,7 +155,7 @@ class VectorIndex:
         if not 1 <= self.dim <= 65535:
             raise ValueError(f"embedding dimension {self.dim} does not fit uint16 indices")
         self.segment_size = segment_size
-        self.version = f"4/{self.embedder.id}/seg{segment_size}"
+        self.version = f"5/{self.embedder.id}/seg{segment_size}"
         md = store.metadata()
         self.segments = sa.Table(
             "proj_vec_segments", md,
@@ -170,6 +170,9 @@ class VectorIndex:
             sa.Column("subject_id", sa.String(36), nullable=False),
             sa.Column("segment", sa.Integer, nullable=False),
             sa.Column("slot", sa.Integer, nullable=False),
+            # content_digest of the embedded text (never the text): lets an erasure ask
+            # "is this exact text still embedded under any id?" with one index lookup
+            sa.Column("digest", sa.String(64), index=True),
         )
         self.route = VectorRoute(self)
 
@@ -260,7 +263,8 @@ class VectorIndex:
                 slot = seg.append(atom_id, *vecs[atom_id])
                 where[atom_id] = (subject_id, seg.segment, slot)
                 added[atom_id] = {"atom_id": atom_id, "subject_id": subject_id,
-                                  "segment": seg.segment, "slot": slot}
+                                  "segment": seg.segment, "slot": slot,
+                                  "digest": content_digest(texts[atom_id][1])}
                 continue
             loc = where.get(atom_id)
             if not isinstance(ev, Atom.Event) or loc is None:
@@ -377,7 +381,7 @@ class VectorIndex:
                     out.append((r.ids[slot * ID_WIDTH:(slot + 1) * ID_WIDTH].decode("ascii"),
                                 r.subject_id, flag == ON, to_bytes(dense)))
                 pos += n
-        mapped = sorted((a, s) for a, s, _g, _i in dump_table(conn, self.slots))
+        mapped = sorted((a, s, d) for a, s, _g, _i, d in dump_table(conn, self.slots))
         return {"proj_vec_segments": sorted(out), "proj_vec_slots": mapped}
 
 
@@ -403,11 +407,64 @@ class VectorRoute:
         conn.execute(m.slots.delete().where(m.slots.c.atom_id == item_id))
         return 1
 
+    def purge_many(self, conn: Connection, item_ids: Sequence[str]) -> int:
+        """Purge many atoms, rewriting each touched segment once."""
+        m = self.m
+        locs: list[tuple[str, int, int]] = []
+        wanted = list(dict.fromkeys(item_ids))
+        for start in range(0, len(wanted), 500):
+            locs += [(str(s), int(g), int(i)) for s, g, i in conn.execute(
+                sa.select(m.slots.c.subject_id, m.slots.c.segment, m.slots.c.slot)
+                .where(m.slots.c.atom_id.in_(wanted[start:start + 500])))]
+        segs: dict[tuple[str, int], _Segment] = {}
+        for subject_id, number, slot in locs:
+            key = (subject_id, number)
+            if key not in segs:
+                loaded = m._load(conn, subject_id, number)
+                if loaded is None:
+                    continue
+                segs[key] = loaded
+            segs[key].clear(slot)
+        m._flush(conn, list(segs.values()))
+        for start in range(0, len(wanted), 500):
+            conn.execute(m.slots.delete().where(m.slots.c.atom_id.in_(wanted[start:start + 500])))
+        return len(locs)
+
     def compact(self, conn: Connection) -> None:
         return None
 
     def content_tables(self) -> Sequence[str]:
         return ["proj_vec_segments"]
+
+    def probe_many(self, items: Mapping[str, Sequence[str]]) -> list[ProbeResult]:
+        """Probe many items with index lookups: slots mapped to each id, and slots whose
+        embedded text has the digest of one of the item's texts (any id). The thorough
+        per-item :meth:`probe` (segment bytes, near-duplicates) stays available to
+        `ledger projections probe` (ADR 0012)."""
+        m = self.m
+        ids = list(items)
+        found: dict[str, list[ProbeHit]] = {i: [] for i in ids}
+        with m.store.engine.connect() as conn:
+            if not m.store.table_exists(conn, m.slots.name):
+                return [ProbeResult(self.name, i, ()) for i in ids]
+            sl = m.slots
+            for start in range(0, len(ids), 500):
+                for a, in conn.execute(sa.select(sl.c.atom_id).where(
+                        sl.c.atom_id.in_(ids[start:start + 500]))):
+                    found[str(a)].append(ProbeHit(sl.name, "id", 1))
+            wanted = {i: {content_digest(t) for t in texts if t} for i, texts in items.items()}
+            every = sorted({d for v in wanted.values() for d in v})
+            holders: dict[str, set[str]] = {}
+            for start in range(0, len(every), 500):
+                for a, d in conn.execute(sa.select(sl.c.atom_id, sl.c.digest).where(
+                        sl.c.digest.in_(every[start:start + 500]))):
+                    holders.setdefault(str(d), set()).add(str(a))
+        for item, digests in wanted.items():
+            other = sorted({h for d in digests for h in holders.get(d, ())})
+            if other:
+                found[item].append(ProbeHit(sl.name, "content", len(other),
+                                            tuple(h for h in other if h != item)))
+        return [ProbeResult(self.name, i, (sl.name,), tuple(found[i])) for i in ids]
 
     def probe(self, item_id: str, content: str | None) -> ProbeResult:
         m = self.m

@@ -10,7 +10,13 @@ from typing import Any
 
 import pytest
 
-from governance.erasure import Targets, delete_artifact, hard_erase, redact_user
+from governance.erasure import (
+    ErasureIncomplete,
+    Targets,
+    delete_artifact,
+    hard_erase,
+    redact_user,
+)
 from governance.pack import PackInvalid, build_pack, verify_pack
 from ledger.application import LedgerApp
 from ledger.errors import InputError, NotFound
@@ -211,3 +217,49 @@ def test_recall_cache_is_a_route_that_erasure_purges(app: LedgerApp, proj: Proje
     assert "recall-cache" in [r["route"] for r in result["reach"]["routes"]]
     assert proj.cache.probe(atom, marker).reach.value == "not-reachable"
     assert atom not in proj.recall("Basque", "u1", 3).atom_ids
+
+
+def test_erasure_fails_loudly_naming_the_routes_that_still_hold_a_copy(
+        app: LedgerApp, proj: Projections, home: Path) -> None:
+    """The same text kept by another subject's memory is a copy the erasure cannot
+    remove: it stops, names the routes, keeps the batch open, and a re-run after the copy
+    is dealt with completes."""
+    marker = _marker()
+    text = f"Lives at 12 Orchard Lane {marker}"
+    app.register_subject({"ref": "u1"})
+    app.register_subject({"ref": "u2"})
+    mine = str(app.add_atom({"subject": "u1", "text": text}))
+    copy = str(app.add_atom({"subject": "u2", "text": text}))
+    with pytest.raises(ErasureIncomplete) as caught:
+        hard_erase(app, proj, Targets(atoms=[mine]), mode="hard", reason="test",
+                   operator="operator")
+    message = str(caught.value)
+    for route in ("atom-store", "keyword-index", "vector-index"):
+        assert f"{route} still reaches {mine}" in message, message
+    assert marker not in message
+    # Its own rows are gone even though the erasure stopped: the key is destroyed.
+    own = {p.route: p for p in proj.registry.probe_many({mine: []})}
+    assert all(p.reach.value == "not-reachable" for p in own.values()), own
+    hard_erase(app, proj, Targets(atoms=[copy]), mode="hard", reason="the copy too",
+               operator="operator")
+    done = hard_erase(app, proj, Targets(atoms=[mine]), mode="hard", reason="test",
+                      operator="operator")
+    assert all(r["reach"] == "not-reachable" for r in done["reach"]["routes"])
+    assert _in_files(home, marker) == []
+    assert run_cli("--home", str(home), "verify").code == 0
+
+
+def test_batched_probes_see_live_items_by_id_and_by_content(app: LedgerApp,
+                                                            proj: Projections) -> None:
+    app.register_subject({"ref": "u1"})
+    text = f"Plays the cello on Sundays {_marker()}"
+    atom = str(app.add_atom({"subject": "u1", "text": text, "tags": ["music"]}))
+    proj.catch_up()
+    found = {p.route: p for p in proj.registry.probe_many({atom: [text]})}
+    for route in ("atom-store", "keyword-index", "vector-index"):
+        assert {h.by for h in found[route].hits} >= {"id"}, found[route]
+    assert any(h.by == "content" for h in found["atom-store"].hits)
+    assert any(h.by == "content" for h in found["keyword-index"].hits)
+    other = str(uuid.uuid4())
+    unrelated = {p.route: p for p in proj.registry.probe_many({other: ["nothing like it"]})}
+    assert all(p.reach.value == "not-reachable" for p in unrelated.values()), unrelated
