@@ -18,6 +18,7 @@ delete` and `ledger redact-user`:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,6 +115,19 @@ def scan_files(folder: Path, needles: Sequence[bytes]) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- erasure
+class _Timer:
+    """Seconds per phase of an erasure (reported to the caller, not stored in the pack)."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = round(now - self._last, 4)
+        self._last = now
+
+
 def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reason: str,
                operator: str, request_id: UUID | None = None,
                cascade: dict[str, dict[str, Any]] | None = None,
@@ -122,13 +136,16 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
     if mode not in ("hard", "delete"):
         raise InputError(f"hard_erase takes mode hard or delete, not {mode!r}")
     check_operator(app, operator)
+    timer = _Timer()
     proj.catch_up()
     before = app.checkpoint()
     batch_id = app.open_batch(operator, request_id, mode, reason, targets.as_json())
     with proj.store.engine.connect() as conn:
         content, indexed = _content_of(proj, conn, targets)
     ids = [UUID(i) for i in [*targets.atoms, *targets.artifacts, *targets.subjects]]
+    timer.lap("open")
     shred_ids = app.shred(ids, reason, actor=operator)
+    timer.lap("shred")
     applied = proj.catch_up()  # the read models apply the destruction: purge + compaction
     routes = [r for r in proj.registry.routes() if r.name != "sqlite-files"]
     items = [str(i) for i in ids]
@@ -136,6 +153,7 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
         leftover = proj.registry.purge_many(conn, items, routes)
     if any(leftover.values()) or applied.compaction is None:
         proj.runner.compact([m.name for m in proj.models])
+    timer.lap("purge")
     probes = proj.registry.probe_many(
         {i: [*content.get(i, []), *([indexed[i]] if i in indexed else [])] for i in items},
         routes)
@@ -151,7 +169,9 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
                             f"({', '.join(h.where for h in res.hits)})")
     needles = sorted({n for texts in content.values() for t in texts
                       for n in content_needles(t)})
+    timer.lap("probes")
     raw = scan_files(app.config.home, needles)
+    timer.lap("raw_scan")
     checked_at = clock.format_instant(clock.now())
     for entry in per_route.values():
         entry["checked_at"] = checked_at
@@ -182,9 +202,11 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
     close_ids = app.finish_batch(operator, batch_id, event_ids, reach, request_id=request_id)
     proj.catch_up()
     after = app.checkpoint()
+    timer.lap("tombstones")
     log.info("erasure.completed", batch_id=str(batch_id), items=len(ids),
              events=len(event_ids))
     return {"batch_id": str(batch_id), "event_ids": [*event_ids, *close_ids],
+            "seconds": timer.laps, "scanned_bytes": raw["bytes"],
             "targets": targets.as_json(), "reach": reach,
             "checkpoints": {"before": before.size, "after": after.size}}
 
@@ -272,7 +294,9 @@ def redact_user(app: Any, proj: Projections, subject: str, *, reason: str, opera
     except NotFound:
         raise NotFound(f"no subject {subject!r} in this ledger",
                        hint="check the subject's id with `ledger subject show`") from None
+    t0 = time.perf_counter()
     targets, referring = plan_user_erasure(app, proj, str(sid), identifiers, sessions)
+    gathered = round(time.perf_counter() - t0, 4)
     plan = {"subject_id": str(sid), "targets": targets.as_json(),
             "gathered_by": _count(targets.why.values()), "flag_for_review": sorted(referring)}
     if dry_run:
@@ -288,6 +312,7 @@ def redact_user(app: Any, proj: Projections, subject: str, *, reason: str, opera
                                      sessions=sessions)
     result = hard_erase(app, proj, targets, mode="hard", reason=reason, operator=operator,
                         request_id=request_id, referring=referring)
+    result["seconds"] = {"gather": gathered, **result["seconds"]}
     return {"status": "completed", "request_id": str(request_id), **result, **plan}
 
 

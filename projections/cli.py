@@ -15,12 +15,14 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from ledger.clock import parse_instant
 from ledger.domain import ERASED
+from ledger.errors import EXIT_VERIFY, InputError
 from projections.runner import Progress
 from projections.service import Projections
 
@@ -137,6 +139,44 @@ def status_command(as_json: JsonOpt = False) -> None:
                  "they catch up on the next query, or run `ledger projections rebuild`")
     else:
         _verdict(f"OK: {len(rows)} read models at position {rows[0]['head'] if rows else 0}")
+
+
+@projections_cli.command("probe")
+def probe_command(
+    item: Annotated[str, typer.Argument(help="Atom, artifact or subject id.")],
+    content_file: Annotated[Path | None, typer.Option(
+        "--content-file", help="File holding the text to look for ('-': stdin). Not an "
+                               "option value, so the text stays out of shell history.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Thorough reach probe of one item on every route: rows keyed by its id, and (with
+    --content-file) a substring search of every stored value and near-duplicate vectors.
+    Exit 1 when any route still reaches it.
+
+    Example: ledger projections probe 5f0e... --content-file - < text.txt
+    """
+    text = None
+    if content_file is not None:
+        try:
+            raw = sys.stdin.read() if str(content_file) == "-" else \
+                content_file.read_text(encoding="utf-8")
+        except OSError as e:
+            raise InputError(f"cannot read {content_file}: {e.strerror}",
+                             hint="give a readable UTF-8 text file, or - for stdin") from e
+        text = raw.strip() or None
+    with _projections() as (_app, proj):
+        proj.catch_up()
+        results = [r.as_json() for r in proj.probe(item, text)]
+    reached = [r["route"] for r in results if r["reach"] == "reachable"]
+    lines = [f"{r['route']:<15} {r['reach']:<14} "
+             + ", ".join(f"{h['where']} by {h['by']} x{h['count']}" for h in r["hits"])
+             for r in results]
+    _out({"item_id": item, "routes": results, "reachable": reached}, as_json,
+         "\n".join(lines))
+    if reached:
+        _verdict(f"REACHABLE: {item} is still reached by {', '.join(reached)}")
+        raise typer.Exit(EXIT_VERIFY)
+    _verdict(f"OK: no route reaches {item}")
 
 
 @projections_cli.command("rebuild")

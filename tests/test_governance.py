@@ -263,3 +263,27 @@ def test_batched_probes_see_live_items_by_id_and_by_content(app: LedgerApp,
     other = str(uuid.uuid4())
     unrelated = {p.route: p for p in proj.registry.probe_many({other: ["nothing like it"]})}
     assert all(p.reach.value == "not-reachable" for p in unrelated.values()), unrelated
+
+
+def test_projections_probe_command_reports_reach_before_and_after_erasure(
+        app: LedgerApp, home: Path, tmp_path: Path) -> None:
+    marker = _marker()
+    text = f"Keeps a spare key under the blue pot {marker}"
+    app.register_subject({"ref": "u1"})
+    atom = str(app.add_atom({"subject": "u1", "text": text}))
+    content = tmp_path / "content.txt"
+    content.write_text(text)
+    h = ("--home", str(home))
+    before = run_cli(*h, "projections", "probe", atom, "--content-file", str(content),
+                     "--json")
+    assert before.code == 1 and "REACHABLE" in before.err
+    data = json.loads(before.out)
+    assert {"atom-store", "keyword-index", "vector-index"} <= set(data["reachable"])
+    assert marker not in before.out + before.err  # ids and counts, never the content
+    erased = run_cli(*h, "redact", atom, "--mode", "hard", "--reason", "test")
+    assert erased.code == 0, erased.err
+    after = run_cli(*h, "projections", "probe", atom, "--content-file", str(content))
+    assert after.code == 0 and after.err.startswith("OK: no route reaches"), after.err
+    missing = run_cli(*h, "projections", "probe", atom, "--content-file",
+                      str(tmp_path / "nope.txt"))
+    assert missing.code == 2 and "cannot read" in missing.err
