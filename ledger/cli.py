@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
+from governance.audit_cli import register as register_audit
 from governance.cli import register as register_governance
 from keys.errors import (
     DataKeyUnavailable,
@@ -695,6 +696,7 @@ def _rehearse(app: LedgerApp, atom_ids: list[str], session: str | None) -> None:
 
 register_projections(cli, opened, rehearse=_rehearse)
 register_governance(cli, opened, artifact_cli)
+register_audit(cli, opened)
 register_portability(cli, opened)
 
 
