@@ -569,7 +569,7 @@ def build_report(app: Any, period: Period, subject: str | None = None,
         due = r["complete_due"]
         if done is not None:
             status = "completed-late" if due is not None and done > due else "completed"
-        elif due is not None and _time(due) < at:
+        elif due is not None and _time(due) <= at:  # at due: overdue
             status = "overdue"
         else:
             status = "open"
