@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import sys
 import tempfile
 import time
@@ -32,19 +33,31 @@ from ledger.application import LedgerApp
 from ledger.home import Config
 from projections.service import Projections
 
+WORDS = ("apple river Maria doctor allergy Berlin phone email garden Monday coffee passport "
+         "salary penicillin Zoe violin Oslo brother dentist Friday mortgage keys bicycle "
+         "Lisbon nurse cat insulin school Tuesday wedding").split()
+
+
+def text(i: int, kind: str) -> str:
+    """Varied, realistic-looking memory text (needles must not share a first letter, or
+    the raw scan's matchers get an easy ride)."""
+    rng = random.Random(f"{kind}{i}")
+    words = [rng.choice(WORDS) for _ in range(6)]
+    return f"{words[0].capitalize()} {' '.join(words[1:])} ({kind} {i})"
+
 
 def build(home: Path, events: int, subject_atoms: int) -> LedgerApp:
     LedgerApp.initialize(home)
     app = LedgerApp(Config.load(home))
     others = max(1, events // 5000)
     app.import_records([{"ref": f"u{i}"} for i in range(others)] + [{"ref": "target"}], [], [])
-    app.add_atoms([{"subject": "target", "text": f"Target fact number {i} with detail",
+    app.add_atoms([{"subject": "target", "text": text(i, "target"),
                     "session_id": "sess:target"} for i in range(subject_atoms)])
     remaining = events - subject_atoms - others - 10
     for start in range(0, remaining, 5000):
         n = min(5000, remaining - start)
         app.add_atoms([{"subject": f"u{(start + j) % others}",
-                        "text": f"Background memory {start + j} of someone else"}
+                        "text": text(start + j, "background")}
                        for j in range(n)])
     return app
 

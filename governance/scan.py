@@ -1,12 +1,17 @@
 """Raw scan: is any of the erased content's bytes still in a file the ledger owns?
 
 No SQL, no parsing: every byte of every file under the home is read once and searched
-for all needles at once with an Aho-Corasick automaton (``ahocorasick_rs``). Files are
-cut into chunks that overlap by the longest needle minus one, so a match that crosses a
-chunk boundary is found, and counted once (by the chunk it starts in). Large homes are
-scanned by one worker process per core: the scan is the one part of an erasure whose
-cost follows the bytes the ledger owns rather than the erased items (ADR 0012), so it
-gets the whole machine.
+for all needles at once. Files are cut into chunks that overlap by the longest needle
+minus one, so a match that crosses a chunk boundary is found, and counted once (by the
+chunk it starts in). Large homes are scanned by one worker process per core: the scan is
+the one part of an erasure whose cost follows the bytes the ledger owns rather than the
+erased items (ADR 0012), so it gets the whole machine.
+
+Two engines, same answers (tests run both): Hyperscan (Intel's multi-literal matcher,
+SIMD, several GB/s per core on x86-64, used where the ``hyperscan`` package is installed)
+and the ``ahocorasick_rs`` automaton everywhere else (a few hundred MB/s per core on
+needles that start with common letters). Needles go to Hyperscan as ``\\xHH`` escapes, so
+any byte, NUL included, is matched literally.
 """
 
 from __future__ import annotations
@@ -20,58 +25,98 @@ from typing import Any
 
 from ahocorasick_rs import BytesAhoCorasick
 
-__all__ = ["CHUNK", "scan_tree"]
+hyperscan: Any
+try:
+    import hyperscan
+except ImportError:  # pragma: no cover - exercised on machines without the wheel
+    hyperscan = None
+
+__all__ = ["CHUNK", "ENGINES", "scan_tree"]
 
 CHUNK = 32 << 20
 """Bytes per task; a worker holds one chunk (plus the overlap) in memory at a time."""
 PARALLEL_FROM = 2 * CHUNK
 """Below this many bytes in all, one process scans (a pool would cost more than it saves)."""
+ENGINES = ("hyperscan", "aho-corasick") if hyperscan is not None else ("aho-corasick",)
 
-_matcher: tuple[tuple[bytes, ...], BytesAhoCorasick] | None = None
+
+class _Matcher:
+    """All needles compiled once; ``starts(buf)`` gives the start offset of each match."""
+
+    def __init__(self, needles: tuple[bytes, ...], engine: str) -> None:
+        self.needles = needles
+        self.engine = engine
+        if engine == "hyperscan":
+            db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+            db.compile(expressions=[b"".join(b"\\x%02x" % c for c in n) for n in needles],
+                       ids=list(range(len(needles))), elements=len(needles),
+                       flags=[0] * len(needles))
+            self._db = db
+        elif engine == "aho-corasick":
+            self._ac = BytesAhoCorasick(list(needles))
+        else:
+            raise ValueError(f"unknown scan engine {engine!r}; one of {', '.join(ENGINES)}")
+
+    def starts(self, buf: bytes) -> list[int]:
+        if self.engine == "hyperscan":
+            found: list[int] = []
+            lengths = [len(n) for n in self.needles]
+
+            def on_match(pattern: int, _from: int, end: int, _flags: int, _ctx: Any) -> None:
+                found.append(end - lengths[pattern])
+
+            self._db.scan(buf, match_event_handler=on_match)
+            return found
+        return [s for _i, s, _e in self._ac.find_matches_as_indexes(buf)]
 
 
-def _count(path: str, start: int, overlap: int, needles: tuple[bytes, ...]) -> int:
-    """Matches that start in ``[start, start + CHUNK)`` of ``path``."""
-    global _matcher
-    if _matcher is None or _matcher[0] != needles:
-        _matcher = (needles, BytesAhoCorasick(list(needles)))
+_matcher: _Matcher | None = None  # set before the workers fork; each inherits a copy
+
+
+def _count_task(task: tuple[str, int, int]) -> int:
+    """Matches that start in ``[start, start + CHUNK)`` of the file."""
+    path, start, overlap = task
+    assert _matcher is not None
     with open(path, "rb") as f:
         f.seek(start)
         buf = f.read(CHUNK + overlap)
-    return sum(1 for _i, s, _e in _matcher[1].find_matches_as_indexes(buf) if s < CHUNK)
+    return sum(1 for s in _matcher.starts(buf) if s < CHUNK)
 
 
-def _count_task(task: tuple[str, int, int, tuple[bytes, ...]]) -> int:
-    return _count(*task)
-
-
-def scan_tree(folder: Path, needles: Sequence[bytes],
-              workers: int | None = None) -> dict[str, Any]:
+def scan_tree(folder: Path, needles: Sequence[bytes], workers: int | None = None,
+              engine: str | None = None) -> dict[str, Any]:
     """Occurrences of any needle in every file below ``folder``.
 
-    Returns ``files`` (how many), ``bytes`` (read), ``needles`` (distinct) and ``hits``
-    (``[{"file": relative path, "count": n}]``, only files with a match).
+    Returns ``files`` (how many), ``bytes`` (read), ``needles`` (distinct), ``engine`` and
+    ``hits`` (``[{"file": relative path, "count": n}]``, only files with a match).
     """
+    global _matcher
     files = [p for p in sorted(folder.rglob("*")) if p.is_file()]
     wanted = tuple(sorted({n for n in needles if n}))
+    engine = engine or ENGINES[0]
+    if not wanted:
+        return {"files": len(files), "bytes": 0, "needles": 0, "engine": engine, "hits": []}
     sizes = {p: p.stat().st_size for p in files}
     total = sum(sizes.values())
-    if not wanted:
-        return {"files": len(files), "bytes": 0, "needles": 0, "hits": []}
     overlap = max(len(n) for n in wanted) - 1
-    tasks = [(str(p), start, overlap, wanted)
-             for p in files for start in range(0, sizes[p], CHUNK)]
+    tasks = [(str(p), start, overlap) for p in files for start in range(0, sizes[p], CHUNK)]
     procs = workers if workers is not None else (os.cpu_count() or 1)
-    if procs > 1 and total >= PARALLEL_FROM:
-        # fork: the workers only read files; they never touch the parent's connections
-        with ProcessPoolExecutor(procs, mp_context=multiprocessing.get_context("fork")) as ex:
-            counts = list(ex.map(_count_task, tasks))
-    else:
-        counts = [_count_task(t) for t in tasks]
+    _matcher = _Matcher(wanted, engine)
+    try:
+        if procs > 1 and total >= PARALLEL_FROM:
+            # fork: the workers inherit the compiled matcher and only read files; they
+            # never touch the parent's database connections
+            with ProcessPoolExecutor(procs,
+                                     mp_context=multiprocessing.get_context("fork")) as ex:
+                counts = list(ex.map(_count_task, tasks))
+        else:
+            counts = [_count_task(t) for t in tasks]
+    finally:
+        _matcher = None
     per_file: dict[str, int] = {}
-    for (path, _s, _o, _n), n in zip(tasks, counts, strict=True):
+    for (path, _s, _o), n in zip(tasks, counts, strict=True):
         if n:
             rel = str(Path(path).relative_to(folder))
             per_file[rel] = per_file.get(rel, 0) + n
-    return {"files": len(files), "bytes": total, "needles": len(wanted),
+    return {"files": len(files), "bytes": total, "needles": len(wanted), "engine": engine,
             "hits": [{"file": f, "count": n} for f, n in sorted(per_file.items())]}

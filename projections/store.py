@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -80,6 +81,11 @@ class Store:
 
     @classmethod
     def open(cls, url: StorageURL) -> Store:
+        if not url.is_postgres and url.sqlite_path is not None \
+                and not url.sqlite_path.exists():
+            # decrypted content lives here: owner-only from the first byte (SQLite gives
+            # its -wal and -shm files the same mode)
+            os.close(os.open(url.sqlite_path, os.O_WRONLY | os.O_CREAT, 0o600))
         try:
             engine = make_engine(url.sqlalchemy_url(), url.schema)
         except Exception as e:

@@ -205,3 +205,12 @@ def test_hard_tombstone_and_artifact_deletion_purge_every_route(
             (artifact,) = p.atoms.artifacts_of(conn, str(app.subject_id("u1")))
             assert artifact["status"] == "deleted" and artifact["body"] is None
             assert p.atoms.atom(conn, str(atom))["status"] == "deleted"  # type: ignore[index]
+
+
+def test_projections_database_is_owner_only(app: LedgerApp) -> None:
+    """The projections file holds decrypted content: mode 0600, like the event store."""
+    with projections(app) as p:
+        p.catch_up()
+        files = p.store.files()
+    for path in files:
+        assert path.stat().st_mode & 0o777 == 0o600, path
