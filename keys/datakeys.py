@@ -10,6 +10,8 @@ what PostgreSQL cannot promise (WAL archives, replicas, backups).
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -37,8 +39,7 @@ def make_engine(url: str, schema: str | None = None, pooled: bool = False) -> En
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA busy_timeout=10000")  # first: the next pragmas may wait
-            if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                cur.execute("PRAGMA journal_mode=WAL")
+            _wal(cur)
             cur.execute("PRAGMA secure_delete=ON")
             cur.close()
 
@@ -48,6 +49,23 @@ def make_engine(url: str, schema: str | None = None, pooled: bool = False) -> En
         with engine.begin() as conn:
             conn.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
     return engine
+
+
+def _wal(cur: Any, attempts: int = 100) -> None:
+    """Put a new SQLite database in WAL mode. Two processes opening a new file at once
+    race for the switch, and the loser gets SQLITE_BUSY at once (the busy handler does
+    not cover a journal-mode change); it waits and looks again, since the winner's switch
+    is all it needed."""
+    for attempt in range(attempts):
+        if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+            return
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.02)
 
 
 class DataKeyStore:
@@ -69,7 +87,13 @@ class DataKeyStore:
             sa.Column("destroyed_at", sa.String(40), nullable=False),
         )
         md.create_all(engine)
+        table, ph = (engine.dialect.identifier_preparer.format_table(self.keys),
+                     "?" if engine.dialect.paramstyle == "qmark" else "%s")
+        self._insert_key_sql = (
+            f"INSERT INTO {table} (key_id, key_material, created_at) "  # noqa: S608 (own table)
+            f"VALUES ({ph}, {ph}, {ph})")
         self._cache: dict[str, bytes] = {}
+        self._destroyed: dict[str, str] = {}  # destruction is final: safe to remember
 
     @property
     def is_sqlite(self) -> bool:
@@ -80,25 +104,27 @@ class DataKeyStore:
         new = {kid: new_data_key() for kid in key_ids}
         if not new:
             return {}
-        rows = [{"key_id": k, "key_material": v, "created_at": at.isoformat()}
-                for k, v in new.items()]
+        created = at.isoformat()
         try:
             with self.engine.begin() as conn:
-                conn.execute(self.keys.insert(), rows)
+                # One executemany of plain tuples: a bulk append creates a key per atom, and
+                # SQLAlchemy's per-row parameter processing cost more than the insert.
+                conn.exec_driver_sql(self._insert_key_sql,
+                                     [(k, v, created) for k, v in new.items()])
         except sa.exc.IntegrityError as e:
             raise KeystoreError("a data key with one of these ids already exists") from e
         self._cache.update(new)
         return new
 
     def get(self, key_id: str) -> bytes:
-        key = self.get_many([key_id]).get(key_id)
+        key = self._cache.get(key_id) or self.get_many([key_id]).get(key_id)
         if key is None:
             raise DataKeyUnavailable(self._why_missing(key_id))
         return key
 
     def get_many(self, key_ids: Iterable[str]) -> dict[str, bytes]:
         """Return the keys that exist; destroyed or unknown ids are absent."""
-        wanted = [k for k in set(key_ids) if k not in self._cache]
+        wanted = [k for k in set(key_ids) if k not in self._cache and k not in self._destroyed]
         if wanted:
             with self.engine.connect() as conn:
                 for i in range(0, len(wanted), 500):
@@ -118,11 +144,16 @@ class DataKeyStore:
         return f"data key {key_id} does not exist in this keystore"
 
     def destroyed_at(self, key_id: str) -> str | None:
+        if key_id in self._destroyed:
+            return self._destroyed[key_id]
         with self.engine.connect() as conn:
             value = conn.execute(
                 sa.select(self.destroyed.c.destroyed_at).where(self.destroyed.c.key_id == key_id)
             ).scalar()
-        return str(value) if value is not None else None
+        if value is None:
+            return None
+        self._destroyed[key_id] = str(value)
+        return str(value)
 
     def destroy(self, key_ids: Iterable[str], at: datetime) -> list[str]:
         """Crypto-shred: delete keys and compact so no copy stays in the keystore files.
@@ -140,6 +171,7 @@ class DataKeyStore:
                     {"key_id": k, "destroyed_at": at.isoformat()} for k in sorted(present)])
         for k in ids:
             self._cache.pop(k, None)
+        self._destroyed.update({k: at.isoformat() for k in present})
         if ids:
             # Always compact, even when nothing was present: a previous attempt may have
             # deleted the row and then failed to truncate the WAL.

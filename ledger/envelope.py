@@ -16,10 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import rfc8785
-
 from keys.errors import SignatureInvalid
 from keys.signing import Signer, verify_signature
+from ledger import canonical as _canonical
 
 PAYLOAD_TYPE = "application/vnd.memory-ledger.event.v1+json"
 ENVELOPE_VERSION = 1
@@ -43,8 +42,9 @@ class EnvelopeError(ValueError):
 
 
 def canonical(obj: Any) -> bytes:
-    """The one serializer for signed bytes: RFC 8785 (JCS)."""
-    return rfc8785.dumps(obj)
+    """The one serializer for signed bytes: RFC 8785 (JCS), exactly ``rfc8785.dumps``
+    (:mod:`ledger.canonical`, ADR 0008)."""
+    return _canonical.dumps(obj)
 
 
 def pae(payload_type: str, body: bytes) -> bytes:
@@ -55,9 +55,15 @@ def pae(payload_type: str, body: bytes) -> bytes:
 
 def seal(envelope: dict[str, Any], signer: Signer) -> bytes:
     """Sign an envelope; return the stored state bytes (canonical by construction)."""
+    return seal_signed(envelope, signer)[0]
+
+
+def seal_signed(envelope: dict[str, Any], signer: Signer) -> tuple[bytes, bytes]:
+    """:func:`seal`, also returning the 64-byte signature (the transparency leaf needs it)."""
     body = canonical(envelope)
-    sig = base64.b64encode(signer.sign(pae(PAYLOAD_TYPE, body)))
-    return _PREFIX + body + _MIDDLE + sig + _SUFFIX
+    signature = signer.sign(pae(PAYLOAD_TYPE, body))
+    return (b"".join((_PREFIX, body, _MIDDLE, base64.b64encode(signature), _SUFFIX)),
+            signature)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from uuid import UUID
 from ledger import envelope
 
 LEAF_DOMAIN = b"memory-ledger/leaf/v1\x00"
+_HEAD = struct.Struct(">Q16sQH")  # seq, originator id, version, topic length (big-endian)
 
 
 def leaf_bytes(seq: int, originator_id: UUID | str, version: int, topic: str, state: bytes,
@@ -24,8 +25,8 @@ def leaf_bytes(seq: int, originator_id: UUID | str, version: int, topic: str, st
     """The leaf of one stored event (docs/spec/leaf.md)."""
     oid = originator_id if isinstance(originator_id, UUID) else UUID(str(originator_id))
     t = topic.encode()
-    return b"".join((LEAF_DOMAIN, struct.pack(">Q", seq), oid.bytes, struct.pack(">Q", version),
-                     struct.pack(">H", len(t)), t, hashlib.sha256(state).digest(), signature))
+    return b"".join((LEAF_DOMAIN, _HEAD.pack(seq, oid.bytes, version, len(t)), t,
+                     hashlib.sha256(state).digest(), signature))
 
 
 def leaf_of(rec: Any, opened: envelope.Opened) -> bytes:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -30,6 +31,27 @@ from ledger.errors import ConflictError, VerificationFailed
 
 _BASE_FIELDS = ("originator_id", "originator_version", "timestamp")
 
+def _plaintext_encoder() -> Callable[[dict[str, Any]], str]:
+    """``json.dumps(value, ensure_ascii=False, separators=(",", ":"))``, its C encoder
+    built once (``json.dumps`` builds one per call). Plaintext of the sealed fields: it is
+    encrypted, never signed as such, so it need not be canonical."""
+    c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+    if c_make_encoder is None:
+        encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+        return encoder.encode
+    # markers None: no circularity check (validated input has no cycles; a cycle would
+    # raise RecursionError instead of ValueError); keys unsorted, allow_nan as json.dumps.
+    c_encoder = c_make_encoder(None, json.JSONEncoder().default, json.encoder.encode_basestring,
+                               None, ":", ",", False, False, True)
+
+    def encode(value: dict[str, Any]) -> str:
+        return "".join(c_encoder(value, 0))
+
+    return encode
+
+
+_plaintext = _plaintext_encoder()
+
 
 class EventIntegrityError(VerificationFailed):
     """A stored event failed verification while being read."""
@@ -46,67 +68,106 @@ class SigningMapper(Mapper[UUID]):
         self.datakeys = datakeys
         self.resolve_key = resolve_key
         self._signer: Signer | None = None
+        self._kid = ""
         self._next_seq = 0
+        self._sealed: list[tuple[int, bytes]] = []
+        self._classes: dict[type, tuple[str, tuple[str, ...], int, frozenset[str]]] = {}
+        self._time: tuple[datetime | None, str] = (None, "")
+        self._aad_prefix: tuple[str, bytes] = ("", b"")
 
     # -- write context, set by the application while it holds the write lock
     def begin(self, signer: Signer, next_seq: int) -> None:
         self._signer = signer
+        self._kid = signer.kid
         self._next_seq = next_seq
+        self._sealed = []
 
     def end(self) -> None:
         self._signer = None
+        self._sealed = []
 
     @property
     def next_seq(self) -> int:
         return self._next_seq
 
+    def take_sealed(self) -> list[tuple[int, bytes]]:
+        """``(seq, signature)`` of each event sealed since the last call, in order.
+
+        The application hands them to the transparency log with the saved rows, so the
+        tree is extended without parsing the stored bytes again.
+        """
+        sealed, self._sealed = self._sealed, []
+        return sealed
+
+    def _class_info(self, cls: type) -> tuple[str, tuple[str, ...], int, frozenset[str]]:
+        """Topic, personal fields, class version, and the attributes not in the payload."""
+        info = self._classes.get(cls)
+        if info is None:
+            personal = tuple(getattr(cls, "PERSONAL", ()))
+            info = (get_topic(cls), personal, int(getattr(cls, "class_version", 1)),
+                    frozenset((*_BASE_FIELDS, "content_erased", *personal)))
+            self._classes[cls] = info
+        return info
+
+    def _format_time(self, timestamp: datetime) -> str:
+        # Every event of a command has the same timestamp object: format it once.
+        cached, text = self._time
+        if cached is not timestamp:
+            text = format_instant(timestamp)
+            self._time = (timestamp, text)
+        return text
+
     def associated_data(self, originator_id: object, version: int, topic: str) -> bytes:
         """AEAD associated data: ledger id, event id and topic, NUL-separated (never signed)."""
-        return b"\x00".join((b"memory-ledger/aad/v1", self.ledger_id.encode(),
-                              envelope.event_id(originator_id, version).encode(),
-                              topic.encode()))
+        prefix = self._aad_prefix
+        if prefix[0] != self.ledger_id:
+            prefix = self._aad_prefix = (
+                self.ledger_id, b"\x00".join((b"memory-ledger/aad/v1", self.ledger_id.encode(),
+                                               b"")))
+        return b"".join((prefix[1], envelope.event_id(originator_id, version).encode(),
+                         b"\x00", topic.encode()))
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
         signer = self._signer
         if signer is None:
             raise RuntimeError("events are written only inside a command's write context")
-        cls = type(domain_event)
-        topic = get_topic(cls)
-        state = dict(vars(domain_event))
-        originator_id = state.pop("originator_id")
-        version = state.pop("originator_version")
-        timestamp: datetime = state.pop("timestamp")
-        state.pop("content_erased", None)
-        class_version = getattr(cls, "class_version", 1)
+        topic, personal_fields, class_version, not_payload = self._class_info(
+            type(domain_event))
+        state = vars(domain_event)
+        originator_id = state["originator_id"]
+        version = state["originator_version"]
+        oid = str(originator_id)
+        # Fields whose value is None are omitted; personal fields are sealed (spec §1).
+        payload = {k: v for k, v in state.items() if v is not None and k not in not_payload}
         if class_version > 1:
-            state["class_version"] = class_version
-        personal = {f: state.pop(f) for f in getattr(cls, "PERSONAL", ()) if f in state}
-        payload = {k: v for k, v in state.items() if v is not None}
-        personal = {k: v for k, v in personal.items() if v is not None}
+            payload["class_version"] = class_version
+        personal = {f: state[f] for f in personal_fields if state.get(f) is not None}
         if personal:
-            key_id = str(originator_id)
             try:
-                key = self.datakeys.get(key_id)
+                key = self.datakeys.get(oid)
             except DataKeyUnavailable as e:
                 raise ConflictError(
-                    f"cannot write content for {key_id}: {e}",
+                    f"cannot write content for {oid}: {e}",
                     hint="its content was erased; create a new item instead") from e
-            plaintext = json.dumps(personal, ensure_ascii=False, separators=(",", ":")).encode()
-            nonce, ct = aead.seal(key, plaintext,
-                                  self.associated_data(originator_id, version, topic))
+            nonce, ct = aead.seal(key, _plaintext(personal).encode(),
+                                  self.associated_data(oid, version, topic))
             payload["sealed"] = {
-                "alg": aead.ALGORITHM, "key_id": key_id,
+                "alg": aead.ALGORITHM, "key_id": oid,
                 "nonce": base64.b64encode(nonce).decode(),
                 "ct": base64.b64encode(ct).decode(),
             }
+        seq = self._next_seq
         env = {
-            "v": envelope.ENVELOPE_VERSION, "ledger": self.ledger_id, "seq": self._next_seq,
-            "topic": topic, "originator_id": str(originator_id), "version": version,
-            "timestamp": format_instant(timestamp), "kid": signer.kid, "payload": payload,
+            "v": envelope.ENVELOPE_VERSION, "ledger": self.ledger_id, "seq": seq,
+            "topic": topic, "originator_id": oid, "version": version,
+            "timestamp": self._format_time(state["timestamp"]), "kid": self._kid,
+            "payload": payload,
         }
-        self._next_seq += 1
+        stored_state, signature = envelope.seal_signed(env, signer)
+        self._next_seq = seq + 1
+        self._sealed.append((seq, signature))
         return StoredEvent(originator_id=originator_id, originator_version=version,
-                           topic=topic, state=envelope.seal(env, signer))
+                           topic=topic, state=stored_state)
 
     def open_verified(self, stored: StoredEvent) -> envelope.Opened:
         """Parse, bind to the row, and verify the signature of a stored event."""

@@ -212,13 +212,17 @@ class MerkleTree:
         """Append one leaf hash; returns its 0-based index."""
         return self.extend([leaf_hash]) - 1
 
-    def extend(self, leaf_hashes: Iterable[bytes]) -> int:
-        """Append leaf hashes in order with one read and one write; returns the new size."""
+    def extend(self, leaf_hashes: Iterable[bytes], size: int | None = None) -> int:
+        """Append leaf hashes in order with one read and one write; returns the new size.
+
+        ``size`` is the store's current size when the caller has just read it (under the
+        same single-writer lock), which saves reading it again.
+        """
         hashes = list(leaf_hashes)
         for position, value in enumerate(hashes):
             if not _is_hash(value):
                 raise ValueError(f"leaf hash at batch position {position} is not {HASH_SIZE} bytes")
-        n = self._store.size()
+        n = self._store.size() if size is None else size
         if not hashes:
             return n
         # The right edge ("frontier"): the last complete node of each level whose bit is set
