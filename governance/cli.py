@@ -149,10 +149,14 @@ def redact_user_command(
     Example: ledger redact-user user_9f4e --reason "GDPR Art. 17" --operator operator \\
     --identifier "jane@example.org" --session sess:1
     """
+    from governance.requests import sla_hours
+
     with _session() as (app, proj):
+        ack_hours, completion_hours = sla_hours(app.policy())  # Persona §7 SLA in force
         data = redact_user(app, proj, subject, reason=reason, operator=operator,
                            identifiers=identifier or [], sessions=session or [],
-                           legal_basis=legal_basis, dry_run=dry_run)
+                           legal_basis=legal_basis, dry_run=dry_run, ack_hours=ack_hours,
+                           completion_hours=completion_hours)
     t = data["targets"]
     counts = f"{len(t['atoms'])} atoms, {len(t['artifacts'])} artifacts"
     if dry_run:

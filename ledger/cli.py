@@ -18,6 +18,7 @@ import typer
 
 from governance.audit_cli import register as register_audit
 from governance.cli import register as register_governance
+from governance.policy_cli import register as register_policy
 from keys.errors import (
     DataKeyUnavailable,
     KeyError_,
@@ -696,6 +697,7 @@ def _rehearse(app: LedgerApp, atom_ids: list[str], session: str | None) -> None:
 
 register_projections(cli, opened, rehearse=_rehearse)
 register_governance(cli, opened, artifact_cli)
+register_policy(cli, opened, policy_cli)
 register_audit(cli, opened)
 register_portability(cli, opened)
 

@@ -1,0 +1,137 @@
+"""memoryPolicy commands, mounted on the ``ledger`` CLI by :func:`register` (ADR 0014).
+
+``ledger sweep``, ``ledger requests list``, ``ledger policy check``. Data on stdout,
+verdicts on stderr, ``--json`` everywhere. Exit codes: 0 ok; ``requests list --overdue``
+exits 1 (EXIT_VERIFY) when any request is overdue, for monitoring; errors are
+ledger.errors classes, mapped to exit codes by the ``ledger`` entry point.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Annotated, Any
+
+import typer
+
+from governance.policy_check import check_policy
+from governance.requests import list_requests
+from governance.sweep import sweep
+from ledger.errors import EXIT_VERIFY
+from projections.service import Projections
+
+OpenApp = Callable[[], AbstractContextManager[Any]]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+
+requests_cli = typer.Typer(no_args_is_help=True,
+                           help="Right-to-be-forgotten requests and their deadlines.")
+_open: list[OpenApp] = []
+
+
+def register(cli: typer.Typer, open_app: OpenApp, policy_cli: typer.Typer) -> None:
+    _open[:] = [open_app]
+    cli.command("sweep")(sweep_command)
+    cli.add_typer(requests_cli, name="requests")
+    policy_cli.command("check")(policy_check_command)
+
+
+@contextmanager
+def _session() -> Iterator[tuple[Any, Projections]]:
+    with _open[0]() as app:
+        proj = Projections(app)
+        try:
+            yield app, proj
+        finally:
+            proj.close()
+
+
+def _out(data: Any, as_json: bool, text: str | None = None) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    elif text:
+        sys.stdout.write(text + "\n")
+
+
+def _verdict(message: str) -> None:
+    sys.stderr.write(message + "\n")
+
+
+def sweep_command(
+    dry_run: Annotated[bool, typer.Option(help="Show what is due; change nothing.")] = False,
+    operator: Annotated[str, typer.Option(
+        "--operator", "--as", help="Operator key that signs (default: operator).")]
+    = "operator",
+    as_json: JsonOpt = False,
+) -> None:
+    """Apply the policy's retention and decay rules: archive or erase what is due.
+
+    Safe to run from cron: one sweep at a time, and a second run finds nothing due.
+
+    Example: LEDGER_NOW=2026-12-01T00:00:00Z ledger sweep --dry-run --json
+    """
+    with _session() as (app, proj):
+        data = sweep(app, proj, operator=operator, dry_run=dry_run)
+    lines = [f"{d['action']}  {d['atom_id']}  {d['rule']}  due {d['due_at']}"
+             for d in data["due"]]
+    _out(data, as_json, "\n".join(lines))
+    a, e, t = (data["archived"]["count"], data["erased"]["count"],
+               data["tombstone_records_dropped"]["count"])
+    if data["status"] == "no-policy":
+        _verdict("note: no memoryPolicy is in force (none set, or enabled: false); "
+                 "nothing to sweep")
+    elif data["status"] == "nothing-due":
+        _verdict(f"OK: nothing due at {data['now']}; nothing changed")
+    elif dry_run:
+        _verdict(f"dry run: would archive {a}, erase {e} and drop {t} tombstone records; "
+                 "nothing changed")
+    else:
+        batch = f" (batch {data['erased']['batch_id']})" if e else ""
+        _verdict(f"OK: swept at {data['now']}: {a} archived, {e} erased{batch}, {t} "
+                 "tombstone records dropped")
+
+
+@requests_cli.command("list")
+def requests_list(
+    overdue: Annotated[bool, typer.Option(
+        "--overdue", help="Only overdue requests; exit 1 if there is any (for monitoring).")]
+    = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Erasure requests with their deadlines, status and time left (by LEDGER_NOW if set).
+
+    Exit status with --overdue: 0 none overdue, 1 some overdue.
+
+    Example: ledger requests list --overdue --json
+    """
+    with _open[0]() as app:
+        rows = list_requests(app, overdue_only=overdue)
+    _out(rows, as_json, "\n".join(
+        f"{r['request_id']}  {r['status']:<14} due {r['complete_due']}  "
+        f"left {r['time_left'] or '-'}" for r in rows))
+    late = [r for r in rows if r["overdue"]]
+    if late:
+        _verdict(f"{'FAIL' if overdue else 'WARN'}: {len(late)} erasure request(s) overdue: "
+                 + ", ".join(r["request_id"] for r in late[:5]))
+        if overdue:
+            raise typer.Exit(EXIT_VERIFY)
+    else:
+        _verdict("OK: none overdue" if overdue else f"OK: {len(rows)} request(s), none overdue")
+
+
+def policy_check_command(as_json: JsonOpt = False) -> None:
+    """Check stored memories against the policy (Persona Schema §8); warnings with ids.
+
+    Exit 0 even with warnings (they are fixable, not blockers).
+
+    Example: ledger policy check --json
+    """
+    with _session() as (app, proj):
+        data = check_policy(app, proj)
+    _out(data["warnings"], as_json, "\n".join(
+        f"{w['rule']}  {w['id']}  {w['message']}  -> {w['fix']}" for w in data["warnings"]))
+    if not data["policy_in_force"]:
+        _verdict("note: no memoryPolicy is in force; only reference integrity was checked")
+    n = len(data["warnings"])
+    _verdict(f"WARN: {n} warning(s)" if n else "OK: no warnings")

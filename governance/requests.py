@@ -1,0 +1,95 @@
+"""Right-to-be-forgotten deadlines: `ledger requests list [--overdue]` (ADR 0014).
+
+Each erasure request (``ErasureRequest``: received, acknowledged, completed, all
+operator-signed) is listed with its deadlines and its status at the command clock
+(``ledger.clock.now()``, so ``LEDGER_NOW`` moves it):
+
+* ``completed`` / ``completed-late``: completed before / after its completion deadline;
+* ``open``: not completed, the completion deadline not reached (``seconds_left`` > 0);
+* ``overdue``: not completed and ``now >= complete_due`` (at the deadline instant it is
+  overdue: the SLA is "complete within N hours", and N hours have passed).
+
+An unacknowledged request whose acknowledgment deadline has passed is ``ack_overdue``.
+The deadlines were fixed at receipt from the SLA then in force (:func:`sla_hours`), so a
+later policy change does not move the deadline of a request already received.
+Identifiers the subject gave are never listed (they are personal and shredded on completion).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from governance.erasure import DEFAULT_ACK_HOURS, DEFAULT_COMPLETION_HOURS
+from ledger import clock, policy_rules
+from ledger.domain import ErasureRequest
+
+__all__ = ["format_left", "list_requests", "request_status", "sla_hours"]
+
+
+def sla_hours(policy: Mapping[str, Any] | None) -> tuple[float, float]:
+    """(acknowledgment, completion) hours from the policy in force; the Persona §7
+    defaults (24, 720) when no policy is enforced or it states no SLA value."""
+    doc = policy_rules.enforced(policy) or {}
+    sla = doc.get("rightToBeForgottenSla")
+    sla = sla if isinstance(sla, Mapping) else {}
+    return (float(sla.get("acknowledgmentHours", DEFAULT_ACK_HOURS)),
+            float(sla.get("completionHours", DEFAULT_COMPLETION_HOURS)))
+
+
+def _t(value: str | None) -> datetime | None:
+    return None if value is None else clock.parse_instant(value)
+
+
+def format_left(seconds: float) -> str:
+    """``3d 04:05:06`` (or ``-…`` when the deadline has passed)."""
+    sign = "-" if seconds < 0 else ""
+    s = int(abs(seconds))
+    days, rest = divmod(s, 86_400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{sign}{days}d {hours:02d}:{minutes:02d}:{secs:02d}"
+
+
+def request_status(req: Any, now: datetime) -> dict[str, Any]:
+    """The status row of one request at ``now`` (pure: no clock, no I/O)."""
+    complete_due = _t(req.complete_due)
+    ack_due = _t(req.ack_due)
+    completed = _t(req.completed_at)
+    assert complete_due is not None and ack_due is not None
+    if completed is not None:
+        status = "completed" if completed <= complete_due else "completed-late"
+        left = None
+    else:
+        left = (complete_due - now).total_seconds()
+        status = "overdue" if now >= complete_due else "open"
+    ack_overdue = req.acknowledged_at is None and now >= ack_due
+    return {
+        "request_id": str(req.id), "subject_id": req.subject_id,
+        "subject_ref": req.subject_ref, "received_at": req.received_at,
+        "acknowledged_at": req.acknowledged_at, "ack_due": req.ack_due,
+        "complete_due": req.complete_due, "completed_at": req.completed_at,
+        "batch_id": req.batch_id, "status": status,
+        "overdue": status == "overdue" or ack_overdue, "ack_overdue": ack_overdue,
+        "seconds_left": None if left is None else round(left, 6),
+        "time_left": None if left is None else format_left(left),
+    }
+
+
+def list_requests(app: Any, now: datetime | None = None,
+                  overdue_only: bool = False) -> list[dict[str, Any]]:
+    """Every erasure request, oldest first, with its status at ``now`` (default: the
+    command clock)."""
+    at = now or clock.now()
+    received = app.recorder.select_notifications(start=1, limit=10**9,
+                                                 topics=[ErasureRequest.Created.TOPIC])
+    rows = []
+    for n in received:
+        req = app.repository.get(UUID(str(n.originator_id)))
+        if isinstance(req, ErasureRequest):
+            rows.append(request_status(req, at))
+    if overdue_only:
+        rows = [r for r in rows if r["overdue"]]
+    return rows

@@ -1,0 +1,293 @@
+"""`ledger sweep`: the memoryPolicy's retention and decay rules, executed (ADR 0014).
+
+What is due, at the command clock ``now`` (``LEDGER_NOW`` honoured):
+
+* **Retention** (``retentionPolicy``, Persona Schema §7): an atom of privacy class C is due
+  when ``created_at + N x 24 h <= now``, N being ``perPrivacyClass[C]``, else
+  ``defaultRetentionDays`` (which also covers atoms without a class). Only values the
+  policy states are enforced; a policy without ``retentionPolicy`` sweeps nothing for
+  retention. Due atoms of ``non-pii`` and ``aggregate`` are archived (signed archive
+  redactions; they hold no personal data, so they stay for audit out of retrieval). Due
+  atoms of every other class, and unclassified ones, are erased: one hard erasure
+  (``governance.erasure.hard_erase``, mode ``delete``: keys destroyed, every route purged
+  and probed, raw scan, signed tombstones) for the whole sweep. Archived or otherwise
+  retired atoms of those classes are erased too when their retention ends.
+* **Decay** (§3): an active atom whose current salience is below its decay profile's
+  ``minimumSalience`` is archived.
+* **Tombstone records** (``rightToBeForgottenSla.tombstoneRetentionDays``): the atom store
+  keeps the record of an erased atom (ids, labels, times; never content) for that many
+  days after its tombstone; then the sweep drops that row. The signed tombstone event
+  stays in the append-only log (the log and Evidence Packs must still verify); a rebuild
+  of the atom store brings the row back until the next sweep drops it again.
+
+Cost follows what is due: each rule is one indexed range query on the atom store
+(``proj_atoms_retention``, ``proj_atoms_fading``, ``proj_atoms_tombstones``), never a scan
+of every atom or aggregate. A sweep holds its own lock (one sweep at a time per ledger;
+a second one stops with exit 2) and each write is a normal ledger command under the
+write lock; a repeated sweep finds nothing due and writes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+import structlog
+
+from governance.erasure import Targets, check_operator, hard_erase
+from ledger import clock, policy_rules
+from ledger.errors import ConflictError
+from ledger.inputs import PRIVACY_CLASSES
+from projections.atoms import decay_state
+from projections.memory import parse_time
+from projections.service import Projections
+
+log = structlog.get_logger("governance.sweep")
+
+__all__ = ["ARCHIVE_CLASSES", "Due", "SweepPlan", "plan_sweep", "retention_days", "sweep"]
+
+ARCHIVE_CLASSES = ("non-pii", "aggregate")
+"""Classes whose atoms are archived, not erased, when their retention ends."""
+LIVE = ("active", "soft-redacted", "archived", "expired", "superseded")
+"""Statuses of an atom whose record and content the ledger still holds."""
+ARCHIVABLE = ("active", "soft-redacted")
+GONE = ("hard-redacted", "deleted")
+_DAY = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class Due:
+    """One atom a rule makes due: what happens to it, why, and since when."""
+
+    atom_id: str
+    privacy_class: str | None
+    action: str  # "erase" | "archive" | "drop-tombstone-record"
+    rule: str  # "retention" | "decay" | "tombstone-retention"
+    due_at: str
+    reason: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"atom_id": self.atom_id, "privacy_class": self.privacy_class,
+                "action": self.action, "rule": self.rule, "due_at": self.due_at,
+                "reason": self.reason}
+
+
+@dataclass
+class SweepPlan:
+    now: str
+    policy_event_id: str | None
+    erase: list[Due] = field(default_factory=list)
+    archive: list[Due] = field(default_factory=list)
+    drop: list[Due] = field(default_factory=list)
+
+    @property
+    def due(self) -> list[Due]:
+        return [*self.erase, *self.archive, *self.drop]
+
+    @property
+    def empty(self) -> bool:
+        return not (self.erase or self.archive or self.drop)
+
+
+# ----------------------------------------------------------------------------- the rules
+def retention_days(doc: Mapping[str, Any], privacy_class: str | None) -> int | None:
+    """Days an atom of this class is kept (None: the policy states no retention for it)."""
+    rp = doc.get("retentionPolicy")
+    if not isinstance(rp, Mapping):
+        return None
+    per = rp.get("perPrivacyClass") or {}
+    if privacy_class is not None and privacy_class in per:
+        return int(per[privacy_class])
+    default = rp.get("defaultRetentionDays")
+    return None if default is None else int(default)
+
+
+def _instant(t: datetime) -> str:
+    return clock.format_instant(t)
+
+
+def ensure_indexes(proj: Projections) -> None:
+    """Create the sweep's indexes on an atom store made before they existed."""
+    with proj.store.engine.begin() as conn:
+        for index in proj.atoms.atoms.indexes:
+            index.create(conn, checkfirst=True)
+
+
+def plan_sweep(proj: Projections, policy: Mapping[str, Any], now: datetime) -> SweepPlan:
+    """What is due at ``now`` under ``policy`` (as ``LedgerApp.policy()`` gives it).
+
+    Reads the atom store only (call ``proj.catch_up()`` first); writes nothing.
+    """
+    doc = policy_rules.enforced(policy) or {}
+    plan = SweepPlan(now=_instant(now), policy_event_id=policy.get("event_id"))
+    if not doc:
+        return plan
+    a = proj.atoms.atoms
+    taken: set[str] = set()
+    with proj.store.engine.connect() as conn:
+        # 1. Retention, one indexed range per class: privacy_class = C, status IN (...),
+        #    created_at <= now - N days.
+        for cls in [*PRIVACY_CLASSES, None]:
+            days = retention_days(doc, cls)
+            if days is None:
+                continue
+            archive = cls in ARCHIVE_CLASSES
+            cutoff = _instant(now - days * _DAY)
+            cond = sa.and_(a.c.privacy_class.is_(None) if cls is None
+                           else a.c.privacy_class == cls,
+                           a.c.status.in_(ARCHIVABLE if archive else LIVE),
+                           a.c.created_at <= cutoff)
+            rows = conn.execute(sa.select(a.c.atom_id, a.c.created_at).where(cond)
+                                .order_by(a.c.created_at, a.c.atom_id))
+            label = cls or "unclassified"
+            for r in rows:
+                due_at = _instant(parse_time(r.created_at) + days * _DAY)
+                reason = (f"memoryPolicy retention: {label} atoms are kept {days} days "
+                          f"(policy event {plan.policy_event_id})")
+                (plan.archive if archive else plan.erase).append(
+                    Due(str(r.atom_id), cls, "archive" if archive else "erase", "retention",
+                        due_at, reason))
+                taken.add(str(r.atom_id))
+        # 2. Decay: salience below the profile's minimumSalience. fades_at (indexed) is when
+        #    salience drops below the retrieval threshold 0.15; below minimumSalience comes
+        #    later for every profile whose minimumSalience <= 0.15, so it is a sound
+        #    pre-filter; the exact test runs on the few rows it returns.
+        cond = sa.and_(a.c.status == "active", a.c.fades_at.is_not(None),
+                       a.c.fades_at <= plan.now, a.c.content_erased.is_(False))
+        for r in conn.execute(sa.select(a).where(cond).order_by(a.c.fades_at, a.c.atom_id)):
+            row = dict(r._mapping)
+            if row["atom_id"] in taken:
+                continue
+            state = decay_state(row)
+            now_salience = state.salience(now)
+            if now_salience < state.profile.minimum_salience:
+                plan.archive.append(Due(
+                    str(row["atom_id"]), row["privacy_class"], "archive", "decay",
+                    str(row["fades_at"]),
+                    f"decay: salience {now_salience:.4f} below minimumSalience "
+                    f"{state.profile.minimum_salience:g} (Persona Schema §3)"))
+        # 3. Tombstone records past tombstoneRetentionDays.
+        sla = doc.get("rightToBeForgottenSla")
+        keep = sla.get("tombstoneRetentionDays") if isinstance(sla, Mapping) else None
+        if keep is not None:
+            cutoff = _instant(now - int(keep) * _DAY)
+            cond = sa.and_(a.c.status.in_(GONE), a.c.redacted_at.is_not(None),
+                           a.c.redacted_at <= cutoff, a.c.content_erased.is_(True))
+            for t in conn.execute(sa.select(a.c.atom_id, a.c.privacy_class, a.c.redacted_at)
+                                  .where(cond).order_by(a.c.redacted_at, a.c.atom_id)):
+                plan.drop.append(Due(
+                    str(t.atom_id), t.privacy_class, "drop-tombstone-record",
+                    "tombstone-retention",
+                    _instant(parse_time(t.redacted_at) + int(keep) * _DAY),
+                    f"rightToBeForgottenSla.tombstoneRetentionDays {int(keep)}"))
+    return plan
+
+
+# ----------------------------------------------------------------------------- the command
+@contextlib.contextmanager
+def sweep_lock(app: Any) -> Iterator[None]:
+    """One sweep at a time per ledger; a second one stops at once (cron-safe)."""
+    busy = ConflictError("another `ledger sweep` is running on this ledger",
+                         hint="let it finish; sweeps are idempotent, run it again later")
+    if app.config.events.is_postgres:
+        import psycopg
+
+        env = app.config.events.eventsourcing_env()
+        key = int.from_bytes(hashlib.sha256(f"{app.ledger_id}/sweep".encode()).digest()[:8],
+                             "big", signed=True)
+        with psycopg.connect(dbname=env["POSTGRES_DBNAME"], host=env["POSTGRES_HOST"],
+                             port=int(env["POSTGRES_PORT"]), user=env["POSTGRES_USER"],
+                             password=env["POSTGRES_PASSWORD"] or None,
+                             autocommit=True) as conn:
+            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+            if not row or not row[0]:
+                raise busy
+            try:
+                yield
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        return
+    with open(app.config.home / "sweep.lock", "a+b") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise busy from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _drop_tombstone_records(proj: Projections, ids: list[str]) -> int:
+    a = proj.atoms.atoms
+    dropped = 0
+    with proj.store.engine.begin() as conn:
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            # Re-check in the statement: only content-free tombstone rows are dropped.
+            dropped += conn.execute(sa.delete(a).where(
+                a.c.atom_id.in_(chunk), a.c.status.in_(GONE),
+                a.c.content_erased.is_(True))).rowcount or 0
+    return dropped
+
+
+def sweep(app: Any, proj: Projections, *, operator: str = "operator", dry_run: bool = False
+          ) -> dict[str, Any]:
+    """Run the retention and decay rules of the policy in force; return what was done."""
+    policy = policy_rules.in_force(app)
+    now = clock.now()
+    if policy is None:
+        return _report(SweepPlan(now=_instant(now), policy_event_id=None), dry_run,
+                       "no-policy")
+    if not dry_run:
+        check_operator(app, operator)  # refuse before anything is written
+    with sweep_lock(app):
+        proj.catch_up()
+        ensure_indexes(proj)
+        plan = plan_sweep(proj, policy, now)
+        report = _report(plan, dry_run, "nothing-due" if plan.empty
+                         else ("planned" if dry_run else "swept"))
+        if dry_run or plan.empty:
+            log.info("sweep.planned" if dry_run else "sweep.nothing_due",
+                     due=len(plan.due), now=plan.now)
+            return report
+        if plan.archive:
+            ids = policy_rules.archive_atoms(app, {d.atom_id: d.reason for d in plan.archive},
+                                             actor=operator)
+            report["archived"]["event_ids"] = ids
+            report["archived"]["count"] = len(ids)
+        if plan.erase:
+            reason = (f"memoryPolicy retention sweep at {plan.now}: {len(plan.erase)} atoms "
+                      f"past their class's retention (policy event {plan.policy_event_id})")
+            result = hard_erase(app, proj, Targets(atoms=[d.atom_id for d in plan.erase]),
+                                mode="delete", reason=reason, operator=operator)
+            report["erased"].update(batch_id=result["batch_id"],
+                                    event_ids=result["event_ids"],
+                                    checkpoints=result.get("checkpoints"))
+        if plan.drop:
+            proj.catch_up()
+            report["tombstone_records_dropped"]["count"] = _drop_tombstone_records(
+                proj, [d.atom_id for d in plan.drop])
+    log.info("sweep.done", archived=report["archived"]["count"],
+             erased=report["erased"]["count"], batch_id=report["erased"]["batch_id"],
+             tombstone_records=report["tombstone_records_dropped"]["count"])
+    return report
+
+
+def _report(plan: SweepPlan, dry_run: bool, status: str) -> dict[str, Any]:
+    return {
+        "status": status, "now": plan.now, "dry_run": dry_run,
+        "policy_event_id": plan.policy_event_id, "due": [d.as_json() for d in plan.due],
+        "archived": {"count": len(plan.archive), "atom_ids": [d.atom_id for d in plan.archive],
+                     "event_ids": []},
+        "erased": {"count": len(plan.erase), "atom_ids": [d.atom_id for d in plan.erase],
+                   "batch_id": None, "event_ids": []},
+        "tombstone_records_dropped": {"count": len(plan.drop),
+                                      "atom_ids": [d.atom_id for d in plan.drop]},
+    }

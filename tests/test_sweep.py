@@ -1,0 +1,230 @@
+"""`ledger sweep`: retention per privacy class, decay, tombstone records (governance/sweep.py,
+ADR 0014). Time moves forward with LEDGER_NOW; every storage test runs on both backends."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from governance.sweep import plan_sweep, sweep, sweep_lock
+from ledger import clock
+from ledger.application import LedgerApp
+from ledger.errors import ConflictError
+from projections.service import Projections
+
+from .conftest import RawStore, files_under, run_cli
+
+T0 = clock.parse_instant("2031-01-01T00:00:00Z")
+RETENTION = {"non-pii": 7, "aggregate": 3, "guest-pii": 90, "staff-pii": 365,
+             "sensitive-pii": 30, "commercial-confidential": 1095}
+DEFAULT_DAYS = 10
+BASIS = {"sensitive-pii": "explicit-consent", "guest-pii": "service-delivery",
+         "staff-pii": "legal-obligation"}
+POLICY = {"memoryPolicy": {
+    "enabled": True,
+    "retentionPolicy": {"defaultRetentionDays": DEFAULT_DAYS, "perPrivacyClass": RETENTION},
+    "rightToBeForgottenSla": {"acknowledgmentHours": 24, "completionHours": 720,
+                              "tombstoneRetentionDays": 5}}}
+
+
+@pytest.fixture
+def proj(app: LedgerApp) -> Iterator[Projections]:
+    p = Projections(app)
+    yield p
+    p.close()
+
+
+@pytest.fixture
+def clock_at(monkeypatch: pytest.MonkeyPatch) -> Any:
+    def move(t: Any) -> None:
+        monkeypatch.setenv("LEDGER_NOW", clock.format_instant(t))
+    move(T0)
+    return move
+
+
+def _marker() -> str:
+    return f"zq{uuid.uuid4().hex[:12]}"
+
+
+def _atom(cls: str | None, text: str, **kw: Any) -> dict[str, Any]:
+    # valence 0.6: a salience floor of 0.18, so decay never archives these atoms
+    data = {"subject": "u1", "text": text, "emotional_valence": 0.6, **kw}
+    if cls is not None:
+        data["privacy_class"] = cls
+    if cls in BASIS:
+        data["consent_basis"] = BASIS[cls]
+    return data
+
+
+def _setup(app: LedgerApp, doc: dict[str, Any] = POLICY) -> None:
+    app.set_policy(doc)
+    app.register_subject({"ref": "u1"})
+
+
+@pytest.mark.parametrize("cls", [*RETENTION, None])
+def test_each_class_expires_exactly_on_its_day_and_not_before(
+        app: LedgerApp, proj: Projections, home: Path, clock_at: Any, cls: str | None) -> None:
+    _setup(app)
+    marker = _marker()
+    atom = str(app.add_atom(_atom(cls, f"memory of class {cls} {marker}")))
+    days = RETENTION.get(cls or "", DEFAULT_DAYS)
+    archive = cls in ("non-pii", "aggregate")
+    clock_at(T0 + timedelta(days=days) - timedelta(seconds=1))  # day N-1, 23:59:59
+    rows = RawStore(home).rows()
+    early = sweep(app, proj)
+    assert early["status"] == "nothing-due" and early["due"] == []
+    assert app.get_atom(atom).status == "active" and RawStore(home).rows() == rows
+    clock_at(T0 + timedelta(days=days))  # day N, 00:00:00
+    done = sweep(app, proj)
+    assert done["status"] == "swept"
+    (due,) = done["due"]
+    assert due["atom_id"] == atom and due["rule"] == "retention"
+    assert due["due_at"] == clock.format_instant(T0 + timedelta(days=days))
+    got = app.get_atom(atom)
+    if archive:
+        assert done["archived"]["atom_ids"] == [atom] and done["erased"]["count"] == 0
+        assert got.status == "archived" and not got.content_erased
+    else:
+        assert done["erased"]["atom_ids"] == [atom] and done["erased"]["batch_id"]
+        assert got.status == "deleted" and got.content_erased
+        assert not [p for p in files_under(home) if marker.encode() in p.read_bytes()]
+
+
+def test_a_sweep_run_twice_does_the_work_once(app: LedgerApp, proj: Projections, home: Path,
+                                              clock_at: Any) -> None:
+    _setup(app)
+    app.add_atoms([_atom(c, f"fact {c}") for c in ("non-pii", "sensitive-pii", "guest-pii")]
+                  + [_atom("sensitive-pii", f"more {i}") for i in range(3)])
+    clock_at(T0 + timedelta(days=40))
+    h = ("--home", str(home))
+    first = run_cli(*h, "sweep", "--json")
+    assert first.code == 0, first.err
+    report = json.loads(first.out)
+    assert report["archived"]["count"] == 1 and report["erased"]["count"] == 4
+    assert f"batch {report['erased']['batch_id']}" in first.err
+    rows = RawStore(home).rows()
+    second = run_cli(*h, "sweep", "--json")
+    assert second.code == 0 and "nothing due" in second.err
+    assert json.loads(second.out)["status"] == "nothing-due"
+    assert RawStore(home).rows() == rows  # no new events
+    assert run_cli(*h, "verify").code == 0
+
+
+def test_a_hard_swept_atom_is_not_recalled_and_in_no_file(app: LedgerApp, proj: Projections,
+                                                          home: Path, clock_at: Any) -> None:
+    _setup(app)
+    marker = _marker()
+    atom = str(app.add_atom(_atom("sensitive-pii", f"Takes lithium daily {marker}",
+                                  gist=f"medication {marker}")))
+    app.add_atom(_atom("non-pii", "Likes green tea"))
+    assert atom in proj.recall(marker, "u1", 5).atom_ids
+    clock_at(T0 + timedelta(days=30))
+    result = sweep(app, proj)
+    assert result["erased"]["atom_ids"] == [atom]
+    assert atom not in proj.recall(marker, "u1", 5).atom_ids
+    assert atom not in proj.recall("Takes lithium daily", "u1", 5).atom_ids
+    assert [str(p) for p in files_under(home) if marker.encode() in p.read_bytes()] == []
+    hist = run_cli("--home", str(home), "atom", "history", atom, "--json")
+    assert "memory-ledger:atom.redacted.v1" in hist.out and marker not in hist.out
+
+
+def test_dry_run_changes_nothing(app: LedgerApp, proj: Projections, home: Path,
+                                 clock_at: Any) -> None:
+    _setup(app)
+    atom = str(app.add_atom(_atom("sensitive-pii", "dry run target")))
+    clock_at(T0 + timedelta(days=31))
+    rows, keys = RawStore(home).rows(), app.datakeys.count()
+    r = run_cli("--home", str(home), "sweep", "--dry-run")
+    assert r.code == 0 and "dry run: would archive 0, erase 1" in r.err
+    assert r.out.startswith(f"erase  {atom}  retention")
+    assert RawStore(home).rows() == rows and app.datakeys.count() == keys
+
+
+def test_decay_below_minimum_salience_is_archived_on_time(app: LedgerApp, proj: Projections,
+                                                          clock_at: Any) -> None:
+    app.set_policy({"memoryPolicy": {"enabled": True}})  # no retention: decay only
+    app.register_subject({"ref": "u1"})
+    atom = str(app.add_atom({"subject": "u1", "text": "fading memory", "salience": 0.5}))
+    # 0.5 * 2**(-t/14) < 0.05  <=>  t > 14 * log2(10) = 46.507 days
+    clock_at(T0 + timedelta(days=46.5))
+    assert sweep(app, proj)["status"] == "nothing-due"
+    clock_at(T0 + timedelta(days=46.51))
+    done = sweep(app, proj)
+    assert done["archived"]["atom_ids"] == [atom] and done["due"][0]["rule"] == "decay"
+    assert app.get_atom(atom).status == "archived"
+
+
+def test_tombstone_records_are_kept_for_their_retention_then_dropped(
+        app: LedgerApp, proj: Projections, home: Path, clock_at: Any) -> None:
+    _setup(app)
+    atom = str(app.add_atom(_atom("sensitive-pii", "kept thirty days")))
+    clock_at(T0 + timedelta(days=30))
+    sweep(app, proj)
+    tombstoned = T0 + timedelta(days=30)
+    listed = {r["atom_id"] for r in proj.memory_list("u1")}
+    assert atom in listed
+    clock_at(tombstoned + timedelta(days=5) - timedelta(seconds=1))
+    assert sweep(app, proj)["status"] == "nothing-due"
+    assert atom in {r["atom_id"] for r in proj.memory_list("u1")}
+    clock_at(tombstoned + timedelta(days=5))
+    rows = RawStore(home).rows()
+    done = sweep(app, proj)
+    assert done["tombstone_records_dropped"] == {"count": 1, "atom_ids": [atom]}
+    assert atom not in {r["atom_id"] for r in proj.memory_list("u1")}
+    assert RawStore(home).rows() == rows  # the signed tombstone stays in the log
+    assert app.get_atom(atom).status == "deleted"
+    assert sweep(app, proj)["status"] == "nothing-due"
+    assert run_cli("--home", str(home), "verify").code == 0
+
+
+def test_no_policy_sweeps_nothing(home: Path) -> None:
+    rows = RawStore(home).rows()
+    r = run_cli("--home", str(home), "sweep", "--json")
+    assert r.code == 0 and "no memoryPolicy is in force" in r.err
+    assert json.loads(r.out)["status"] == "no-policy"
+    assert RawStore(home).rows() == rows
+
+
+def test_a_second_concurrent_sweep_stops_at_once(app: LedgerApp, proj: Projections,
+                                                 clock_at: Any) -> None:
+    _setup(app)
+    with sweep_lock(app), pytest.raises(ConflictError, match="another `ledger sweep`"):
+        sweep(app, proj)
+
+
+def test_unauthorized_sweeper_is_refused_before_anything_is_written(
+        app: LedgerApp, proj: Projections, home: Path, clock_at: Any) -> None:
+    _setup(app)
+    app.add_atom(_atom("sensitive-pii", "due later"))
+    clock_at(T0 + timedelta(days=30))
+    rows = RawStore(home).rows()
+    r = run_cli("--home", str(home), "sweep", "--as", "writer")
+    assert r.code == 2 and "not an authorized operator" in r.err
+    assert RawStore(home).rows() == rows
+
+
+def test_due_atoms_are_found_by_index_not_by_scan(app: LedgerApp, proj: Projections,
+                                                  backend: str, clock_at: Any) -> None:
+    _setup(app)
+    app.add_atoms([_atom("non-pii", f"n {i}") for i in range(20)])
+    proj.catch_up()
+    policy = app.policy()
+    assert policy is not None
+    assert plan_sweep(proj, policy, T0).empty
+    if backend != "sqlite":
+        return  # the SQLite plan is checked; PostgreSQL picks plans by table statistics
+    a = proj.atoms.atoms
+    q = sa.select(a.c.atom_id).where(a.c.privacy_class == "non-pii",
+                                     a.c.status.in_(["active", "soft-redacted"]),
+                                     a.c.created_at <= "2031-01-01")
+    with proj.store.engine.connect() as conn:
+        sql = str(q.compile(conn, compile_kwargs={"literal_binds": True}))
+        plan = " ".join(str(r[-1]) for r in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql))
+    assert "proj_atoms_retention" in plan, plan
