@@ -134,6 +134,19 @@ class Store:
         return bool(sa.inspect(conn).has_table(name, schema=self.schema))
 
     # ------------------------------------------------------------------ compaction
+    def vacuum(self) -> None:
+        """SQLite: rebuild the whole file from the live rows, then empty the WAL. The cost
+        follows the file's size; erasure uses it only when the raw scan found residue
+        that ``compact`` left (see governance/erasure.py). PostgreSQL: nothing to do
+        beyond ``compact`` (its files are not scanned)."""
+        if not self.is_sqlite:
+            return
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+            c.exec_driver_sql("VACUUM")
+            busy, _log, _done = c.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()
+        if busy:
+            log.warning("projections.compaction_blocked", backend="sqlite")
+
     def compact(self, tables: Iterable[str]) -> CompactionReport:
         """Store-wide compaction after a purge (outside any transaction).
 
