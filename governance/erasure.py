@@ -197,8 +197,8 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
         if fid:
             flag_ids.append(fid)
     reach = {"routes": [per_route[n] for n in sorted(per_route)],
-             "raw_scan": {k: raw[k] for k in ("files", "needles", "hits", "checked_at",
-                                              "repaired") if k in raw},
+             "raw_scan": {k: raw[k] for k in ("files", "bytes", "engine", "needles", "hits",
+                                              "checked_at", "repaired") if k in raw},
              "flagged_for_review": sorted(referring),
              "checkpoint_before": before.size}
     event_ids = [*shred_ids, *tomb_ids, *flag_ids]

@@ -19,6 +19,7 @@ whose personal fields are ciphertext under keys that were destroyed.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import html
 import json
@@ -40,7 +41,7 @@ from governance.dsse import (
 from keys.errors import KeyError_
 from keys.keyring import public_key_document
 from keys.roster import ROSTER_TOPICS
-from ledger import envelope
+from ledger import clock, envelope
 from ledger.checkpoint import parse_body, parse_note
 from ledger.errors import ConflictError, InputError, NotFound, VerificationFailed
 from ledger.merkle import verify_consistency, verify_inclusion
@@ -54,11 +55,33 @@ AFTER = "checkpoints/after.checkpoint"
 CONSISTENCY = "consistency.json"
 ROOT_PUB = "keys/root.pub"
 REPORT = "report.html"
+PREDICATE_SCHEMA = "evidence-pack-predicate.v1.json"
+"""JSON Schema of the statement's predicate, in the ``schemas`` package (step 1.1)."""
 
 TOMBSTONE_TOPICS = {"memory-ledger:atom.redacted.v1", "memory-ledger:artifact.deleted.v1"}
 KEY_TOPICS = {"memory-ledger:atom.data-key-destroyed.v1",
               "memory-ledger:artifact.data-key-destroyed.v1",
               "memory-ledger:subject.data-key-destroyed.v1"}
+
+
+# ----------------------------------------------------------------------------- schema
+@functools.cache
+def _predicate_validator() -> Any:
+    import importlib.resources
+
+    import jsonschema
+
+    schema = json.loads(importlib.resources.files("schemas").joinpath(
+        PREDICATE_SCHEMA).read_text(encoding="utf-8"))
+    return jsonschema.Draft202012Validator(
+        schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+
+
+def predicate_problems(predicate: Any) -> list[str]:
+    """Where ``predicate`` departs from schemas/evidence-pack-predicate.v1.json (empty: valid)."""
+    errors = sorted(_predicate_validator().iter_errors(predicate),
+                    key=lambda e: (e.json_path, e.validator))
+    return [f"{e.json_path}: {e.message[:160]}" for e in errors]
 
 
 # ----------------------------------------------------------------------------- building
@@ -131,6 +154,10 @@ def build_pack(app: Any, batch_id: str, out: Path, make_zip: bool = False,
                                         indent=2).encode()
         files[ROOT_PUB] = json.dumps(public_key_document("root", app.root_public_key)).encode()
         predicate = _predicate(app, batch, request, opened, ordered, before, after)
+        problems = predicate_problems(predicate)
+        if problems:  # a bug in _predicate or in what it reads, never the user's input
+            raise RuntimeError(f"the Evidence Pack predicate does not match schemas/"
+                               f"{PREDICATE_SCHEMA}: {'; '.join(problems[:5])}")
         files[REPORT] = render_report(predicate).encode()
         for name, data in files.items():
             path = out / name
@@ -203,7 +230,7 @@ def _predicate(app: Any, batch: Any, request: Any, opened: dict[Any, Any],
         "checkpoints": {"before": {"size": before.size, "root": b64(before.root)},
                         "after": {"size": after.size, "root": b64(after.root)}},
         "reach": batch.reach,
-        "generated_at": datetime.now().astimezone().isoformat(),
+        "generated_at": clock.format_instant(clock.now()),
     }
 
 
@@ -301,9 +328,16 @@ def verify_pack(folder: Path, root_public_key: bytes | None = None) -> PackRepor
         statement = json.loads(base64.b64decode(dsse["payload"], validate=True))
     except (KeyError, ValueError, TypeError) as e:
         raise PackInvalid("1", f"{STATEMENT} is missing or not a DSSE envelope") from e
+    if not isinstance(statement, dict):
+        raise PackInvalid("1", "the DSSE payload is not a JSON object (an in-toto Statement)")
     if statement.get("_type") != STATEMENT_TYPE or statement.get("predicateType") != \
             PREDICATE_TYPE:
         raise PackInvalid("1", "the statement is not an evidence-pack in-toto Statement v1")
+    # Step 1.1: the predicate matches its JSON Schema (no field the format does not have).
+    problems = predicate_problems(statement.get("predicate"))
+    if problems:
+        raise PackInvalid("1.1", f"the predicate does not match schemas/{PREDICATE_SCHEMA}: "
+                                 f"{'; '.join(problems[:3])}")
     predicate = statement["predicate"]
     # Step 2: every file is a subject with the right digest; no file missing or extra.
     subjects = {s["name"]: s["digest"]["sha256"] for s in statement["subject"]}
