@@ -14,22 +14,28 @@ import sqlite3
 import time
 from collections.abc import Iterable
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+import structlog
+from ahocorasick_rs import BytesAhoCorasick
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import NullPool
 
-from keys.aead import new_data_key
+from keys.aead import KEY_BYTES, new_data_key
 from keys.errors import DataKeyUnavailable, KeystoreError
+
+log = structlog.get_logger("keys")
 
 
 def make_engine(url: str, schema: str | None = None, pooled: bool = False) -> Engine:
     """Create an engine; SQLite connections get WAL and ``secure_delete``.
 
-    SQLite engines do not pool by default, so that no idle connection blocks the WAL
-    truncation a key destruction needs; ``pooled`` is for stores that never shred.
+    SQLite engines do not pool by default, so that no idle connection of this process is
+    open when a key destruction truncates the WAL; ``pooled`` is for stores that never
+    shred, and for the keystore, whose ``compact`` closes its pool first (ADR 0003).
     """
     if url.startswith("sqlite"):
         engine = (sa.create_engine(url) if pooled
@@ -101,9 +107,20 @@ class DataKeyStore:
 
     def create_many(self, key_ids: Iterable[str], at: datetime) -> dict[str, bytes]:
         """Create fresh keys for new items, in one transaction."""
-        new = {kid: new_data_key() for kid in key_ids}
+        new = self.generate(key_ids)
+        self.store(new, at)
+        return new
+
+    @staticmethod
+    def generate(key_ids: Iterable[str]) -> dict[str, bytes]:
+        """Fresh keys for new items, not stored yet: :meth:`store` them before anything
+        they encrypt is committed (``create_many`` does both)."""
+        return {kid: new_data_key() for kid in key_ids}
+
+    def store(self, new: dict[str, bytes], at: datetime) -> None:
+        """Store keys made by :meth:`generate`, in one transaction; then they are cached."""
         if not new:
-            return {}
+            return
         created = at.isoformat()
         try:
             with self.engine.begin() as conn:
@@ -114,7 +131,6 @@ class DataKeyStore:
         except sa.exc.IntegrityError as e:
             raise KeystoreError("a data key with one of these ids already exists") from e
         self._cache.update(new)
-        return new
 
     def get(self, key_id: str) -> bytes:
         key = self._cache.get(key_id) or self.get_many([key_id]).get(key_id)
@@ -163,8 +179,11 @@ class DataKeyStore:
         """
         ids = sorted(set(key_ids))
         with self.engine.begin() as conn:
-            present = {r[0] for r in conn.execute(
-                sa.select(self.keys.c.key_id).where(self.keys.c.key_id.in_(ids)))}
+            rows = [] if not ids else list(conn.execute(
+                sa.select(self.keys.c.key_id, self.keys.c.key_material)
+                .where(self.keys.c.key_id.in_(ids))))
+            present = {r[0] for r in rows}
+            material = [bytes(r[1]) for r in rows]  # only to look for leftovers below
             if present:
                 conn.execute(self.keys.delete().where(self.keys.c.key_id.in_(present)))
                 conn.execute(self.destroyed.insert(), [
@@ -176,7 +195,44 @@ class DataKeyStore:
             # Always compact, even when nothing was present: a previous attempt may have
             # deleted the row and then failed to truncate the WAL.
             self.compact()
+        if material and self.is_sqlite and self._residue(material):
+            # SQLite can keep an old copy of a cell in a page's free space after it
+            # rebalanced the page; VACUUM rebuilds every page from the live rows.
+            log.warning("keystore.residue_found", keys=len(material))
+            self.vacuum()
+            if self._residue(material):
+                raise KeystoreError(
+                    "a destroyed data key's bytes are still in the keystore files after "
+                    "VACUUM. Close other ledger processes and run the erasure again")
         return sorted(present)
+
+    def files(self) -> list[Path]:
+        """The SQLite keystore file and its WAL and shared-memory files (those that exist)."""
+        name = self.engine.url.database
+        if not self.is_sqlite or not name:
+            return []
+        base = Path(name)
+        return [p for p in (base, base.with_name(base.name + "-wal"),
+                            base.with_name(base.name + "-shm")) if p.exists()]
+
+    def _residue(self, material: list[bytes]) -> bool:
+        """Is any of these key bytes still in a keystore file? (one pass per file)"""
+        matcher = BytesAhoCorasick(material)
+        for path in self.files():
+            with path.open("rb") as f:
+                tail = b""
+                while chunk := f.read(16 << 20):
+                    buf = tail + chunk
+                    if matcher.find_matches_as_indexes(buf):
+                        return True
+                    tail = buf[-(KEY_BYTES - 1):]
+        return False
+
+    def vacuum(self) -> None:
+        """Rebuild the keystore file from its live rows, then empty the WAL."""
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.exec_driver_sql("VACUUM")
+        self.compact()
 
     def discard(self, key_ids: Iterable[str]) -> None:
         """Roll back keys created for a command that then failed (no tombstone)."""
@@ -192,6 +248,10 @@ class DataKeyStore:
     def compact(self) -> None:
         """Make deleted key bytes unrecoverable from the store's own files."""
         if self.is_sqlite:
+            # A pooled engine (ADR 0003) keeps idle connections open between commands;
+            # close them first, so the checkpoint runs as with an unpooled engine: on a
+            # fresh connection, with no other connection of this process open.
+            self.engine.dispose()
             with self.engine.connect() as conn:
                 busy, _log, _ckpt = conn.exec_driver_sql(
                     "PRAGMA wal_checkpoint(TRUNCATE)").one()

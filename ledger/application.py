@@ -14,6 +14,7 @@ import fcntl
 import gc
 import hashlib
 import json
+import logging
 import os
 import shutil
 import uuid
@@ -34,7 +35,7 @@ from keys.errors import DataKeyUnavailable, KeyError_, KeyNotAuthorized, Keyring
 from keys.keyring import Keyring, read_public_key_file
 from keys.roster import ROLES, ROOT, KeyRoster
 from keys.signing import Signer
-from ledger import clock, envelope, logs, policy_rules
+from ledger import clock, envelope, logs, policy_rules, sqlite_recorder
 from ledger.domain import (
     OPERATOR,
     WRITER_OR_OPERATOR,
@@ -80,7 +81,11 @@ class LedgerApp(Application[UUID]):
                 _ensure_schema(config.events)
             # Aggregates are cached per process and fast-forwarded from the log on every
             # get, so a cached copy is never stale; commands get deep copies.
-            super().__init__(env={**config.events.eventsourcing_env(),
+            # SQLite: the library's recorder with one executemany per command (ADR 0008),
+            # chosen through the library's own setting.
+            recorder = ({} if config.events.is_postgres
+                        else {"APPLICATION_RECORDER_TOPIC": sqlite_recorder.TOPIC})
+            super().__init__(env={**config.events.eventsourcing_env(), **recorder,
                                   "AGGREGATE_CACHE_MAXSIZE": "5000"})
         except Exception as e:
             raise EnvironmentProblem(
@@ -90,7 +95,8 @@ class LedgerApp(Application[UUID]):
         try:
             self.tlog = TransparencyLog(config.events, config.origin)
             self.datakeys = DataKeyStore(
-                make_engine(config.keystore.sqlalchemy_url(), config.keystore.schema),
+                make_engine(config.keystore.sqlalchemy_url(), config.keystore.schema,
+                            pooled=True),
                 config.keystore.schema)
         except Exception as e:
             super().close()
@@ -222,9 +228,10 @@ class LedgerApp(Application[UUID]):
             finally:
                 self.mapper.end()  # type: ignore[attr-defined]
 
-    def commit(self, *items: Any) -> list[str]:
+    def commit(self, *items: Any, event_ids: bool = True) -> list[str]:
         """Save pending events of aggregates, and bare events, in the order given; create
-        data keys for new items that carry content first. Returns the event ids.
+        data keys for new items that carry content first. Returns the event ids (an empty
+        list with ``event_ids=False``, for a caller that does not use them).
 
         If saving fails, keys created here are discarded, so nothing is left behind.
         This is eventsourcing's ``Application.save`` without its two runtime-Protocol
@@ -247,24 +254,42 @@ class LedgerApp(Application[UUID]):
             if ev.originator_version == 1 and personal and any(
                     getattr(ev, f, None) is not None for f in personal):
                 new_keys.append(str(ev.originator_id))
-        self.datakeys.create_many(new_keys, clock.now())
+        at = clock.now()
         mapper: Any = self.mapper
         mapper.take_sealed()
-        try:
-            if self.snapshots is not None:  # not enabled (ADR 0001); save() would snapshot
+        if self.snapshots is not None:  # not enabled (ADR 0001); save() would snapshot
+            self.datakeys.create_many(new_keys, at)
+            try:
                 saved: Sequence[Any] = [r.notification for r in self.save(*items)]
-                ids: Sequence[int | None] = [n.id for n in saved]
-            else:
+            except BaseException:
+                self.datakeys.discard(new_keys)
+                raise
+            ids: Sequence[int | None] = [n.id for n in saved]
+        else:
+            # The keys are made first and stored while the envelopes are signed (ADR 0008):
+            # the keystore commits them before any event they encrypt is inserted.
+            keys = self.datakeys.generate(new_keys)
+            stored = False
+
+            def store_keys() -> None:
+                nonlocal stored
+                self.datakeys.store(keys, at)
+                stored = True
+
+            try:
                 events: list[Any] = []
                 for item in items:
                     events.extend(item.collect_events() if isinstance(item, Aggregate)
                                   else (item,))
-                saved = [mapper.to_stored_event(e) for e in events]
+                saved = mapper.to_stored_events(events, keys, store_keys)
                 ids = self.recorder.insert_events(saved) or [None] * len(saved)
-        except BaseException:
-            self.datakeys.discard(new_keys)
-            raise
+            except BaseException:
+                if stored:  # never keys that failed to store: their ids may be another's
+                    self.datakeys.discard(keys)
+                raise
         self._extend_tree(saved, ids, mapper.take_sealed())
+        if not event_ids:
+            return []
         return [envelope.event_id(s.originator_id, s.originator_version) for s in saved]
 
     def _extend_tree(self, saved: Sequence[Any], ids: Sequence[int | None],
@@ -616,18 +641,20 @@ class LedgerApp(Application[UUID]):
             policy = policy_rules.check_new_atoms(self, inputs)
             seen: dict[tuple[str, str], UUID] = {}
             created = [self._atom_created(inp, at, seen=seen) for inp in inputs]
-            if len({e.originator_id for e in created}) != len(created):
+            if len({e.originator_id.int for e in created}) != len(created):  # int: C hash
                 raise InputError("two atoms in this command have the same ref")
             # Bulk path (ADR 0008): with no policy in force nothing acts on the new
             # aggregates, so their Created events are committed as they are; with one,
             # the aggregates are built for the policy's max-atoms step.
             atoms: list[Any] = (created if policy is None
                                 else [_aggregate_of(e) for e in created])
-            self.commit(*atoms, *policy_rules.over_limit(self, policy, atoms, at))
+            self.commit(*atoms, *policy_rules.over_limit(self, policy, atoms, at),
+                        event_ids=False)
         command_log = log.bind()  # bound once: the lazy module logger binds on every call
-        for e in created:
-            command_log.info("atom.created", atom_id=str(e.originator_id),
-                             subject_id=e.subject_id)
+        if command_log.is_enabled_for(logging.INFO):  # else skip the per-atom id strings
+            for e in created:
+                command_log.info("atom.created", atom_id=str(e.originator_id),
+                                 subject_id=e.subject_id)
         return [e.originator_id for e in created]
 
     def get_atom(self, atom_id: str | UUID) -> Atom:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -128,27 +128,64 @@ class SigningMapper(Mapper[UUID]):
                          b"\x00", topic.encode()))
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
+        signer = self._write_signer()
+        seq = self._next_seq
+        env = self._envelope(domain_event, seq, None)
+        stored_state, signature = envelope.seal_signed(env, signer)
+        self._next_seq = seq + 1
+        self._sealed.append((seq, signature))
+        return StoredEvent(originator_id=domain_event.originator_id,
+                           originator_version=env["version"], topic=env["topic"],
+                           state=stored_state)
+
+    def to_stored_events(self, domain_events: Sequence[Any],
+                         new_keys: Mapping[str, bytes] | None = None,
+                         during: Callable[[], None] | None = None) -> list[StoredEvent]:
+        """``[self.to_stored_event(e) for e in domain_events]``, the same bytes, for a
+        whole command (ADR 0008): the envelopes are built and serialised first, then signed
+        together by :func:`envelope.seal_many` (a second thread helps with large batches)
+        while ``during`` runs on this thread. ``new_keys`` are data keys made for this
+        command that ``during`` stores; they are used before the keystore holds them."""
+        signer = self._write_signer()
+        first = self._next_seq
+        envs = [self._envelope(e, seq, new_keys)
+                for seq, e in enumerate(domain_events, start=first)]
+        sealed = envelope.seal_many(envs, signer, during)
+        self._next_seq = first + len(envs)
+        self._sealed.extend((env["seq"], signature)
+                            for env, (_state, signature) in zip(envs, sealed, strict=True))
+        return [StoredEvent(originator_id=e.originator_id, originator_version=env["version"],
+                            topic=env["topic"], state=state)
+                for e, env, (state, _sig) in zip(domain_events, envs, sealed, strict=True)]
+
+    def _write_signer(self) -> Signer:
         signer = self._signer
         if signer is None:
             raise RuntimeError("events are written only inside a command's write context")
+        return signer
+
+    def _envelope(self, domain_event: Any, seq: int,
+                  new_keys: Mapping[str, bytes] | None) -> dict[str, Any]:
+        """The envelope of one event at ``seq``, its personal fields sealed (spec §1)."""
         topic, personal_fields, class_version, not_payload = self._class_info(
             type(domain_event))
         state = vars(domain_event)
-        originator_id = state["originator_id"]
         version = state["originator_version"]
-        oid = str(originator_id)
+        oid = str(state["originator_id"])
         # Fields whose value is None are omitted; personal fields are sealed (spec §1).
         payload = {k: v for k, v in state.items() if v is not None and k not in not_payload}
         if class_version > 1:
             payload["class_version"] = class_version
         personal = {f: state[f] for f in personal_fields if state.get(f) is not None}
         if personal:
-            try:
-                key = self.datakeys.get(oid)
-            except DataKeyUnavailable as e:
-                raise ConflictError(
-                    f"cannot write content for {oid}: {e}",
-                    hint="its content was erased; create a new item instead") from e
+            key = None if new_keys is None else new_keys.get(oid)
+            if key is None:
+                try:
+                    key = self.datakeys.get(oid)
+                except DataKeyUnavailable as e:
+                    raise ConflictError(
+                        f"cannot write content for {oid}: {e}",
+                        hint="its content was erased; create a new item instead") from e
             nonce, ct = aead.seal(key, _plaintext(personal).encode(),
                                   self.associated_data(oid, version, topic))
             payload["sealed"] = {
@@ -156,18 +193,12 @@ class SigningMapper(Mapper[UUID]):
                 "nonce": base64.b64encode(nonce).decode(),
                 "ct": base64.b64encode(ct).decode(),
             }
-        seq = self._next_seq
-        env = {
+        return {
             "v": envelope.ENVELOPE_VERSION, "ledger": self.ledger_id, "seq": seq,
             "topic": topic, "originator_id": oid, "version": version,
             "timestamp": self._format_time(state["timestamp"]), "kid": self._kid,
             "payload": payload,
         }
-        stored_state, signature = envelope.seal_signed(env, signer)
-        self._next_seq = seq + 1
-        self._sealed.append((seq, signature))
-        return StoredEvent(originator_id=originator_id, originator_version=version,
-                           topic=topic, state=stored_state)
 
     def open_verified(self, stored: StoredEvent) -> envelope.Opened:
         """Parse, bind to the row, and verify the signature of a stored event."""

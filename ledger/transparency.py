@@ -47,12 +47,16 @@ class SqlTreeStore:
     def __init__(self, engine: Engine, schema: str | None) -> None:
         self.engine = engine
         md = sa.MetaData(schema=schema)
+        # New SQLite ledgers keep nodes in a WITHOUT ROWID table, the rows in their
+        # (level, idx) B-tree: one insert per node instead of a rowid row plus an index
+        # entry (ADR 0008). Older ledgers keep their rowid table; nothing depends on it.
         self.nodes = sa.Table(
             "tlog_nodes", md,
             sa.Column("level", sa.Integer, primary_key=True, autoincrement=False),
             sa.Column("idx", sa.BigInteger, primary_key=True, autoincrement=False),
             sa.Column("hash", sa.LargeBinary, nullable=False),
             sa.Column("notification_id", sa.BigInteger, nullable=True),
+            sqlite_with_rowid=False,
         )
         self.checkpoints = sa.Table(
             "tlog_checkpoints", md,

@@ -324,7 +324,7 @@ def test_residue_only_in_the_projections_file_is_repaired_by_vacuum_and_rescanne
         assert repaired["action"] == "vacuum" and repaired["files"] == ["projections.sqlite"]
         assert done["reach"]["raw_scan"]["hits"] == []
     else:  # the projections live in PostgreSQL: a hit in a home file is not theirs
-        with pytest.raises(ErasureIncomplete, match="projections.sqlite"):
+        with pytest.raises(ErasureIncomplete, match=r"projections\.sqlite"):
             hard_erase(app, proj, Targets(atoms=[atom]), mode="hard", reason="test",
                        operator="operator")
         assert calls == {"scan": 1, "vacuum": 0}
@@ -347,7 +347,7 @@ def test_erased_bytes_in_the_event_store_are_a_failure_never_repaired(
     monkeypatch.setattr(proj.store, "vacuum", lambda: vacuumed.append(True))
     app.register_subject({"ref": "u1"})
     atom = str(app.add_atom({"subject": "u1", "text": f"Owes money to Sam {_marker()}"}))
-    with pytest.raises(ErasureIncomplete, match="events.sqlite"):
+    with pytest.raises(ErasureIncomplete, match=r"events\.sqlite"):
         hard_erase(app, proj, Targets(atoms=[atom]), mode="hard", reason="test",
                    operator="operator")
     assert vacuumed == []

@@ -1,0 +1,63 @@
+"""Destroyed data keys leave no copy in the keystore files, even where SQLite's page
+rebalancing kept an old copy of a cell in a page's free space (then: VACUUM)."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from keys.datakeys import DataKeyStore, make_engine
+from keys.errors import KeystoreError
+
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _store(tmp_path: Path) -> DataKeyStore:
+    return DataKeyStore(make_engine(f"sqlite:///{tmp_path / 'keystore.sqlite'}"))
+
+
+def _all_bytes(store: DataKeyStore) -> bytes:
+    return b"".join(p.read_bytes() for p in store.files())
+
+
+def test_many_destroyed_keys_leave_no_bytes_in_any_keystore_file(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    ids = [f"item-{i:05d}" for i in range(4000)]
+    for start in range(0, len(ids), 500):  # many commands: many page splits
+        store.create_many(ids[start:start + 500], AT)
+    doomed = sorted(random.Random(7).sample(ids, 1500))
+    material = store.get_many(doomed)
+    assert len(material) == 1500
+    assert store.destroy(doomed, AT) == doomed
+    data = _all_bytes(store)
+    assert [k for k, v in material.items() if v in data] == []
+    kept = [i for i in ids if i not in set(doomed)]
+    assert len(store.get_many(kept)) == len(kept)  # the others are intact
+    store.engine.dispose()
+
+
+def test_residue_after_delete_is_vacuumed_then_checked_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = _store(tmp_path)
+    store.create_many(["a", "b"], AT)
+    answers = iter([True, False])
+    vacuums: list[bool] = []
+    real_vacuum = store.vacuum
+    monkeypatch.setattr(store, "_residue", lambda material: next(answers))
+    monkeypatch.setattr(store, "vacuum", lambda: (vacuums.append(True), real_vacuum()))
+    assert store.destroy(["a"], AT) == ["a"]
+    assert vacuums == [True]
+    store.engine.dispose()
+
+
+def test_residue_that_survives_vacuum_is_an_error(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    store = _store(tmp_path)
+    store.create_many(["a"], AT)
+    monkeypatch.setattr(store, "_residue", lambda material: True)
+    with pytest.raises(KeystoreError, match="still in the keystore files after VACUUM"):
+        store.destroy(["a"], AT)
+    store.engine.dispose()
