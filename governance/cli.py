@@ -47,8 +47,9 @@ def register(cli: typer.Typer, open_app: OpenApp, artifact_cli: typer.Typer) -> 
 
 
 @contextmanager
-def _session() -> Iterator[tuple[Any, Projections]]:
-    with _open[0]() as app:
+def open_session(open_app: OpenApp) -> Iterator[tuple[Any, Projections]]:
+    """The ledger and its read models, closed together (every governance command)."""
+    with open_app() as app:
         proj = Projections(app)
         try:
             yield app, proj
@@ -56,10 +57,14 @@ def _session() -> Iterator[tuple[Any, Projections]]:
             proj.close()
 
 
+def _session() -> AbstractContextManager[tuple[Any, Projections]]:
+    return open_session(_open[0])
+
+
 def _out(data: Any, as_json: bool, text: str | None = None) -> None:
     if as_json:
         sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    elif text is not None:
+    elif text:  # nothing to list: no blank line
         sys.stdout.write(text + "\n")
 
 

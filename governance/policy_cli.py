@@ -8,22 +8,17 @@ ledger.errors classes, mapped to exit codes by the ``ledger`` entry point.
 
 from __future__ import annotations
 
-import json
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from typing import Annotated, Any
 
 import typer
 
+from governance.cli import JsonOpt, OpenApp, _out, _verdict, open_session
 from governance.policy_check import check_policy
 from governance.requests import list_requests
 from governance.sweep import sweep
 from ledger.errors import EXIT_VERIFY
 from projections.service import Projections
-
-OpenApp = Callable[[], AbstractContextManager[Any]]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 
 requests_cli = typer.Typer(no_args_is_help=True,
                            help="Right-to-be-forgotten requests and their deadlines.")
@@ -37,25 +32,8 @@ def register(cli: typer.Typer, open_app: OpenApp, policy_cli: typer.Typer) -> No
     policy_cli.command("check")(policy_check_command)
 
 
-@contextmanager
-def _session() -> Iterator[tuple[Any, Projections]]:
-    with _open[0]() as app:
-        proj = Projections(app)
-        try:
-            yield app, proj
-        finally:
-            proj.close()
-
-
-def _out(data: Any, as_json: bool, text: str | None = None) -> None:
-    if as_json:
-        sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    elif text:
-        sys.stdout.write(text + "\n")
-
-
-def _verdict(message: str) -> None:
-    sys.stderr.write(message + "\n")
+def _session() -> AbstractContextManager[tuple[Any, Projections]]:
+    return open_session(_open[0])
 
 
 def sweep_command(

@@ -7,11 +7,7 @@ chunk it starts in). Large homes are scanned by one worker process per core: the
 the one part of an erasure whose cost follows the bytes the ledger owns rather than the
 erased items (ADR 0012), so it gets the whole machine.
 
-Two engines, same answers (tests run both): Hyperscan (Intel's multi-literal matcher,
-SIMD, several GB/s per core on x86-64, used where the ``hyperscan`` package is installed)
-and the ``ahocorasick_rs`` automaton everywhere else (a few hundred MB/s per core on
-needles that start with common letters). Needles go to Hyperscan as ``\\xHH`` escapes, so
-any byte, NUL included, is matched literally.
+The matcher (Hyperscan where installed, else Aho-Corasick) is keys/bytescan.py.
 """
 
 from __future__ import annotations
@@ -23,13 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ahocorasick_rs import BytesAhoCorasick
-
-hyperscan: Any
-try:
-    import hyperscan
-except ImportError:  # pragma: no cover - exercised on machines without the wheel
-    hyperscan = None
+from keys.bytescan import ENGINES, ByteMatcher
 
 __all__ = ["CHUNK", "ENGINES", "scan_tree"]
 
@@ -39,40 +29,8 @@ enough to stay in cache: 8 MiB chunks scanned a 400 MB home at 2.2-2.5 GB/s on t
 workers, 32 MiB chunks at 1.4-1.6 GB/s (this machine, Hyperscan)."""
 PARALLEL_FROM = 2 * CHUNK
 """Below this many bytes in all, one process scans (a pool would cost more than it saves)."""
-ENGINES = ("hyperscan", "aho-corasick") if hyperscan is not None else ("aho-corasick",)
 
-
-class _Matcher:
-    """All needles compiled once; ``starts(buf)`` gives the start offset of each match."""
-
-    def __init__(self, needles: tuple[bytes, ...], engine: str) -> None:
-        self.needles = needles
-        self.engine = engine
-        if engine == "hyperscan":
-            db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-            db.compile(expressions=[b"".join(b"\\x%02x" % c for c in n) for n in needles],
-                       ids=list(range(len(needles))), elements=len(needles),
-                       flags=[0] * len(needles))
-            self._db = db
-        elif engine == "aho-corasick":
-            self._ac = BytesAhoCorasick(list(needles))
-        else:
-            raise ValueError(f"unknown scan engine {engine!r}; one of {', '.join(ENGINES)}")
-
-    def starts(self, buf: bytes) -> list[int]:
-        if self.engine == "hyperscan":
-            found: list[int] = []
-            lengths = [len(n) for n in self.needles]
-
-            def on_match(pattern: int, _from: int, end: int, _flags: int, _ctx: Any) -> None:
-                found.append(end - lengths[pattern])
-
-            self._db.scan(buf, match_event_handler=on_match)
-            return found
-        return [s for _i, s, _e in self._ac.find_matches_as_indexes(buf)]
-
-
-_matcher: _Matcher | None = None  # set before the workers fork; each inherits a copy
+_matcher: ByteMatcher | None = None  # set before the workers fork; each inherits a copy
 
 
 def _count_task(task: tuple[str, int, int]) -> int:
@@ -103,7 +61,7 @@ def scan_tree(folder: Path, needles: Sequence[bytes], workers: int | None = None
     overlap = max(len(n) for n in wanted) - 1
     tasks = [(str(p), start, overlap) for p in files for start in range(0, sizes[p], CHUNK)]
     procs = workers if workers is not None else (os.cpu_count() or 1)
-    _matcher = _Matcher(wanted, engine)
+    _matcher = ByteMatcher(wanted, engine)
     try:
         if procs > 1 and total >= PARALLEL_FROM:
             # fork: the workers inherit the compiled matcher and only read files; they

@@ -12,26 +12,20 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 import structlog
-from ahocorasick_rs import BytesAhoCorasick
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import NullPool
 
 from keys.aead import KEY_BYTES, new_data_key
+from keys.bytescan import ByteMatcher
 from keys.errors import DataKeyUnavailable, KeystoreError
-
-hyperscan: Any
-try:  # the raw-scan engine where its wheel exists (x86-64); Aho-Corasick elsewhere
-    import hyperscan
-except ImportError:  # pragma: no cover
-    hyperscan = None
 
 log = structlog.get_logger("keys")
 
@@ -78,32 +72,6 @@ def _wal(cur: Any, attempts: int = 100) -> None:
             if attempt == attempts - 1:
                 raise
             time.sleep(0.02)
-
-
-def _key_finder(needles: list[bytes]) -> Callable[[bytes], bool]:
-    """A function telling whether a buffer holds any of ``needles`` (literal bytes)."""
-    if hyperscan is not None:
-        db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        db.compile(expressions=[b"".join(b"\\x%02x" % c for c in n) for n in needles],
-                   ids=list(range(len(needles))), elements=len(needles),
-                   flags=[hyperscan.HS_FLAG_SINGLEMATCH] * len(needles))
-
-        def found_hs(buf: bytes) -> bool:
-            hits: list[int] = []
-
-            def on_match(pattern: int, *_: Any) -> bool:
-                hits.append(pattern)
-                return True  # one is enough: stop the scan
-
-            try:
-                db.scan(buf, match_event_handler=on_match)
-            except hyperscan.ScanTerminated:
-                pass
-            return bool(hits)
-
-        return found_hs
-    matcher = BytesAhoCorasick(needles)
-    return lambda buf: bool(matcher.find_matches_as_indexes(buf))
 
 
 class DataKeyStore:
@@ -250,7 +218,7 @@ class DataKeyStore:
     def _residue(self, material: list[bytes]) -> bool:
         """Is any of these key bytes still in a keystore file? (one pass per file;
         Hyperscan where installed, else an Aho-Corasick automaton)"""
-        found = _key_finder(material)
+        found = ByteMatcher(material).found
         for path in self.files():
             with path.open("rb") as f:
                 tail = b""

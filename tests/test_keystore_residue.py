@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from keys.bytescan import ENGINES, ByteMatcher
 from keys.datakeys import DataKeyStore, make_engine
 from keys.errors import KeystoreError
 
@@ -61,3 +62,14 @@ def test_residue_that_survives_vacuum_is_an_error(tmp_path: Path,
     with pytest.raises(KeystoreError, match="still in the keystore files after VACUUM"):
         store.destroy(["a"], AT)
     store.engine.dispose()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_byte_matcher_finds_any_key_with_either_engine(engine: str) -> None:
+    keys = [bytes([0, 255, 92, 34]) + bytes(range(28)), b"\x00" * 32]
+    hay = b"noise" * 100 + keys[0] + b"more"
+    matcher = ByteMatcher(keys, engine)
+    assert matcher.found(hay) and matcher.found(b"x" + keys[1]), engine
+    assert not matcher.found(b"noise" * 100), engine
+    assert matcher.starts(hay) == [500], engine
+
