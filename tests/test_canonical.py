@@ -1,18 +1,23 @@
 """ledger.canonical.dumps is rfc8785.dumps: same bytes, or the same exception type.
 
-Differential (hypothesis) over arbitrary JSON-like values, with the cases where the C
-encoder and RFC 8785 differ (floats, big integers, key order beyond U+D800, lone
-surrogates, non-string keys, subclasses), plus the examples of RFC 8785 itself.
+Differential (hypothesis) over arbitrary JSON-like values, with the cases where orjson
+and RFC 8785 differ (floats, big integers, key order beyond U+D800, lone surrogates,
+non-string keys, subclasses, types orjson serialises and RFC 8785 refuses), every code
+point as a string, plus the examples of RFC 8785 itself.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import enum
 import json
 import struct
+import uuid
 from collections import OrderedDict
 from typing import Any
 
+import orjson
 import pytest
 import rfc8785
 from hypothesis import given, settings
@@ -115,12 +120,27 @@ class MyList(list[Any]):
     pass
 
 
+class Plain(enum.Enum):
+    A = "a"
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+
+
 @pytest.mark.parametrize("value", [
     Color.RED, {"c": Color.RED}, Kind.FACT, [Kind.FACT], MyStr("x"), {MyStr("k"): 1},
     MyFloat(1.5), MyFloat(2.0), MyList([1, 2]), OrderedDict([("b", 1), ("a", 2)]),
     {"a": {1, 2}}, b"bytes", object(), {"a": 1j}, float("nan"), {"x": float("inf")},
     "\ud800", {"\udc00": 1}, {"\udc00": 1, "a": 2}, ["ok", "\udfff"],
     {"\U0001f600": 1, "\ufb33": 2, "\ue000": 3, "a": 4},
+    # serialised by orjson natively, refused by rfc8785
+    uuid.UUID(int=7), {"id": uuid.UUID(int=7)}, Plain.A, [Plain.A],
+    datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC), datetime.date(2026, 1, 1),
+    datetime.time(1, 2), Point(1), orjson.Fragment(b"1"), {"f": orjson.Fragment(b"{}")},
+    # orjson's own limits: 64-bit integers, nesting depth
+    2**63, -(2**63) - 1, 2**64,
 ], ids=repr)
 def test_subclasses_and_invalid_values_match_rfc8785(value: Any) -> None:
     assert_same(value)
@@ -213,20 +233,12 @@ def test_ledger_envelopes_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) ->
     assert envelope.canonical(value) == expected
 
 
-@settings(max_examples=300)
-@given(json_values)
-def test_pure_python_json_encoder_gives_the_same_bytes(value: Any) -> None:
-    """Without CPython's C accelerator the fast path still matches rfc8785."""
-    import json.encoder
-
-    saved = json.encoder.c_make_encoder
-    try:
-        json.encoder.c_make_encoder = None
-        encode = canonical._make_encoder()
-    finally:
-        json.encoder.c_make_encoder = saved
-    try:
-        fast = encode(canonical._prepare(value)).encode("utf-8")
-    except (canonical._Fallback, RecursionError, UnicodeEncodeError):
-        return  # these fall back to rfc8785 itself
-    assert fast == rfc8785.dumps(value)
+def test_every_code_point_as_a_string_matches_rfc8785() -> None:
+    """orjson escapes exactly what rfc8785 escapes, code point by code point."""
+    points = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    for start in range(0, len(points), 4096):
+        chunk = points[start:start + 4096]
+        assert orjson.dumps(chunk, option=canonical._OPTIONS) == rfc8785.dumps(chunk), start
+        assert canonical.dumps(chunk) == rfc8785.dumps(chunk)
+    for c in range(0xD800, 0xE000):  # lone surrogates: refused by both
+        assert_same(chr(c))
