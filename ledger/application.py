@@ -54,6 +54,7 @@ from ledger.errors import (
     InputError,
     LedgerError,
     NotFound,
+    VerificationFailed,
 )
 from ledger.home import Config, StorageURL, validate_db_url
 from ledger.inputs import ArtifactInput, AtomCorrection, AtomInput, SubjectInput, parse
@@ -94,6 +95,15 @@ class LedgerApp(Application[UUID]):
         self.keyring = Keyring(config.home / "keys")
         try:
             self.tlog = TransparencyLog(config.events, config.origin)
+        except VerificationFailed:  # a stored tree that cannot be converted (ADR 0008)
+            super().close()
+            raise
+        except Exception as e:
+            super().close()
+            raise EnvironmentProblem(
+                f"cannot open the transparency log: {_first_line(e)}",
+                hint="check that the event database in config.toml is reachable") from e
+        try:
             self.datakeys = DataKeyStore(
                 make_engine(config.keystore.sqlalchemy_url(), config.keystore.schema,
                             pooled=True),

@@ -1,7 +1,7 @@
 """The bulk write path of ADR 0008: signing on two threads while the data keys are
-stored, the SQLite recorder's single ``executemany``, WITHOUT ROWID tree nodes and the
-pooled keystore. Each keeps the bytes, ids and all-or-nothing semantics of the path
-it replaces."""
+stored, the SQLite recorder's single ``executemany`` and the pooled keystore (the signing
+process: test_signing_process.py; the tree's tiles: test_tree_tiles.py). Each keeps the
+bytes, ids and all-or-nothing semantics of the path it replaces."""
 
 from __future__ import annotations
 
@@ -23,8 +23,6 @@ from keys.errors import KeystoreError
 from keys.signing import Signer
 from ledger import envelope, sqlite_recorder
 from ledger.application import LedgerApp
-from ledger.merkle import MerkleTree
-from ledger.transparency import SqlTreeStore
 
 from .conftest import RawStore, files_under, run_cli
 
@@ -141,25 +139,6 @@ def test_failed_event_insert_discards_the_stored_keys(app: LedgerApp,
     assert app.datakeys.count() == count + 100
     assert app.checkpoint().size == len(RawStore(app.config.home).rows())
     assert run_cli("--home", str(app.config.home), "verify").code == 0
-
-
-def test_new_tree_nodes_are_without_rowid_and_old_tables_still_work(tmp_path: Path) -> None:
-    new = make_engine(f"sqlite:///{tmp_path / 'new.sqlite'}", pooled=True)
-    old = make_engine(f"sqlite:///{tmp_path / 'old.sqlite'}", pooled=True)
-    with old.begin() as conn:
-        conn.exec_driver_sql("CREATE TABLE tlog_nodes (level INTEGER NOT NULL, idx BIGINT NOT "
-                             "NULL, hash BLOB NOT NULL, notification_id BIGINT, PRIMARY KEY "
-                             "(level, idx))")
-    roots = []
-    for engine in (new, old):
-        tree = MerkleTree(SqlTreeStore(engine, None))
-        tree.extend([bytes([i]) * 32 for i in range(37)])
-        roots.append((tree.root(37), tree.inclusion_proof(5, 37)))
-        with engine.connect() as conn:
-            sql = conn.exec_driver_sql(
-                "SELECT sql FROM sqlite_master WHERE name = 'tlog_nodes'").scalar()
-        assert ("WITHOUT ROWID" in str(sql)) is (engine is new)
-    assert roots[0] == roots[1]
 
 
 def test_pooled_keystore_shreds_and_a_blocked_checkpoint_still_fails(tmp_path: Path) -> None:

@@ -155,7 +155,7 @@ def test_forked_log_detected(home: Path, tmp_path: Path, backend: str) -> None:
         rows = raw.rows()
         raw.set_state(rows[-1][0], _resign(home, rows[-1][4], {"kind": "goal"}))
         with raw._conn() as conn:
-            conn.execute(f"DELETE FROM {raw.table.replace('ledger_events', 'tlog_nodes')}")
+            conn.execute(f"DELETE FROM {raw.table.replace('ledger_events', 'tlog_tiles')}")
             conn.execute(f"DELETE FROM {raw.table.replace('ledger_events', 'tlog_checkpoints')}")
         forked_cp = _kept_checkpoint(home, tmp_path, "forked.checkpoint")
     else:

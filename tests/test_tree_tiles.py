@@ -1,0 +1,152 @@
+"""The stored Merkle tree in tiles (ledger/transparency.py SqlTreeStore, ADR 0008 third
+round): the TreeStore contract on SQLite and PostgreSQL, notification ids per leaf, and
+the conversion of a ledger whose tree is still in one row per node (``tlog_nodes``)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from keys.datakeys import make_engine
+from ledger.application import LedgerApp
+from ledger.errors import VerificationFailed
+from ledger.home import Config, StorageURL
+from ledger.merkle import MemoryTreeStore, MerkleTree, TreeStore, leaf_hash, root_from_leaves
+from ledger.transparency import TILE_WIDTH, SqlTreeStore
+
+from .conftest import BACKENDS, PG_URL, drop_schema, run_cli
+from .test_merkle import TreeStoreContract
+
+
+class _Engines:
+    def __init__(self, backend: str, tmp_path: Path) -> None:
+        self.backend, self.tmp_path = backend, tmp_path
+        self.schemas: list[str] = []
+        self.engines: list[Engine] = []
+
+    def new(self) -> tuple[Engine, str | None]:
+        if self.backend == "sqlite":
+            path = self.tmp_path / f"tree-{len(self.engines)}.sqlite"
+            engine, schema = make_engine(f"sqlite:///{path}", pooled=True), None
+        else:
+            schema = f"t_{uuid.uuid4().hex[:12]}"
+            self.schemas.append(schema)
+            url = StorageURL(f"{PG_URL}?schema={schema}", self.tmp_path)
+            engine = make_engine(url.sqlalchemy_url(), schema)
+        self.engines.append(engine)
+        return engine, schema
+
+    def close(self) -> None:
+        for engine in self.engines:
+            engine.dispose()
+        for schema in self.schemas:
+            drop_schema(schema)
+
+
+@pytest.fixture(params=BACKENDS)
+def engines(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[_Engines]:
+    made = _Engines(str(request.param), tmp_path)
+    yield made
+    made.close()
+
+
+class TestSqlTreeStore(TreeStoreContract):
+    @pytest.fixture(autouse=True)
+    def _backend(self, engines: _Engines) -> None:
+        self.engines = engines
+
+    def make_store(self) -> TreeStore:
+        return SqlTreeStore(*self.engines.new())
+
+    def test_tiles_hold_every_node_and_the_notification_ids(self) -> None:
+        store = SqlTreeStore(*self.engines.new())
+        tree, memory = MerkleTree(store), MemoryTreeStore()
+        hashes = [leaf_hash(b"%d" % i) for i in range(3 * TILE_WIDTH + 5)]
+        pos = 0
+        for step in (1, TILE_WIDTH - 1, 2, 3 * TILE_WIDTH):  # across tile boundaries
+            batch = hashes[pos:pos + step]
+            store.leaf_notifications = {i: 1000 + 3 * i for i in range(pos, pos + len(batch))}
+            tree.extend(batch)
+            pos += len(batch)
+        MerkleTree(memory).extend(hashes)
+        n = len(hashes)
+        keys = [(level, i) for level in range(n.bit_length()) for i in range(n >> level)]
+        assert store.get_many(keys) == memory.get_many(keys)
+        assert store.size() == n
+        assert tree.root() == root_from_leaves(hashes)
+        assert store.leaf_hashes(3, n - 2) == hashes[3:n - 2]
+        assert store.last_notification_id() == 1000 + 3 * (n - 1)
+        assert store.last_notification_id_of(TILE_WIDTH) == 1000 + 3 * TILE_WIDTH
+        with pytest.raises(KeyError):
+            store.last_notification_id_of(n)
+        with store.engine.connect() as conn:
+            rows = conn.execute(sa.select(sa.func.count()).select_from(store.tiles)).scalar()
+        assert rows == sum(-(-(n >> level) // TILE_WIDTH) for level in range(n.bit_length()))
+
+
+def _as_node_rows(app: LedgerApp) -> int:
+    """Turn the app's tiles back into a pre-tile ``tlog_nodes`` table; returns its rows."""
+    store = app.tlog.store
+    md = sa.MetaData(schema=store.tiles.schema)
+    nodes = sa.Table("tlog_nodes", md,
+                     sa.Column("level", sa.Integer, primary_key=True, autoincrement=False),
+                     sa.Column("idx", sa.BigInteger, primary_key=True, autoincrement=False),
+                     sa.Column("hash", sa.LargeBinary, nullable=False),
+                     sa.Column("notification_id", sa.BigInteger, nullable=True))
+    size = store.size()
+    keys = [(level, i) for level in range(size.bit_length()) for i in range(size >> level)]
+    values = store.get_many(keys)
+    rows = [{"level": lv, "idx": ix, "hash": h,
+             "notification_id": store.last_notification_id_of(ix) if lv == 0 else None}
+            for (lv, ix), h in zip(keys, values, strict=True)]
+    with store.engine.begin() as conn:
+        md.create_all(conn)
+        conn.execute(nodes.insert(), rows)
+        conn.execute(store.tiles.delete())
+    return len(rows)
+
+
+def test_a_ledger_with_node_rows_is_converted_on_open(home: Path) -> None:
+    app = LedgerApp(Config.load(home))
+    app.register_subject({"ref": "u1"})
+    app.add_atoms([{"subject": "u1", "text": f"fact {i}"} for i in range(300)])
+    size = app.checkpoint().size
+    root, proof = app.tlog.tree.root(size), app.tlog.inclusion(17, size)
+    last = app.tlog.store.last_notification_id()
+    assert _as_node_rows(app) > size
+    app.close()
+    app = LedgerApp(Config.load(home))
+    try:
+        store = app.tlog.store
+        assert not sa.inspect(store.engine).has_table("tlog_nodes", schema=store.tiles.schema)
+        assert (store.size(), app.tlog.tree.root(size)) == (size, root)
+        assert app.tlog.inclusion(17, size) == proof
+        assert store.last_notification_id() == last
+        app.add_atoms([{"subject": "u1", "text": "after"}])
+        assert app.checkpoint().size == size + 1
+    finally:
+        app.close()
+    assert run_cli("--home", str(home), "verify").code == 0
+
+
+def test_node_rows_with_a_gap_are_refused_and_left_as_they_were(home: Path) -> None:
+    app = LedgerApp(Config.load(home))
+    app.register_subject({"ref": "u1"})
+    app.add_atoms([{"subject": "u1", "text": f"fact {i}"} for i in range(40)])
+    rows = _as_node_rows(app)
+    store = app.tlog.store
+    old = sa.Table("tlog_nodes", sa.MetaData(schema=store.tiles.schema),
+                   autoload_with=store.engine)
+    with store.engine.begin() as conn:
+        conn.execute(old.delete().where(old.c.level == 0, old.c.idx == 7))
+    app.close()
+    with pytest.raises(VerificationFailed, match="level 0 has no node 7"):
+        LedgerApp(Config.load(home))
+    with store.engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(old)).scalar() == rows - 1
+        assert conn.execute(sa.select(sa.func.count()).select_from(store.tiles)).scalar() == 0
