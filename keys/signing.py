@@ -7,20 +7,29 @@ key) in hex.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import os
+import struct
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
 
 import nacl.exceptions
 import nacl.signing
+import structlog
 
 from keys.errors import SignatureInvalid
 
 ALGORITHM = "ed25519"
+
+log = structlog.get_logger("keys.signing")
 
 
 def key_id(public_key: bytes) -> str:
@@ -97,6 +106,10 @@ class Signer:
                 helper.result()
         return signatures
 
+    def stream(self, expected: int) -> SignatureStream:
+        """A :class:`SignatureStream` for about ``expected`` messages."""
+        return SignatureStream(self, expected)
+
     @classmethod
     def generate(cls, name: str) -> Signer:
         return cls(name, nacl.signing.SigningKey.generate())
@@ -107,9 +120,14 @@ class Signer:
 
 
 PARALLEL_MIN = 64  # below this, signing on one thread costs less than the hand-off
+PROCESS_MIN = 256  # from this many messages a stream signs in the signing process
 _CHUNK = 32
 _helper_lock = threading.Lock()
 _helper_pool: ThreadPoolExecutor | None = None
+_PROCESS_SWITCH = "LEDGER_SIGNING_PROCESS"  # "off": never start the signing process
+_WORKER = Path(__file__).with_name("sign_worker.py")
+_HEAD = struct.Struct(">cI")
+_LEN = struct.Struct(">I")
 
 
 def _helper() -> ThreadPoolExecutor:
@@ -121,12 +139,168 @@ def _helper() -> ThreadPoolExecutor:
         return _helper_pool
 
 
+class _SigningProcess:
+    """One ``keys/sign_worker.py`` child: started on first use, used by one stream at a
+    time, stopped (and started afresh next time) whenever anything goes wrong."""
+
+    def __init__(self) -> None:
+        self.busy = threading.Lock()
+        self._child: subprocess.Popen[bytes] | None = None
+        self._pid = os.getpid()
+
+    def start(self) -> IO[bytes] | None:
+        """The child's stdin, starting it if needed; None if it cannot run here."""
+        child = self._child
+        if child is not None and child.poll() is None and self._pid == os.getpid():
+            return child.stdin
+        self.stop()
+        try:
+            child = subprocess.Popen(  # noqa: S603 (our interpreter and our own file)
+                [sys.executable, "-I", str(_WORKER)], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True)
+        except OSError as e:
+            log.warning("signing.process_unavailable", error=e.__class__.__name__)
+            return None
+        self._child, self._pid = child, os.getpid()
+        return child.stdin
+
+    def read(self, n: int) -> bytes:
+        child = self._child
+        if child is None or child.stdout is None:
+            return b""
+        return child.stdout.read(n)
+
+    def stop(self) -> None:
+        child, self._child = self._child, None
+        if child is None or self._pid != os.getpid():
+            return  # a forked child does not own its parent's signing process
+        for stream in (child.stdin, child.stdout):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        try:
+            child.kill()
+            child.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+
+
+_process = _SigningProcess()
+atexit.register(_process.stop)
+
+
 def _forget_helper() -> None:
-    global _helper_pool
+    global _helper_pool, _process
     _helper_pool = None  # a forked child has no helper thread; it starts its own
+    _process = _SigningProcess()  # nor may it write to its parent's signing process
 
 
 os.register_at_fork(after_in_child=_forget_helper)
+
+
+def _process_switched_off() -> bool:
+    return os.environ.get(_PROCESS_SWITCH, "").lower() in ("off", "0", "false", "no")
+
+
+@dataclass
+class SignatureStream:
+    """Signatures of messages handed over chunk by chunk while the caller goes on working.
+
+    With :data:`PROCESS_MIN` expected messages or more, each chunk goes to the signing
+    process (``keys/sign_worker.py``) as it is added: a second interpreter, so signing
+    runs beside this one's Python work, not only beside its GIL-free calls (ADR 0008).
+    Otherwise, or when that process cannot be used (not startable, busy with another
+    thread's stream, died, ``LEDGER_SIGNING_PROCESS=off``), :meth:`finish` signs them
+    with :meth:`Signer.sign_many`. Either way the result is ``[signer.sign(m) for m in
+    messages]``: the same bytes in the same order (Ed25519 is deterministic), and the
+    first and last signatures from the signing process are verified here.
+    """
+
+    signer: Signer
+    expected: int
+    _messages: list[bytes] = field(default_factory=list)
+    _pipe: IO[bytes] | None = None
+    _owner: _SigningProcess | None = None
+
+    def __post_init__(self) -> None:
+        if self.expected < PROCESS_MIN or _process_switched_off():
+            return
+        owner = _process
+        if not owner.busy.acquire(blocking=False):
+            return
+        pipe = owner.start()
+        if pipe is None:
+            owner.busy.release()
+            return
+        self._owner, self._pipe = owner, pipe
+        self._send(_HEAD.pack(b"K", 32) + bytes(self.signer.signing_key))
+
+    def add(self, messages: Sequence[bytes]) -> None:
+        """Queue ``messages`` for signing, after those already added."""
+        self._messages.extend(messages)
+        if self._pipe is not None:
+            pack = _LEN.pack
+            self._send(b"".join([_HEAD.pack(b"M", len(messages)),
+                                 *[part for m in messages for part in (pack(len(m)), m)]]))
+
+    def finish(self, during: Callable[[], None] | None = None) -> list[bytes]:
+        """Every signature, in order; ``during`` runs on this thread first (as in
+        :meth:`Signer.sign_many`), while the signing process works."""
+        if self._pipe is None:
+            return self.signer.sign_many(self._messages, during)
+        self._send(_HEAD.pack(b"E", 0))
+        try:
+            if during is not None:
+                during()
+        except BaseException:
+            self.cancel()
+            raise
+        owner, messages = self._owner, self._messages
+        assert owner is not None
+        try:
+            data = owner.read(64 * len(messages)) if self._pipe is not None else b""
+        except OSError:
+            data = b""
+        if len(data) != 64 * len(messages):
+            self._give_up("short read")
+            return self.signer.sign_many(messages)
+        self._release()
+        signatures = [data[i:i + 64] for i in range(0, len(data), 64)]
+        if messages:
+            public = self.signer.public_key
+            verify_signature(public, messages[0], signatures[0])
+            verify_signature(public, messages[-1], signatures[-1])
+        return signatures
+
+    def cancel(self) -> None:
+        """Drop what was queued (the command failed before its events were signed): the
+        signing process is stopped, so nothing of this stream is left in it."""
+        if self._pipe is not None:
+            self._give_up(None)
+
+    def _send(self, frame: bytes) -> None:
+        if self._pipe is None:
+            return
+        try:
+            self._pipe.write(frame)
+            self._pipe.flush()  # the signing process starts on it now
+        except OSError as e:
+            self._give_up(e.__class__.__name__)
+
+    def _give_up(self, reason: str | None) -> None:
+        owner = self._owner
+        if owner is not None:
+            if reason is not None:
+                log.warning("signing.process_failed", reason=reason)
+            owner.stop()
+        self._release()
+
+    def _release(self) -> None:
+        owner, self._owner, self._pipe = self._owner, None, None
+        if owner is not None:
+            owner.busy.release()
 
 
 @functools.lru_cache(maxsize=256)

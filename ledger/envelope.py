@@ -12,8 +12,9 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from keys.errors import SignatureInvalid
@@ -65,14 +66,34 @@ def seal_signed(envelope: dict[str, Any], signer: Signer) -> tuple[bytes, bytes]
     return _frame(body, signature), signature
 
 
-def seal_many(envelopes: Sequence[dict[str, Any]], signer: Signer,
-              during: Callable[[], None] | None = None) -> list[tuple[bytes, bytes]]:
-    """``[seal_signed(e, signer) for e in envelopes]``, the same bytes, with the signatures
-    made by :meth:`Signer.sign_many` (two threads for a large batch) while ``during``
-    runs on this thread (ADR 0008)."""
-    bodies = [canonical(e) for e in envelopes]
-    signatures = signer.sign_many([pae(PAYLOAD_TYPE, b) for b in bodies], during)
+def seal_many(envelopes: Iterable[dict[str, Any]], signer: Signer,
+              during: Callable[[], None] | None = None,
+              expected: int | None = None) -> list[tuple[bytes, bytes]]:
+    """``[seal_signed(e, signer) for e in envelopes]``, the same bytes (ADR 0008).
+
+    ``envelopes`` is consumed chunk by chunk: each chunk is serialised and handed to a
+    :class:`keys.signing.SignatureStream`, which signs it in the signing process while
+    the next chunk is built (``envelopes`` may be a generator that builds them), for a
+    batch of ``expected`` envelopes or more than :data:`keys.signing.PROCESS_MIN`; then
+    ``during`` runs on this thread while the last signatures are made."""
+    if expected is None:
+        envelopes = list(envelopes)
+        expected = len(envelopes)
+    stream = signer.stream(expected)
+    bodies: list[bytes] = []
+    try:
+        iterator = iter(envelopes)
+        while chunk := [canonical(e) for e in islice(iterator, _SEAL_CHUNK)]:
+            bodies.extend(chunk)
+            stream.add([pae(PAYLOAD_TYPE, b) for b in chunk])
+        signatures = stream.finish(during)
+    except BaseException:
+        stream.cancel()
+        raise
     return [(_frame(b, s), s) for b, s in zip(bodies, signatures, strict=True)]
+
+
+_SEAL_CHUNK = 64  # envelopes per hand-over to the signing process
 
 
 def _frame(body: bytes, signature: bytes) -> bytes:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -142,15 +142,22 @@ class SigningMapper(Mapper[UUID]):
                          new_keys: Mapping[str, bytes] | None = None,
                          during: Callable[[], None] | None = None) -> list[StoredEvent]:
         """``[self.to_stored_event(e) for e in domain_events]``, the same bytes, for a
-        whole command (ADR 0008): the envelopes are built and serialised first, then signed
-        together by :func:`envelope.seal_many` (a second thread helps with large batches)
-        while ``during`` runs on this thread. ``new_keys`` are data keys made for this
-        command that ``during`` stores; they are used before the keystore holds them."""
+        whole command (ADR 0008): :func:`envelope.seal_many` asks for the envelopes chunk
+        by chunk and has each chunk signed (by the signing process for a large batch)
+        while the next is built; ``during`` runs on this thread while the last are signed.
+        ``new_keys`` are data keys made for this command that ``during`` stores; they are
+        used before the keystore holds them."""
         signer = self._write_signer()
         first = self._next_seq
-        envs = [self._envelope(e, seq, new_keys)
-                for seq, e in enumerate(domain_events, start=first)]
-        sealed = envelope.seal_many(envs, signer, during)
+        envs: list[dict[str, Any]] = []
+
+        def build() -> Iterator[dict[str, Any]]:  # envelopes as seal_many asks for them
+            for seq, e in enumerate(domain_events, start=first):
+                env = self._envelope(e, seq, new_keys)
+                envs.append(env)
+                yield env
+
+        sealed = envelope.seal_many(build(), signer, during, expected=len(domain_events))
         self._next_seq = first + len(envs)
         self._sealed.extend((env["seq"], signature)
                             for env, (_state, signature) in zip(envs, sealed, strict=True))

@@ -1,0 +1,142 @@
+"""The signing process of ADR 0008 (keys/signing.py SignatureStream, keys/sign_worker.py):
+the same signatures in the same order as signing one by one, a fallback to in-process
+signing whenever the process cannot be used, and nothing of the caller's program run
+twice."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from keys import signing
+from keys.signing import Signer
+from ledger import envelope
+
+SIGNER = Signer.from_seed("t", bytes(range(32)))
+OTHER = Signer.from_seed("u", bytes(range(1, 33)))
+
+
+def _messages(n: int, salt: int = 0) -> list[bytes]:
+    return [os.urandom(40 + (i * 7 + salt) % 900) for i in range(n)]
+
+
+def _stream(signer: Signer, messages: list[bytes], chunk: int = 64) -> list[bytes]:
+    stream = signer.stream(len(messages))
+    for i in range(0, len(messages), chunk):
+        stream.add(messages[i:i + chunk])
+    return stream.finish()
+
+
+def _child_pid() -> int | None:
+    child = signing._process._child
+    return None if child is None or child.poll() is not None else child.pid
+
+
+@pytest.mark.parametrize("n", [signing.PROCESS_MIN, 1000, 2500])
+def test_the_signing_process_gives_the_sequential_bytes_in_order(n: int) -> None:
+    messages = _messages(n)
+    assert _stream(SIGNER, messages) == [SIGNER.sign(m) for m in messages]
+    pid = _child_pid()
+    assert pid is not None and pid != os.getpid()  # a second process made them
+    # the next stream, under another key, reuses the process and is keyed afresh
+    others = _messages(n, salt=3)
+    assert _stream(OTHER, others) == [OTHER.sign(m) for m in others]
+    assert _child_pid() == pid
+
+
+def test_small_streams_and_the_switch_stay_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    signing._process.stop()
+    small = _messages(signing.PROCESS_MIN - 1)
+    assert _stream(SIGNER, small) == [SIGNER.sign(m) for m in small]
+    assert _child_pid() is None
+    monkeypatch.setenv("LEDGER_SIGNING_PROCESS", "off")
+    large = _messages(600)
+    assert _stream(SIGNER, large) == [SIGNER.sign(m) for m in large]
+    assert _child_pid() is None
+
+
+def test_a_dead_signing_process_falls_back_and_is_restarted() -> None:
+    messages = _messages(700)
+    stream = SIGNER.stream(len(messages))
+    stream.add(messages[:300])
+    pid = _child_pid()
+    assert pid is not None
+    signing._process._child.kill()  # type: ignore[union-attr]
+    signing._process._child.wait()  # type: ignore[union-attr]
+    stream.add(messages[300:])
+    assert stream.finish() == [SIGNER.sign(m) for m in messages]
+    assert _stream(SIGNER, messages) == [SIGNER.sign(m) for m in messages]
+    assert _child_pid() not in (None, pid)
+
+
+def test_a_cancelled_stream_stops_the_process_and_runs_during_once() -> None:
+    messages = _messages(500)
+    stream = SIGNER.stream(len(messages))
+    stream.add(messages)
+    assert _child_pid() is not None
+
+    def fail() -> None:
+        raise ValueError("during failed")
+
+    with pytest.raises(ValueError, match="during failed"):
+        stream.finish(fail)
+    assert _child_pid() is None  # nothing of the failed command is left in it
+    calls: list[str] = []
+    stream = SIGNER.stream(len(messages))
+    stream.add(messages)
+    assert stream.finish(lambda: calls.append("x")) == [SIGNER.sign(m) for m in messages]
+    assert calls == ["x"]
+
+
+def test_a_second_thread_signs_in_process_while_the_first_holds_the_process() -> None:
+    first, second = _messages(400), _messages(400, salt=5)
+    held = SIGNER.stream(len(first))
+    held.add(first)
+    got: list[list[bytes]] = []
+    t = threading.Thread(target=lambda: got.append(_stream(OTHER, second)))
+    t.start()
+    t.join()
+    assert got == [[OTHER.sign(m) for m in second]]
+    assert held.finish() == [SIGNER.sign(m) for m in first]
+
+
+def test_seal_many_from_a_generator_is_seal_signed() -> None:
+    envs = [{"v": 1, "seq": i, "payload": {"x": i / 3, "t": "\u00e9" * (i % 5)}}
+            for i in range(700)]
+    built: list[int] = []
+
+    def gen():  # type: ignore[no-untyped-def]
+        for e in envs:
+            built.append(e["seq"])
+            yield e
+
+    assert envelope.seal_many(gen(), SIGNER, expected=len(envs)) == [
+        envelope.seal_signed(e, SIGNER) for e in envs]
+    assert built == list(range(700))
+
+
+def test_a_script_without_a_main_guard_runs_once(tmp_path: Path) -> None:
+    """The signing process imports nothing of the caller: a script with no
+    ``if __name__ == "__main__"`` guard is not run again (multiprocessing's spawn would)."""
+    marker = tmp_path / "runs.txt"
+    script = tmp_path / "bulk.py"
+    script.write_text(
+        "import os\n"
+        "from keys.signing import Signer\n"
+        f"open({str(marker)!r}, 'a').write('run\\n')\n"
+        "s = Signer.from_seed('t', bytes(32))\n"
+        "m = [os.urandom(100) for _ in range(1000)]\n"
+        "st = s.stream(len(m))\n"
+        "st.add(m)\n"
+        "assert st.finish() == [s.sign(x) for x in m]\n"
+        "from keys import signing\n"
+        "assert signing._process._child is not None\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    subprocess.run([sys.executable, str(script)], check=True, env=env, cwd=tmp_path,
+                   timeout=120)
+    assert marker.read_text() == "run\n"
