@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +100,11 @@ def test_topics_are_explicit_unique_and_stable() -> None:
     assert sorted(ROLES_BY_TOPIC) == sorted(TOPICS), \
         "new topic: add it to tests/vectors/topics.json with its signer roles"
     assert {t: list(r) for t, r in ROLES_BY_TOPIC.items()} == TOPICS
+
+
+def test_the_envelope_spec_lists_every_topic_with_its_roles() -> None:
+    """docs/spec/event-envelope.md §4 is the auditor's table: it must not drift."""
+    spec = (Path(__file__).parents[1] / "docs" / "spec" / "event-envelope.md").read_text("utf-8")
+    section = spec[spec.index("## 4. Topics"):spec.index("## 5.")]
+    rows = dict(re.findall(r"^\| `([^`]+)` \| ([a-z, ]+) \|$", section, re.MULTILINE))
+    assert {t: r.split(", ") for t, r in rows.items()} == TOPICS
