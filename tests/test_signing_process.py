@@ -6,6 +6,7 @@ twice."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -47,6 +48,17 @@ def test_the_signing_process_gives_the_sequential_bytes_in_order(n: int) -> None
     others = _messages(n, salt=3)
     assert _stream(OTHER, others) == [OTHER.sign(m) for m in others]
     assert _child_pid() == pid
+
+
+def test_chunks_answered_by_the_signing_process_are_its_signatures() -> None:
+    messages = _messages(signing._IN_FLIGHT * 64)
+    stream = SIGNER.stream(len(messages))
+    for i in range(0, len(messages), 64):
+        stream.add(messages[i:i + 64])
+    while stream._answered < len(stream._sent):  # let it answer every chunk first
+        assert stream._collect(wait=None)
+    assert stream.finish() == [SIGNER.sign(m) for m in messages]
+    assert stream._from_child == list(range(signing._IN_FLIGHT))
 
 
 def test_small_streams_and_the_switch_stay_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -140,3 +152,48 @@ def test_a_script_without_a_main_guard_runs_once(tmp_path: Path) -> None:
     subprocess.run([sys.executable, str(script)], check=True, env=env, cwd=tmp_path,
                    timeout=120)
     assert marker.read_text() == "run\n"
+
+
+def _stopped_child() -> int:
+    _stream(SIGNER, _messages(signing.PROCESS_MIN))  # make sure it runs
+    pid = _child_pid()
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    return pid
+
+
+def test_this_thread_signs_from_the_back_while_the_process_is_stalled() -> None:
+    """A signing process that falls behind (here: stopped) leaves the chunks to this
+    thread, which claims them; resumed, the process skips them instead of signing."""
+    pid = _stopped_child()
+    messages = _messages(900)
+    timer = threading.Timer(1.0, os.kill, (pid, signal.SIGCONT))
+    timer.start()
+    try:
+        stream = SIGNER.stream(len(messages))
+        for i in range(0, len(messages), 64):
+            stream.add(messages[i:i + 64])
+        assert len(stream._sent) == signing._IN_FLIGHT  # the rest stayed here
+        assert stream.finish() == [SIGNER.sign(m) for m in messages]
+    finally:
+        timer.cancel()
+        os.kill(pid, signal.SIGCONT)
+    assert stream._from_child == []  # every chunk was signed here
+    assert _child_pid() == pid  # still in use: it answered every chunk, skipping them
+
+
+def test_a_silent_signing_process_is_given_up_after_the_timeout(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    pid = _stopped_child()
+    monkeypatch.setattr(signing, "_TIMEOUT", 0.5)
+    messages = _messages(700)
+    try:
+        assert _stream(SIGNER, messages) == [SIGNER.sign(m) for m in messages]
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    assert _child_pid() is None  # stopped: the next stream starts a new one
+    assert _stream(SIGNER, messages) == [SIGNER.sign(m) for m in messages]
+    assert _child_pid() not in (None, pid)
