@@ -99,6 +99,7 @@ def main() -> None:
             pack_verify = time.perf_counter() - t0
             assert report.ok
             events = app.head()[0]
+            sqlite = ".".join(map(str, proj.store.sqlite_version()))
             proj.close()
             app.close()
         phases = res["seconds"]
@@ -107,8 +108,11 @@ def main() -> None:
         print(f"ledger of {events:>9,} events (built + projected in {built:6.1f} s): "
               f"redact-user of {len(res['targets']['atoms'])} atoms {erase:6.2f} s "
               f"(target < 5 s); pack build {pack_build:5.2f} s, verify {pack_verify:5.2f} s "
-              f"({report.events} events)")
+              f"({report.events} events; projections on SQLite {sqlite})")
         print("    phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()))
+        for step in res.get("repairs", []):
+            print(f"    residue repair: {step['action']} {step['table'] or 'whole file'} "
+                  f"{step['seconds']:.2f} s")
         print(f"    raw scan of {res['scanned_bytes'] / 1e6:,.0f} MB: {scan:.2f} s; raw limit "
               f"(read every byte once) {read_limit:.2f} s; scan/limit "
               f"{scan / read_limit:.2f}")

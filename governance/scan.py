@@ -21,7 +21,7 @@ from typing import Any
 
 from keys.bytescan import ENGINES, ByteMatcher
 
-__all__ = ["CHUNK", "ENGINES", "scan_tree"]
+__all__ = ["CHUNK", "ENGINES", "MAX_OFFSETS", "scan_tree"]
 
 CHUNK = 8 << 20
 """Bytes per task; a worker holds one chunk (plus the overlap) in memory at a time. Small
@@ -33,29 +33,36 @@ PARALLEL_FROM = 2 * CHUNK
 _matcher: ByteMatcher | None = None  # set before the workers fork; each inherits a copy
 
 
-def _count_task(task: tuple[str, int, int]) -> int:
-    """Matches that start in ``[start, start + CHUNK)`` of the file."""
+MAX_OFFSETS = 1000
+"""Offsets kept per file (the residue repair needs only the pages they fall in)."""
+
+
+def _count_task(task: tuple[str, int, int]) -> list[int]:
+    """File offsets of the matches that start in ``[start, start + CHUNK)`` of the file."""
     path, start, overlap = task
     assert _matcher is not None
     with open(path, "rb") as f:
         f.seek(start)
         buf = f.read(CHUNK + overlap)
-    return sum(1 for s in _matcher.starts(buf) if s < CHUNK)
+    return [start + s for s in _matcher.starts(buf) if s < CHUNK]
 
 
 def scan_tree(folder: Path, needles: Sequence[bytes], workers: int | None = None,
               engine: str | None = None) -> dict[str, Any]:
     """Occurrences of any needle in every file below ``folder``.
 
-    Returns ``files`` (how many), ``bytes`` (read), ``needles`` (distinct), ``engine`` and
-    ``hits`` (``[{"file": relative path, "count": n}]``, only files with a match).
+    Returns ``files`` (how many), ``bytes`` (read), ``needles`` (distinct), ``engine``,
+    ``hits`` (``[{"file": relative path, "count": n}]``, only files with a match) and
+    ``offsets`` (relative path -> byte offsets of the matches, the first
+    :data:`MAX_OFFSETS` per file: where the residue repair looks; not for the record).
     """
     global _matcher
     files = [p for p in sorted(folder.rglob("*")) if p.is_file()]
     wanted = tuple(sorted({n for n in needles if n}))
     engine = engine or ENGINES[0]
     if not wanted:
-        return {"files": len(files), "bytes": 0, "needles": 0, "engine": engine, "hits": []}
+        return {"files": len(files), "bytes": 0, "needles": 0, "engine": engine, "hits": [],
+                "offsets": {}}
     sizes = {p: p.stat().st_size for p in files}
     total = sum(sizes.values())
     overlap = max(len(n) for n in wanted) - 1
@@ -68,15 +75,19 @@ def scan_tree(folder: Path, needles: Sequence[bytes], workers: int | None = None
             # never touch the parent's database connections
             with ProcessPoolExecutor(procs,
                                      mp_context=multiprocessing.get_context("fork")) as ex:
-                counts = list(ex.map(_count_task, tasks, chunksize=4))
+                found = list(ex.map(_count_task, tasks, chunksize=4))
         else:
-            counts = [_count_task(t) for t in tasks]
+            found = [_count_task(t) for t in tasks]
     finally:
         _matcher = None
     per_file: dict[str, int] = {}
-    for (path, _s, _o), n in zip(tasks, counts, strict=True):
-        if n:
+    offsets: dict[str, list[int]] = {}
+    for (path, _s, _o), starts in zip(tasks, found, strict=True):
+        if starts:
             rel = str(Path(path).relative_to(folder))
-            per_file[rel] = per_file.get(rel, 0) + n
+            per_file[rel] = per_file.get(rel, 0) + len(starts)
+            kept = offsets.setdefault(rel, [])
+            kept.extend(starts[:MAX_OFFSETS - len(kept)])
     return {"files": len(files), "bytes": total, "needles": len(wanted), "engine": engine,
-            "hits": [{"file": f, "count": n} for f, n in sorted(per_file.items())]}
+            "hits": [{"file": f, "count": n} for f, n in sorted(per_file.items())],
+            "offsets": offsets}

@@ -10,11 +10,13 @@ what PostgreSQL cannot promise (WAL archives, replicas, backups).
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import sqlalchemy as sa
@@ -30,22 +32,59 @@ from keys.errors import DataKeyUnavailable, KeystoreError
 log = structlog.get_logger("keys")
 
 
-def make_engine(url: str, schema: str | None = None, pooled: bool = False) -> Engine:
+PROJECTIONS_SQLITE_ENV = "LEDGER_PROJECTIONS_SQLITE"
+"""``sqlean`` or ``sqlite3``: which SQLite library the projections database uses (ADR 0012).
+Unset: sqlean (a newer SQLite) when installed, else the standard library's."""
+
+
+def projections_sqlite() -> ModuleType:
+    """The DB-API module for the projections database.
+
+    ``sqlean`` (the ``sqlean.py`` wheel: the standard ``sqlite3`` module built against a
+    newer SQLite, 3.50) gives FTS5 ``secure-delete`` (3.44+), so an erasure does not
+    have to merge the whole keyword index, and ``sqlite_dbpage``, through which the
+    residue repair zeroes the unused bytes of single pages (ADR 0012). The event store
+    and the keystore stay on the standard library: the event store file is opened by
+    ``eventsourcing`` through ``sqlite3``, and one file must never be opened through two
+    SQLite libraries in one process (each keeps its own table of POSIX locks, so closing
+    a file through one drops the locks the other holds).
+    """
+    choice = os.environ.get(PROJECTIONS_SQLITE_ENV, "").strip().lower()
+    if choice in ("sqlite3", "stdlib"):
+        return sqlite3
+    try:
+        import sqlean  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        if choice == "sqlean":
+            raise
+        log.warning("projections.sqlite_fallback", using=sqlite3.sqlite_version)
+        return sqlite3
+    return sqlean  # type: ignore[no-any-return,unused-ignore]
+
+
+def make_engine(url: str, schema: str | None = None, pooled: bool = False,
+                module: ModuleType | None = None) -> Engine:
     """Create an engine; SQLite connections get WAL and ``secure_delete``.
 
     SQLite engines do not pool by default, so that no idle connection of this process is
     open when a key destruction truncates the WAL; ``pooled`` is for stores that never
     shred, and for the keystore, whose ``compact`` closes its pool first (ADR 0003).
+    ``module`` is the SQLite DB-API module (default: the standard library's ``sqlite3``;
+    the projections pass :func:`projections_sqlite`).
     """
     if url.startswith("sqlite"):
-        engine = (sa.create_engine(url) if pooled
-                  else sa.create_engine(url, poolclass=NullPool))
+        dbapi = module or sqlite3
+        kwargs: dict[str, Any] = {"module": dbapi}
+        if not pooled:
+            kwargs["poolclass"] = NullPool
+        engine = sa.create_engine(url, **kwargs)
+        busy_errors = tuple({sqlite3.OperationalError, dbapi.OperationalError})
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA busy_timeout=10000")  # first: the next pragmas may wait
-            _wal(cur)
+            _wal(cur, busy_errors)
             cur.execute("PRAGMA secure_delete=ON")
             cur.close()
 
@@ -57,7 +96,8 @@ def make_engine(url: str, schema: str | None = None, pooled: bool = False) -> En
     return engine
 
 
-def _wal(cur: Any, attempts: int = 100) -> None:
+def _wal(cur: Any, busy_errors: tuple[type[Exception], ...] = (sqlite3.OperationalError,),
+         attempts: int = 100) -> None:
     """Put a new SQLite database in WAL mode. Two processes opening a new file at once
     race for the switch, and the loser gets SQLITE_BUSY at once (the busy handler does
     not cover a journal-mode change); it waits and looks again, since the winner's switch
@@ -68,7 +108,7 @@ def _wal(cur: Any, attempts: int = 100) -> None:
         try:
             cur.execute("PRAGMA journal_mode=WAL")
             return
-        except sqlite3.OperationalError:
+        except busy_errors:
             if attempt == attempts - 1:
                 raise
             time.sleep(0.02)

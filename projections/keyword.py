@@ -6,12 +6,22 @@ query, k)`` returns atom ids with a relevance score (higher is better: ``-bm25``
 SQLite, ``ts_rank`` on PostgreSQL; scores are comparable within one result list only).
 
 SQLite layout: ``proj_kw_docs`` maps FTS rowids to atoms (subject, retrievable flag);
-``proj_kw_fts`` holds the index. The FTS table is contentless with
-``contentless_delete=1`` when SQLite is 3.43 or newer (no second copy of the text),
-else a normal FTS5 table. The subject is a column token (``s<hex>0``) so a subject's
-search touches only its own postings. Purge deletes the doc and its FTS row, and
-compaction runs FTS5 ``optimize``, which merges every segment into one and so drops
-the deleted terms' postings from the index b-trees.
+``proj_kw_fts`` holds the index. The subject is a column token (``s<hex>0``) so a
+subject's search touches only its own postings. Which FTS5 table depends on the SQLite
+library (ADR 0012; the projections use sqlean's SQLite 3.50 where installed):
+
+* 3.44 or newer: a normal FTS5 table (it keeps the indexed text in
+  ``proj_kw_fts_content``) with the ``secure-delete`` option on. Deleting a row then
+  removes its terms from the index leaves at once, so a purge needs no ``optimize``
+  (which merges every segment: a cost that follows the whole index). FTS5 can only do
+  that for a table that can read a deleted row's text back; a contentless table cannot.
+  The option is stored in the table (``proj_kw_fts_config``) and checked on every
+  open; a ``2/fts5`` table made by an older SQLite is migrated in place (option set,
+  one ``optimize``, no rebuild). More segments stay than after an ``optimize``, so
+  phrase queries (the erasure's keyword probes) cost more: ADR 0012 has the figures.
+* 3.43: contentless with ``contentless_delete=1`` (no second copy of the text);
+  compaction runs ``optimize`` to drop deleted postings.
+* older: a normal FTS5 table; compaction runs ``optimize``.
 
 PostgreSQL layout: ``proj_kw`` (atom id, subject, retrievable, ``tsvector`` with a GIN
 index); no raw text is stored.
@@ -50,6 +60,8 @@ _FTS_SEARCH = ("SELECT d.atom_id, bm25({fts}, 0.0, 1.0) AS s FROM {fts} "
                "WHERE {fts} MATCH ? {flag} ORDER BY s, d.atom_id LIMIT ?")
 _FTS_DELETE = "DELETE FROM {fts} WHERE rowid = ?"
 _FTS_OPTIMIZE = "INSERT INTO {fts}({fts}) VALUES ('optimize')"
+_FTS_SECURE_DELETE = "INSERT INTO {fts}({fts}, rank) VALUES ('secure-delete', 1)"
+_FTS_CONFIG = "SELECT v FROM {fts_config} WHERE k = 'secure-delete'"
 _FTS_PROBE = ("SELECT {fts}.rowid, d.atom_id FROM {fts} LEFT JOIN {docs} d "
               "ON d.doc = {fts}.rowid WHERE {fts} MATCH ?")
 _PG_INSERT = ("INSERT INTO {kw} (atom_id, subject_id, retrievable, tsv) "
@@ -78,8 +90,11 @@ class KeywordIndex:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.sqlite = store.is_sqlite
-        self.contentless = self.sqlite and store.sqlite_version() >= (3, 43, 0)
-        self.version = "2/" + ("fts5-contentless" if self.contentless else
+        version = store.sqlite_version() if self.sqlite else (0, 0, 0)
+        self.secure_delete = self.sqlite and version >= (3, 44, 0)
+        self.contentless = self.sqlite and not self.secure_delete and version >= (3, 43, 0)
+        self.version = "2/" + ("fts5-secure-delete" if self.secure_delete else
+                               "fts5-contentless" if self.contentless else
                                "fts5" if self.sqlite else "tsvector-english")
         md = store.metadata()
         if self.sqlite:
@@ -105,6 +120,7 @@ class KeywordIndex:
     def sql(self, template: str, flag: str = "") -> str:
         """Fill a module SQL template with this store's table names (never with values)."""
         return template.format(fts=self.fts, docs=self.store.q("proj_kw_docs"),
+                               fts_config=self.store.q("proj_kw_fts_config"),
                                kw=self.store.q("proj_kw"), config=_PG_CONFIG, flag=flag)
 
     # ------------------------------------------------------------------ lifecycle
@@ -115,6 +131,28 @@ class KeywordIndex:
             conn.exec_driver_sql(
                 f"CREATE VIRTUAL TABLE IF NOT EXISTS {self.fts} USING fts5("
                 f"skey, body, tokenize='{_TOKENIZE}'{options})")
+            if self.secure_delete:
+                self._secure_delete_on(conn)
+
+    def _secure_delete_on(self, conn: Connection) -> None:
+        """Turn FTS5 ``secure-delete`` on unless the table already has it (one row read)."""
+        on = conn.exec_driver_sql(self.sql(_FTS_CONFIG)).scalar()
+        if on is None or int(on) != 1:
+            conn.exec_driver_sql(self.sql(_FTS_SECURE_DELETE))
+
+    def migrate(self, conn: Connection, old_version: str) -> bool:
+        """Bring a stored index of an older layout to this one without a rebuild, when
+        the tables are the same: a ``2/fts5`` table (normal FTS5, made by SQLite before
+        3.43) only needs ``secure-delete`` turned on, and one ``optimize`` so that no
+        posting deleted before (under the old regime) waits for a merge. Returns False
+        when a rebuild is needed (e.g. a contentless table, which cannot secure-delete)."""
+        if not (self.secure_delete and old_version == "2/fts5"
+                and self.store.table_exists(conn, "proj_kw_fts")):
+            return False
+        self.docs.create(conn, checkfirst=True)
+        self._secure_delete_on(conn)
+        conn.exec_driver_sql(self.sql(_FTS_OPTIMIZE))
+        return True
 
     def reset(self, conn: Connection) -> None:
         if self.sqlite:
@@ -227,7 +265,10 @@ class KeywordRoute:
         return 1
 
     def compact(self, conn: Connection) -> None:
-        if self.m.sqlite and self.m.store.table_exists(conn, "proj_kw_fts"):
+        """``optimize`` (merge every segment, dropping deleted postings) unless the table
+        has ``secure-delete``, which already removed them on delete."""
+        if self.m.sqlite and not self.m.secure_delete \
+                and self.m.store.table_exists(conn, "proj_kw_fts"):
             conn.exec_driver_sql(self.m.sql(_FTS_OPTIMIZE))
 
     def content_tables(self) -> Sequence[str]:
@@ -267,10 +308,14 @@ class KeywordRoute:
                             m.docs.c.atom_id.in_(ids[start:start + 500]))
                         .group_by(m.docs.c.atom_id)):
                     found[str(a)].append(ProbeHit(m.docs.name, "id", int(n)))
+            seen: dict[Any, list[str]] = {}  # query -> ids: each one asked once
             for item, texts in items.items():
                 other: set[str] = set()
-                for text in texts:
-                    other |= set(self._content_ids(conn, text))
+                for text in texts:  # an atom's text and its indexed text: often one query
+                    key = tuple(query_terms(text or "", limit=64)) if m.sqlite else text
+                    if key not in seen:
+                        seen[key] = self._content_ids(conn, text)
+                    other |= set(seen[key])
                 if other:
                     found[item].append(ProbeHit(
                         m.docs.name if not m.sqlite else "proj_kw_fts", "content",

@@ -15,7 +15,9 @@ Guarantees (tested in ``tests/test_projections_contract.py`` on SQLite and Postg
   (``projections.entries.decode``) and handed to every model that needs it. (Decoding
   the next batch in a thread while applying this one was measured slower: the GIL.)
 * **Versioned models.** A model whose ``version`` differs from the stored one is
-  rebuilt on the next catch-up (e.g. after the embedder changes).
+  rebuilt on the next catch-up (e.g. after the embedder changes), unless it has a
+  ``migrate(conn, old_version)`` method that converts the stored tables in place and
+  returns True (the keyword index turning FTS5 ``secure-delete`` on).
 * **Erasure.** A batch that purged content marks its model ``compact_pending`` in the
   same transaction; after the batches commit, the routes' and the store's compaction
   run and clear the mark. A crash in between leaves the mark, and the next catch-up
@@ -174,6 +176,15 @@ class Runner:
                         name=model.name, position=0, version=model.version, events=0,
                         compact_pending=False, updated_at=None))
                 elif row.version != model.version:
+                    migrate = getattr(model, "migrate", None)
+                    if migrate is not None and migrate(conn, str(row.version)):
+                        # same view, another storage option: kept, position and all
+                        t = self.tracking
+                        conn.execute(t.update().where(t.c.name == model.name)
+                                     .values(version=model.version))
+                        log.info("projections.model_migrated", model=model.name,
+                                 old_version=str(row.version), version=model.version)
+                        continue
                     log.info("projections.model_reset", model=model.name,
                              reason="version changed", old_position=int(row.position))
                     self._reset(conn, model)

@@ -9,11 +9,13 @@ store's schema.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import struct
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ import sqlalchemy as sa
 import structlog
 from sqlalchemy.engine import Connection, Engine
 
-from keys.datakeys import make_engine
+from keys.datakeys import make_engine, projections_sqlite
 from ledger.errors import EnvironmentProblem
 from ledger.home import StorageURL
 from projections.routes import ProbeHit, ProbeResult
@@ -31,8 +33,11 @@ log = structlog.get_logger("projections")
 
 _LOCK_KEY = 0x6D656D6C  # "meml": projections schema lock
 
-__all__ = ["CompactionReport", "FilesRoute", "Store", "content_digest", "content_needles",
-           "dumps"]
+__all__ = ["FREE_PAGE", "CompactionReport", "FilesRoute", "Store", "content_digest",
+           "content_needles", "dumps"]
+
+FREE_PAGE = "(freelist)"
+"""What :meth:`Store.page_owners` calls a page on the freelist."""
 
 
 def dumps(value: Any) -> str | None:
@@ -87,7 +92,8 @@ class Store:
             # its -wal and -shm files the same mode)
             os.close(os.open(url.sqlite_path, os.O_WRONLY | os.O_CREAT, 0o600))
         try:
-            engine = make_engine(url.sqlalchemy_url(), url.schema)
+            engine = make_engine(url.sqlalchemy_url(), url.schema,
+                                 module=None if url.is_postgres else projections_sqlite())
         except Exception as e:
             raise EnvironmentProblem(
                 f"cannot open the projections database: {e.__class__.__name__}",
@@ -172,6 +178,169 @@ class Store:
                     c.exec_driver_sql(f"VACUUM FULL {self.q(name)}")
         return CompactionReport("postgresql", tuple(f"vacuum full {n}" for n in names), True)
 
+    # ------------------------------------------------------------------ residue repair
+    @contextlib.contextmanager
+    def _write_transaction(self) -> Iterator[Connection]:
+        """One SQLite transaction that holds the write lock from its first statement
+        (``BEGIN IMMEDIATE``): what it reads (pages, the freelist, the schema) cannot
+        change before it writes. The driver's implicit transactions would begin only at
+        the first INSERT/UPDATE/DELETE, and run DDL outside any transaction."""
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+            c.exec_driver_sql("BEGIN IMMEDIATE")
+            try:
+                yield c
+            except BaseException:
+                c.exec_driver_sql("ROLLBACK")
+                raise
+            c.exec_driver_sql("COMMIT")
+
+    def page_owners(self, offsets: Iterable[int]) -> dict[int, str | None]:
+        """Which b-tree owns the page each byte offset of the database file falls in.
+
+        Returns page number -> table or index name (``dbstat``; overflow pages count for
+        their table), :data:`FREE_PAGE` for a page on the freelist, or None for a page
+        found in neither (or any page, when this SQLite has no ``dbstat``). Content
+        tables are looked at first and the search stops when every page is named, so
+        the cost is a read of the b-trees that hold the residue, rarely of the file.
+        Only meaningful after ``compact`` (the WAL checkpointed into the file).
+        """
+        if not self.is_sqlite or self.sqlite_path is None:
+            return {}
+        with self.engine.connect() as c:
+            size = int(c.exec_driver_sql("PRAGMA page_size").scalar_one())
+            pages = {off // size + 1 for off in offsets}
+            out: dict[int, str | None] = {p: None for p in pages}
+            out.update({p: FREE_PAGE for p in self._freelist(size) & pages})
+            todo = {p for p, owner in out.items() if owner is None}
+            names = [str(r[0]) for r in c.exec_driver_sql(
+                "SELECT name FROM sqlite_schema WHERE rootpage > 0")]
+            names.sort(key=lambda n: (not any(k in n for k in ("content", "_data")), n))
+            try:
+                for name in names:
+                    if not todo:
+                        break
+                    for (pageno,) in c.exec_driver_sql(
+                            "SELECT pageno FROM dbstat WHERE name = ?", (name,)):
+                        if pageno in todo:
+                            out[int(pageno)] = name
+                            todo.discard(int(pageno))
+            except sa.exc.OperationalError:  # an SQLite built without dbstat
+                log.warning("projections.no_dbstat")
+        return out
+
+    def _freelist(self, page_size: int) -> set[int]:
+        """Pages on the freelist (trunk and leaf), read from the file's own header."""
+        trunks = _freelist_trunks(self._file_page_reader(page_size))
+        return set(trunks) | {p for leaves in trunks.values() for p in leaves}
+
+    def _file_page_reader(self, page_size: int) -> Callable[[int], bytes]:
+        assert self.sqlite_path is not None
+        path = self.sqlite_path
+
+        def read(pgno: int) -> bytes:
+            with open(path, "rb") as f:
+                f.seek((pgno - 1) * page_size)
+                return f.read(page_size)
+
+        return read
+
+    def scrub(self, offsets: Iterable[int]) -> int | None:
+        """Zero the bytes no row uses in the pages these file offsets fall in; returns
+        how many pages changed, or None when this SQLite cannot write pages
+        (no ``sqlite_dbpage``).
+
+        In a b-tree page: the gap between the cell pointers and the cell content, and
+        the bodies of free blocks (their 4-byte headers stay); never a cell. A free
+        page: everything but a trunk's list of pages. The pages are written through
+        ``sqlite_dbpage`` in one transaction, so the change is journaled like any other
+        and every connection sees it; then the WAL is checkpointed and truncated. The
+        cost follows the number of pages, not the tables or the file.
+        """
+        if not self.is_sqlite or self.sqlite_path is None:
+            return None
+        changed = 0
+        with self._write_transaction() as c:
+            size = int(c.exec_driver_sql("PRAGMA page_size").scalar_one())
+
+            def read(pgno: int) -> bytes:
+                row = c.exec_driver_sql("SELECT data FROM sqlite_dbpage WHERE pgno = ?",
+                                        (pgno,)).first()
+                return bytes(row[0]) if row is not None else b""
+
+            try:
+                trunks = _freelist_trunks(read)  # as this transaction sees the file
+                free = set(trunks) | {p for leaves in trunks.values() for p in leaves}
+                for pgno in sorted({off // size + 1 for off in offsets}):
+                    data = read(pgno)
+                    if not data:
+                        continue
+                    if pgno in trunks:
+                        keep = 8 + 4 * len(trunks[pgno])
+                        new = data[:keep] + bytes(len(data) - keep)
+                    elif pgno in free:
+                        new = bytes(len(data))
+                    else:
+                        new = _scrub_btree_page(data, pgno)
+                    if new != data:
+                        c.exec_driver_sql("UPDATE sqlite_dbpage SET data = ? WHERE pgno = ?",
+                                          (new, pgno))
+                        changed += 1
+            except sa.exc.OperationalError as e:
+                if "sqlite_dbpage" not in str(e):
+                    raise
+                log.warning("projections.no_dbpage")  # an SQLite built without it
+                return None
+        self.compact(())
+        return changed
+
+    def rebuild(self, name: str) -> str:
+        """Rewrite one b-tree from its live rows, so that nothing else of its old pages
+        survives; returns what was done (``reindex`` or ``rebuild``).
+
+        An index: ``REINDEX`` (its old pages are freed). A table (FTS5 shadow tables
+        included): its rows are copied aside, the table is cleared (SQLite frees every
+        page but the root and zeroes the root; ``secure_delete`` zeroes the freed
+        pages), the rows are put back with their rowids, and the copy is dropped (zeroed
+        too). Its indexes are rebuilt by the reinsert. No schema change, so FTS5 and
+        the read models see the same tables. One transaction; the WAL is then
+        checkpointed and truncated. Cost: the b-tree's size, not the file's.
+        """
+        with self._write_transaction() as c:
+            row = c.exec_driver_sql(
+                "SELECT type, tbl_name, sql FROM sqlite_schema WHERE name = ?", (name,)).first()
+            if row is None or (name.startswith("sqlite_") and row[0] != "index"):
+                raise ValueError(f"no table or index {name!r} to rebuild")
+            kind, table, sql = str(row[0]), _ident(str(row[1])), str(row[2] or "")
+            if kind == "index":
+                c.exec_driver_sql(f"REINDEX {_ident(name)}")
+                done = "reindex"
+            else:
+                # identifiers below are this database's own table and column names, read
+                # from its schema and quoted; no value is ever substituted
+                cols = [(_ident(str(r[1])), str(r[2]).upper(), int(r[5]))
+                        for r in c.exec_driver_sql(f"PRAGMA table_info({table})")]
+                names = ", ".join(n for n, _t, _pk in cols)
+                pks = [t for _n, t, pk in cols if pk]
+                keeps_rowid = ("WITHOUT ROWID" not in sql.upper()
+                               and not (len(pks) == 1 and pks[0] == "INTEGER"))
+                copy = _ident("__residue_copy")
+                rid = '"rowid" AS "__residue_rid", ' if keeps_rowid else ""
+                c.exec_driver_sql(f"DROP TABLE IF EXISTS {copy}")
+                c.exec_driver_sql(f"CREATE TABLE {copy} AS "  # noqa: S608
+                                  f"SELECT {rid}{names} FROM {table}")
+                c.exec_driver_sql(f"DELETE FROM {table}")  # noqa: S608
+                if keeps_rowid:
+                    c.exec_driver_sql(
+                        f'INSERT INTO {table} ("rowid", {names}) SELECT "__residue_rid", '  # noqa: S608
+                        f'{names} FROM {copy} ORDER BY "__residue_rid"')
+                else:
+                    c.exec_driver_sql(f"INSERT INTO {table} ({names}) "  # noqa: S608
+                                      f"SELECT {names} FROM {copy}")
+                c.exec_driver_sql(f"DROP TABLE {copy}")
+                done = "rebuild"
+        self.compact(())
+        return done
+
     # ------------------------------------------------------------------ raw files
     def files(self) -> list[Path]:
         """The SQLite database file and its WAL and shared-memory files (those that exist)."""
@@ -194,6 +363,50 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _freelist_trunks(read_page: Callable[[int], bytes]) -> dict[int, list[int]]:
+    """Freelist trunk pages -> the leaf pages each lists (header of page 1, then the
+    trunk chain)."""
+    trunk, count = struct.unpack(">II", read_page(1)[32:40])
+    trunks: dict[int, list[int]] = {}
+    while trunk and trunk not in trunks and len(trunks) <= count:
+        page = read_page(trunk)
+        if len(page) < 8:
+            break
+        nxt, n = struct.unpack(">II", page[:8])
+        if 8 + 4 * n > len(page):
+            break
+        trunks[trunk] = list(struct.unpack(f">{n}I", page[8:8 + 4 * n]))
+        trunk = nxt
+    return trunks
+
+
+def _scrub_btree_page(data: bytes, pgno: int) -> bytes:
+    """A b-tree page with its unallocated gap and free-block bodies zeroed (cells, the
+    header and the cell pointers untouched); any other page is returned as it is."""
+    h = 100 if pgno == 1 else 0
+    kind = data[h]
+    if kind not in (2, 5, 10, 13):  # not a b-tree page (overflow, pointer map...)
+        return data
+    out = bytearray(data)
+    first_free, ncell, content = struct.unpack(">HHH", data[h + 1:h + 7])
+    pointers_end = h + (8 if kind in (10, 13) else 12) + 2 * ncell
+    content = min(content or 65536, len(data))
+    if pointers_end < content:
+        out[pointers_end:content] = bytes(content - pointers_end)
+    block, seen = first_free, 0
+    while block and content <= block < len(data) - 4 and seen < len(data) // 4:
+        nxt, size = struct.unpack(">HH", data[block:block + 4])
+        end = min(block + size, len(data))
+        out[block + 4:end] = bytes(max(0, end - block - 4))
+        block, seen = nxt, seen + 1
+    return bytes(out)
+
+
+def _ident(name: str) -> str:
+    """An SQLite identifier, quoted."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 class FilesRoute:

@@ -4,7 +4,6 @@ leaves no trace in any of them (rows, FTS terms, vectors, the SQLite files)."""
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 import uuid
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 from structlog.testing import capture_logs
 
+from keys.datakeys import projections_sqlite
 from ledger.application import LedgerApp
 from projections.routes import ProbeHit, ProbeResult, Reach, Route, RouteRegistry
 
@@ -83,7 +83,9 @@ def test_destroyed_data_key_purges_every_route_and_no_file_keeps_the_marker(
         if p.store.sqlite_path is not None:
             # An idle second connection, as another process would hold: SQLite then does not
             # checkpoint and delete the WAL on close, so only our compaction can empty it.
-            other = sqlite3.connect(p.store.sqlite_path, isolation_level=None)
+            # Through the store's own SQLite library: one file must never be open through
+            # two SQLite libraries in one process (each has its own POSIX lock table).
+            other = projections_sqlite().connect(p.store.sqlite_path, isolation_level=None)
             stack.callback(other.close)
             other.execute("SELECT count(*) FROM proj_tracking").fetchone()
         before = {r.route: r for r in p.probe(str(atom), marker)}

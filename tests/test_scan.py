@@ -37,6 +37,9 @@ def test_needles_across_chunk_boundaries_are_found_once(
     assert result["bytes"] == 1000 + 250 + 13 + len(odd)
     assert result["hits"] == [{"file": "a.db", "count": 4},
                               {"file": "sub/b-wal", "count": 2}]
+    # where each match starts in its file (the residue repair maps these to pages)
+    assert sorted(result["offsets"]["a.db"]) == [0, 60, 130, 1000 - len(needle)]
+    assert sorted(result["offsets"]["sub/b-wal"]) == [250, 263]
 
 
 @pytest.mark.parametrize("engine", scan.ENGINES)
