@@ -8,6 +8,10 @@ and with ``ledger.canonical.dumps`` (the same bytes through the C JSON encoder, 
 
 Each batch is appended by the ledger and then, right after, pushed through the raw
 variants, so all rates see the same machine load; the ratio compares the summed times.
+A second ledger appends the same batches with the signing process switched off
+(``LEDGER_SIGNING_PROCESS=off``: signatures on two threads of this process), for
+comparison; the load average before and after is printed, since the signing process
+needs the machine's second core to pay off (ADR 0008).
 
 Usage: python benchmarks/append.py [--atoms 20000] [--batch 1000] [--single 200]
 """
@@ -103,6 +107,11 @@ def main() -> None:
         LedgerApp.initialize(home)
         app = LedgerApp(Config.load(home))
         app.register_subject({"ref": "u1"})
+        LedgerApp.initialize(Path(tmp) / "home2")
+        inprocess = LedgerApp(Config.load(Path(tmp) / "home2"))
+        inprocess.register_subject({"ref": "u1"})
+        inprocess_seconds = 0.0
+        load_before = os.getloadavg()
         raw = RawLimit(Path(tmp) / "raw.sqlite")
         fast = RawLimit(Path(tmp) / "fast.sqlite", canonical.dumps)
         reference = RawLimit(Path(tmp) / "rfc8785.sqlite", rfc8785.dumps)
@@ -113,6 +122,11 @@ def main() -> None:
             t0 = time.perf_counter()
             app.add_atoms(batch)
             ledger_seconds += time.perf_counter() - t0
+            os.environ["LEDGER_SIGNING_PROCESS"] = "off"
+            t0 = time.perf_counter()
+            inprocess.add_atoms(batch)
+            inprocess_seconds += time.perf_counter() - t0
+            del os.environ["LEDGER_SIGNING_PROCESS"]
             written = app.recorder.select_notifications(start=position + 1, limit=len(batch))
             position = written[-1].id
             rows = [(str(s.originator_id), s.originator_version, s.topic, s.state)
@@ -120,6 +134,9 @@ def main() -> None:
             for variant in (raw, fast, reference):
                 variant.run(rows)
         ledger_rate = args.atoms / ledger_seconds
+        inprocess_rate = args.atoms / inprocess_seconds
+        inprocess.close()
+        load_after = os.getloadavg()
         latencies = []
         for i in range(args.single):
             t = time.perf_counter()
@@ -135,14 +152,22 @@ def main() -> None:
     print(f"raw + rfc8785 canonical JSON:  {reference.rate:10.0f} events/s  "
           f"(ratio {reference.rate / r:.2f}: rfc8785.dumps, pure Python)")
     print(f"raw + ledger.canonical JSON:   {fast.rate:10.0f} events/s  "
-          f"(ratio {fast.rate / r:.2f}: same bytes, C encoder; the ceiling for the ledger)")
+          f"(ratio {fast.rate / r:.2f}: same bytes, orjson)")
     print(f"ledger bulk append (SQLite):   {ledger_rate:10.0f} events/s")
     print(f"ratio ledger/raw:              {ledger_rate / r:10.2f}   (target >= 0.5)")
+    print(f"ledger, signing in process:    {inprocess_rate:10.0f} events/s  "
+          f"(ratio {inprocess_rate / r:.2f}: LEDGER_SIGNING_PROCESS=off, two threads)")
+    print(f"load average (1 min):          {load_before[0]:.2f} before, {load_after[0]:.2f} "
+          f"after, {os.cpu_count()} CPUs")
     print(f"one-atom add via Python API:   p50 {statistics.median(latencies):.2f} ms, "
           f"p95 {q[18]:.2f} ms over {args.single}")
     print(json.dumps({"raw": round(r), "raw_rfc8785": round(reference.rate),
                       "raw_canonical": round(fast.rate), "ledger": round(ledger_rate),
                       "ratio": round(ledger_rate / r, 3),
+                      "ledger_inprocess": round(inprocess_rate),
+                      "ratio_inprocess": round(inprocess_rate / r, 3),
+                      "load_before": round(load_before[0], 2),
+                      "load_after": round(load_after[0], 2),
                       "one_atom_p50_ms": round(statistics.median(latencies), 2),
                       "one_atom_p95_ms": round(q[18], 2)}, sort_keys=True))
 
