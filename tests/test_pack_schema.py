@@ -4,7 +4,6 @@ against what the ledger really writes, and verify-pack's step 1.1."""
 from __future__ import annotations
 
 import base64
-import copy
 import json
 import tomllib
 from importlib.resources import files
@@ -25,7 +24,7 @@ from ledger.domain import event_classes
 from projections.service import Projections
 
 from .conftest import run_cli
-from .test_schemas import POLICY
+from .test_schemas import POLICY, mutate
 
 ENVELOPE_SCHEMA = "event-envelope.v1.json"
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,22 +92,6 @@ def load(name: str) -> dict[str, Any]:
 def errors(name: str, instance: Any) -> list[tuple[str, str]]:
     v = Draft202012Validator(load(name), format_checker=Draft202012Validator.FORMAT_CHECKER)
     return sorted((e.validator, e.json_path) for e in v.iter_errors(instance))
-
-
-def mutate(base: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
-    """Copy ``base`` with the dotted ``path`` set to ``value`` (``...`` deletes it)."""
-    doc = copy.deepcopy(base)
-    *parents, leaf = path.split(".")
-    node: Any = doc
-    for part in parents:
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    if value is ...:
-        del node[leaf]
-    elif isinstance(node, list):
-        node[int(leaf)] = value
-    else:
-        node[leaf] = value
-    return doc
 
 
 # --- the schemas themselves -------------------------------------------------------------
