@@ -10,8 +10,10 @@ delete` and `ledger redact-user`:
 4. the read models apply those events (physical purge plus compaction), and every
    registered route is purged again explicitly;
 5. every route's probe, by id and by content, must find nothing, and a raw scan of every
-   file the ledger owns must not find the content's bytes; otherwise the erasure stops
-   here, loudly, naming the route (the keys are already gone; a re-run finishes it);
+   file the ledger owns must not find the content's bytes (its reading of the files the
+   purge does not write starts as soon as the keys are gone, and any of them written
+   meanwhile is read again); otherwise the erasure stops here, loudly, naming the route
+   (the keys are already gone; a re-run finishes it);
 6. signed tombstones list the routes reached; the batch records the reach results and
    closes; a checkpoint is taken before and after, for the Evidence Pack.
 """
@@ -28,7 +30,7 @@ from uuid import UUID
 import sqlalchemy as sa
 import structlog
 
-from governance.scan import scan_tree
+from governance.scan import TreeScan, scan_tree
 from keys.errors import KeyNotAuthorized
 from ledger import clock
 from ledger.errors import ConflictError, InputError, NotFound, VerificationFailed
@@ -109,9 +111,12 @@ def _content_of(proj: Projections, conn: Any, t: Targets
             indexed)
 
 
-def scan_files(folder: Path, needles: Sequence[bytes]) -> dict[str, Any]:
-    """Raw scan of every file below ``folder`` for any needle (see governance/scan.py)."""
-    return {**scan_tree(folder, needles), "checked_at": clock.format_instant(clock.now())}
+def scan_files(folder: Path, needles: Sequence[bytes],
+               started: TreeScan | None = None) -> dict[str, Any]:
+    """Raw scan of every file below ``folder`` for any needle (see governance/scan.py);
+    ``started``: a scan begun early on some of them, finished here."""
+    found = started.result() if started is not None else scan_tree(folder, needles)
+    return {**found, "checked_at": clock.format_instant(clock.now())}
 
 
 # ----------------------------------------------------------------------------- erasure
@@ -143,36 +148,24 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
     with proj.store.engine.connect() as conn:
         content, indexed = _content_of(proj, conn, targets)
     ids = [UUID(i) for i in [*targets.atoms, *targets.artifacts, *targets.subjects]]
+    needles = sorted({n for texts in content.values() for t in texts
+                      for n in content_needles(t)})
     timer.lap("open")
     shred_ids = app.shred(ids, reason, actor=operator)
     timer.lap("shred")
-    applied = proj.catch_up()  # the read models apply the destruction: purge + compaction
-    routes = [r for r in proj.registry.routes() if r.name != "sqlite-files"]
-    items = [str(i) for i in ids]
-    with proj.store.engine.begin() as conn:  # explicit purge of every route, in batches
-        leftover = proj.registry.purge_many(conn, items, routes)
-    if any(leftover.values()) or applied.compaction is None \
-            or not applied.compaction.complete:
-        proj.runner.compact([m.name for m in proj.models])
-    timer.lap("purge")
-    probes = proj.registry.probe_many(
-        {i: [*content.get(i, []), *([indexed[i]] if i in indexed else [])] for i in items},
-        routes)
-    per_route: dict[str, dict[str, Any]] = {r.name: {"route": r.name, "items": 0,
-                                                      "reach": Reach.NOT_REACHABLE.value}
-                                            for r in routes}
-    problems = []
-    for res in probes:
-        per_route[res.route]["items"] += 1
-        if res.reach is Reach.REACHABLE:
-            per_route[res.route]["reach"] = Reach.REACHABLE.value
-            problems.append(f"{res.route} still reaches {res.item_id} "
-                            f"({', '.join(h.where for h in res.hits)})")
-    needles = sorted({n for texts in content.values() for t in texts
-                      for n in content_needles(t)})
-    timer.lap("probes")
-    raw = scan_files(app.config.home, needles)
-    timer.lap("raw_scan")
+    # The raw scan starts now on the files the purge does not write (event store,
+    # keystore), on one core while the purge uses the other; result() below rescans any
+    # of them that changed meanwhile, and reads the projections' files last.
+    scan = TreeScan(app.config.home, needles)
+    purged = {p.resolve() for p in proj.store.files()}
+    try:
+        scan.start([p for p in sorted(app.config.home.rglob("*"))
+                    if p.is_file() and p.resolve() not in purged])
+        raw, per_route, problems = _purge_and_probe(app, proj, items=[str(i) for i in ids],
+                                                    content=content, indexed=indexed,
+                                                    scan=scan, timer=timer)
+    finally:
+        scan.close()
     raw = _repair_residue(app, proj, raw, needles, timer)
     checked_at = clock.format_instant(clock.now())
     for entry in per_route.values():
@@ -210,9 +203,44 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
              events=len(event_ids))
     return {"batch_id": str(batch_id), "event_ids": [*event_ids, *close_ids],
             "seconds": timer.laps, "scanned_bytes": raw["bytes"],
+            "scanned_early_bytes": raw.get("early_bytes", 0),
+            "rescanned_bytes": raw.get("rescanned_bytes", 0),
             "repairs": raw.get("repair_steps", []),
             "targets": targets.as_json(), "reach": reach,
             "checkpoints": {"before": before.size, "after": after.size}}
+
+
+def _purge_and_probe(app: Any, proj: Projections, *, items: list[str],
+                     content: dict[str, list[str]], indexed: dict[str, str],
+                     scan: TreeScan, timer: _Timer
+                     ) -> tuple[dict[str, Any], dict[str, dict[str, Any]], list[str]]:
+    """Steps 4-5: apply the destruction and purge every route, probe every route, finish
+    the raw scan. Returns the scan, the per-route reach and what is still reachable."""
+    applied = proj.catch_up()  # the read models apply the destruction: purge + compaction
+    routes = [r for r in proj.registry.routes() if r.name != "sqlite-files"]
+    with proj.store.engine.begin() as conn:  # explicit purge of every route, in batches
+        leftover = proj.registry.purge_many(conn, items, routes)
+    if any(leftover.values()) or applied.compaction is None \
+            or not applied.compaction.complete:
+        proj.runner.compact([m.name for m in proj.models])
+    timer.lap("purge")
+    probes = proj.registry.probe_many(
+        {i: [*content.get(i, []), *([indexed[i]] if i in indexed else [])] for i in items},
+        routes)
+    per_route: dict[str, dict[str, Any]] = {r.name: {"route": r.name, "items": 0,
+                                                      "reach": Reach.NOT_REACHABLE.value}
+                                            for r in routes}
+    problems = []
+    for res in probes:
+        per_route[res.route]["items"] += 1
+        if res.reach is Reach.REACHABLE:
+            per_route[res.route]["reach"] = Reach.REACHABLE.value
+            problems.append(f"{res.route} still reaches {res.item_id} "
+                            f"({', '.join(h.where for h in res.hits)})")
+    timer.lap("probes")
+    raw = scan_files(app.config.home, scan.wanted, scan)
+    timer.lap("raw_scan")
+    return raw, per_route, problems
 
 
 def _repair_residue(app: Any, proj: Projections, raw: dict[str, Any],

@@ -1,11 +1,12 @@
 """Raw scan: is any of the erased content's bytes still in a file the ledger owns?
 
 No SQL, no parsing: every byte of every file under the home is read once and searched
-for all needles at once. Files are cut into chunks that overlap by the longest needle
-minus one, so a match that crosses a chunk boundary is found, and counted once (by the
-chunk it starts in). Large homes are scanned by one worker process per core: the scan is
-the one part of an erasure whose cost follows the bytes the ledger owns rather than the
-erased items (ADR 0012), so it gets the whole machine.
+for all needles at once. Files are cut into spans, one task each; a task reads its span
+in blocks (keys/bytescan.py) that overlap by the longest needle minus one, so a match
+that crosses a block or span boundary is found, and counted once (by the block it starts
+in). Large homes are scanned by one worker process per core: the scan is the one part of
+an erasure whose cost follows the bytes the ledger owns rather than the erased items
+(ADR 0012), so it gets the whole machine.
 
 The matcher (Hyperscan where installed, else Aho-Corasick) is keys/bytescan.py.
 """
@@ -14,21 +15,28 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from keys.bytescan import ENGINES, ByteMatcher
+from keys.bytescan import BLOCK, ENGINES, ByteMatcher
 
-__all__ = ["CHUNK", "ENGINES", "MAX_OFFSETS", "scan_tree"]
+__all__ = ["ENGINES", "MAX_OFFSETS", "SPAN", "TreeScan", "scan_tree"]
 
-CHUNK = 8 << 20
-"""Bytes per task; a worker holds one chunk (plus the overlap) in memory at a time. Small
-enough to stay in cache: 8 MiB chunks scanned a 400 MB home at 2.2-2.5 GB/s on two
-workers, 32 MiB chunks at 1.4-1.6 GB/s (this machine, Hyperscan)."""
-PARALLEL_FROM = 2 * CHUNK
+SPAN = 32 << 20
+"""Bytes of a file per task (read in :data:`keys.bytescan.BLOCK` pieces): large enough
+that a worker's per-task cost is nothing next to its reading, small enough that two
+workers finish together on a home of a few files of very different sizes."""
+PARALLEL_FROM = 2 * SPAN
 """Below this many bytes in all, one process scans (a pool would cost more than it saves)."""
+
+SETTLE_NS = 50_000_000
+"""How old a file's modification time must be before an early scan reads it (see
+:meth:`TreeScan.start`): longer than the kernel's timestamp tick (1-10 ms)."""
 
 _matcher: ByteMatcher | None = None  # set before the workers fork; each inherits a copy
 
@@ -37,57 +45,173 @@ MAX_OFFSETS = 1000
 """Offsets kept per file (the residue repair needs only the pages they fall in)."""
 
 
-def _count_task(task: tuple[str, int, int]) -> list[int]:
-    """File offsets of the matches that start in ``[start, start + CHUNK)`` of the file."""
-    path, start, overlap = task
+def _span_task(task: tuple[str, int, int]) -> list[int]:
+    """File offsets of the matches that start in ``[start, end)`` of the file."""
+    path, start, end = task
     assert _matcher is not None
-    with open(path, "rb") as f:
-        f.seek(start)
-        buf = f.read(CHUNK + overlap)
-    return [start + s for s in _matcher.starts(buf) if s < CHUNK]
+    return _matcher.file_starts(path, start, end, block=BLOCK)
 
 
 def scan_tree(folder: Path, needles: Sequence[bytes], workers: int | None = None,
               engine: str | None = None) -> dict[str, Any]:
-    """Occurrences of any needle in every file below ``folder``.
+    """Occurrences of any needle in every file below ``folder`` (a :class:`TreeScan`
+    started and finished at once)."""
+    return TreeScan(folder, needles, workers, engine).result()
 
-    Returns ``files`` (how many), ``bytes`` (read), ``needles`` (distinct), ``engine``,
-    ``hits`` (``[{"file": relative path, "count": n}]``, only files with a match) and
-    ``offsets`` (relative path -> byte offsets of the matches, the first
-    :data:`MAX_OFFSETS` per file: where the residue repair looks; not for the record).
+
+class TreeScan:
+    """A raw scan that can start on some files early and finish on all of them.
+
+    :meth:`start` scans the given files in the background (with one worker fewer than
+    cores, so the caller keeps a core for what it does meanwhile); :meth:`result` lists
+    every file below the folder again, scans those not scanned yet, rescans any scanned
+    file whose size, modification time or inode changed since its scan started, and
+    waits. So a result describes the files as they were when :meth:`result` was called,
+    whichever of them were read early: an erasure starts the scan of the files its purge
+    does not write (event store, keystore) while the purge runs (ADR 0012).
+
+    ``result()`` returns ``files`` (how many), ``bytes`` (their size), ``needles``
+    (distinct), ``engine``, ``hits`` (``[{"file": relative path, "count": n}]``, only
+    files with a match), ``offsets`` (relative path -> byte offsets of the matches, the
+    first :data:`MAX_OFFSETS` per file: where the residue repair looks; not for the
+    record), ``early_bytes`` (read before ``result()`` was called) and
+    ``rescanned_bytes`` (read again because the file changed).
     """
-    global _matcher
-    files = [p for p in sorted(folder.rglob("*")) if p.is_file()]
-    wanted = tuple(sorted({n for n in needles if n}))
-    engine = engine or ENGINES[0]
-    if not wanted:
-        return {"files": len(files), "bytes": 0, "needles": 0, "engine": engine, "hits": [],
-                "offsets": {}}
-    sizes = {p: p.stat().st_size for p in files}
-    total = sum(sizes.values())
-    overlap = max(len(n) for n in wanted) - 1
-    tasks = [(str(p), start, overlap) for p in files for start in range(0, sizes[p], CHUNK)]
-    procs = workers if workers is not None else (os.cpu_count() or 1)
-    _matcher = ByteMatcher(wanted, engine)
-    try:
-        if procs > 1 and total >= PARALLEL_FROM:
-            # fork: the workers inherit the compiled matcher and only read files; they
-            # never touch the parent's database connections
-            with ProcessPoolExecutor(procs,
-                                     mp_context=multiprocessing.get_context("fork")) as ex:
-                found = list(ex.map(_count_task, tasks, chunksize=4))
+
+    def __init__(self, folder: Path, needles: Sequence[bytes], workers: int | None = None,
+                 engine: str | None = None) -> None:
+        self.folder = folder
+        self.wanted = tuple(sorted({n for n in needles if n}))
+        self.engine = engine or ENGINES[0]
+        self.procs = workers if workers is not None else (os.cpu_count() or 1)
+        self.matcher = ByteMatcher(self.wanted, self.engine) if self.wanted else None
+        self._seen: dict[Path, tuple[int, int, int]] = {}
+        self._futures: dict[Path, list[tuple[tuple[str, int, int], Future[list[int]]]]] = {}
+        self._pending: list[tuple[tuple[str, int, int], Future[list[int]]]] = []
+        self._limit = max(1, self.procs - 1)
+        self._running = 0
+        self._lock = threading.RLock()  # a done callback can run inside _pump
+        self._pool: ProcessPoolExecutor | None = None
+        self._early = 0
+
+    def start(self, paths: Sequence[Path]) -> None:
+        """Begin scanning these files (below the folder) in the background."""
+        if self.matcher is None or self.procs < 2:
+            return  # one process: nothing to overlap; result() reads everything
+        files = [p for p in paths if p.is_file()]
+        # A write is seen as a new modification time only once the clock that stamps it
+        # has moved past the last one (a coarse clock: a tick of a few milliseconds), so
+        # files written just now are left to settle for SETTLE_NS before being read.
+        newest = max((p.stat().st_mtime_ns for p in files), default=0)
+        wait = newest + SETTLE_NS - time.time_ns()
+        if wait > 0:
+            time.sleep(wait / 1e9)
+        self._queue(files)
+        self._early = sum(self._seen[p][0] for p in self._seen)
+
+    def result(self) -> dict[str, Any]:
+        files = [p for p in sorted(self.folder.rglob("*")) if p.is_file()]
+        if self.matcher is None:
+            return {"files": len(files), "bytes": 0, "needles": 0, "engine": self.engine,
+                    "hits": [], "offsets": {}, "early_bytes": 0, "rescanned_bytes": 0}
+        changed = [p for p in files if p in self._seen and _identity(p) != self._seen[p]]
+        rescanned = sum(_identity(p)[0] for p in changed)
+        for p in changed:
+            self._futures.pop(p, None)
+            self._seen.pop(p)
+        fresh = [p for p in files if p not in self._seen]
+        total = sum(_identity(p)[0] for p in files)
+        try:
+            if self._pool is None and (self.procs < 2 or total < PARALLEL_FROM):
+                for p in fresh:
+                    self._seen[p] = _identity(p)
+                    self._futures[p] = [(t, _done(self.matcher.file_starts(
+                        t[0], t[1], t[2], block=BLOCK))) for t in _spans(p, self._seen[p][0])]
+            else:
+                with self._lock:
+                    self._limit = self.procs
+                self._queue(fresh)
+            found = {p: [(t, f.result()) for t, f in self._futures[p]] for p in files
+                     if p in self._futures}
+        finally:
+            self.close()
+        per_file: dict[str, int] = {}
+        offsets: dict[str, list[int]] = {}
+        for p, parts in found.items():
+            for _task, starts in parts:
+                if starts:
+                    rel = str(p.relative_to(self.folder))
+                    per_file[rel] = per_file.get(rel, 0) + len(starts)
+                    kept = offsets.setdefault(rel, [])
+                    kept.extend(starts[:MAX_OFFSETS - len(kept)])
+        return {"files": len(files), "bytes": total, "needles": len(self.wanted),
+                "engine": self.engine,
+                "hits": [{"file": f, "count": n} for f, n in sorted(per_file.items())],
+                "offsets": offsets, "early_bytes": self._early, "rescanned_bytes": rescanned}
+
+    def close(self) -> None:
+        """Stop the workers (pending tasks are dropped); result() calls it."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    # -------------------------------------------------------------- background tasks
+    def _queue(self, paths: Sequence[Path]) -> None:
+        global _matcher
+        with self._lock:
+            for p in paths:
+                self._seen[p] = ident = _identity(p)  # taken before the first byte is read
+                tasks: list[tuple[tuple[str, int, int], Future[list[int]]]] = [
+                    (t, Future()) for t in _spans(p, ident[0])]
+                self._futures[p] = tasks
+                self._pending.extend(tasks)
+            if self._pool is None and self._pending:
+                # fork: the workers inherit the compiled matcher and only read files;
+                # they never touch the parent's database connections
+                _matcher = self.matcher
+                try:
+                    self._pool = ProcessPoolExecutor(
+                        self.procs, mp_context=multiprocessing.get_context("fork"))
+                    # start every worker now, while the matcher is set for them to inherit
+                    for f in [self._pool.submit(os.getpid) for _ in range(self.procs)]:
+                        f.result()
+                finally:
+                    _matcher = None
+        self._pump()
+
+    def _pump(self) -> None:
+        """Keep at most ``_limit`` tasks in flight (one core is left to the caller until
+        result() is called)."""
+        with self._lock:
+            while self._pending and self._running < self._limit and self._pool is not None:
+                task, mine = self._pending.pop(0)
+                fut = self._pool.submit(_span_task, task)
+                self._running += 1
+                fut.add_done_callback(partial(self._finished, mine=mine))
+
+    def _finished(self, fut: Future[list[int]], *, mine: Future[list[int]]) -> None:
+        with self._lock:
+            self._running -= 1
+        if fut.cancelled():
+            mine.cancel()
+        elif (error := fut.exception()) is not None:
+            mine.set_exception(error)
         else:
-            found = [_count_task(t) for t in tasks]
-    finally:
-        _matcher = None
-    per_file: dict[str, int] = {}
-    offsets: dict[str, list[int]] = {}
-    for (path, _s, _o), starts in zip(tasks, found, strict=True):
-        if starts:
-            rel = str(Path(path).relative_to(folder))
-            per_file[rel] = per_file.get(rel, 0) + len(starts)
-            kept = offsets.setdefault(rel, [])
-            kept.extend(starts[:MAX_OFFSETS - len(kept)])
-    return {"files": len(files), "bytes": total, "needles": len(wanted), "engine": engine,
-            "hits": [{"file": f, "count": n} for f, n in sorted(per_file.items())],
-            "offsets": offsets}
+            mine.set_result(fut.result())
+        self._pump()
+
+
+def _spans(path: Path, size: int) -> list[tuple[str, int, int]]:
+    return [(str(path), start, min(start + SPAN, size)) for start in range(0, size, SPAN)]
+
+
+def _identity(path: Path) -> tuple[int, int, int]:
+    """Size, modification time (ns) and inode: what changes when a file is written."""
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def _done(value: list[int]) -> Future[list[int]]:
+    fut: Future[list[int]] = Future()
+    fut.set_result(value)
+    return fut

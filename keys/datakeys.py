@@ -25,7 +25,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import NullPool
 
-from keys.aead import KEY_BYTES, new_data_key
+from keys.aead import new_data_key
 from keys.bytescan import ByteMatcher
 from keys.errors import DataKeyUnavailable, KeystoreError
 
@@ -258,16 +258,8 @@ class DataKeyStore:
     def _residue(self, material: list[bytes]) -> bool:
         """Is any of these key bytes still in a keystore file? (one pass per file;
         Hyperscan where installed, else an Aho-Corasick automaton)"""
-        found = ByteMatcher(material).found
-        for path in self.files():
-            with path.open("rb") as f:
-                tail = b""
-                while chunk := f.read(16 << 20):
-                    buf = tail + chunk
-                    if found(buf):
-                        return True
-                    tail = buf[-(KEY_BYTES - 1):]
-        return False
+        matcher = ByteMatcher(material)
+        return any(matcher.file_found(path) for path in self.files())
 
     def vacuum(self) -> None:
         """Rebuild the keystore file from its live rows, then empty the WAL."""

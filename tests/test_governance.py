@@ -299,9 +299,9 @@ def test_residue_only_in_the_projections_file_is_repaired_by_vacuum_and_rescanne
     real_scan = erasure.scan_files
     calls = {"scan": 0, "vacuum": 0}
 
-    def residue_once(folder: Path, needles: Any) -> dict[str, Any]:
+    def residue_once(folder: Path, needles: Any, started: Any = None) -> dict[str, Any]:
         calls["scan"] += 1
-        result = real_scan(folder, needles)
+        result = real_scan(folder, needles, started)
         if calls["scan"] == 1:  # as if a page kept an old copy of a purged row
             result["hits"] = [{"file": "projections.sqlite", "count": 1}]
         return result
@@ -336,8 +336,8 @@ def test_erased_bytes_in_the_event_store_are_a_failure_never_repaired(
 
     real_scan = erasure.scan_files
 
-    def leaked(folder: Path, needles: Any) -> dict[str, Any]:
-        result = real_scan(folder, needles)
+    def leaked(folder: Path, needles: Any, started: Any = None) -> dict[str, Any]:
+        result = real_scan(folder, needles, started)
         result["hits"] = [{"file": "events.sqlite", "count": 1},
                           {"file": "projections.sqlite", "count": 1}]
         return result

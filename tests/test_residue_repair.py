@@ -125,11 +125,11 @@ def test_residue_in_a_content_page_is_removed_from_that_page_or_table_only(
     planted: list[bytes] = []
     rebuilt: list[str] = []
 
-    def scan_with_residue(folder: Path, needles: Any) -> dict[str, Any]:
+    def scan_with_residue(folder: Path, needles: Any, started: Any = None) -> dict[str, Any]:
         if not planted:  # after the purge: as if a rebalance had kept a copy of the row
             _plant(proj.store, secret.encode(), roomy)
         planted.append(path.read_bytes())  # the file as each scan sees it
-        result = real_scan(folder, needles)
+        result = real_scan(folder, needles, started)
         scans.append(result["hits"])
         return result
 
@@ -195,14 +195,14 @@ def test_residue_on_a_free_page_is_scrubbed(
     real_scan = erasure.scan_files
     seen: dict[str, Any] = {}
 
-    def scan_with_residue(folder: Path, needles: Any) -> dict[str, Any]:
+    def scan_with_residue(folder: Path, needles: Any, started: Any = None) -> dict[str, Any]:
         if "owners" not in seen:
             data = bytearray(path.read_bytes())
             at = (free[-1] - 1) * 4096 + 200
             data[at:at + len(secret)] = secret.encode()
             path.write_bytes(bytes(data))
             seen["owners"] = proj.store.page_owners([at])
-        return real_scan(folder, needles)
+        return real_scan(folder, needles, started)
 
     monkeypatch.setattr(erasure, "scan_files", scan_with_residue)
     monkeypatch.setattr(proj.store, "vacuum", lambda: pytest.fail("VACUUM"))

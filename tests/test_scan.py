@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from governance import scan
+from keys.bytescan import ByteMatcher
 
 
 def test_both_engines_are_installed_here() -> None:
@@ -20,11 +21,13 @@ def test_both_engines_are_installed_here() -> None:
 @pytest.mark.parametrize("workers", [1, 2])
 def test_needles_across_chunk_boundaries_are_found_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int, engine: str) -> None:
-    monkeypatch.setattr(scan, "CHUNK", 64)
+    monkeypatch.setattr(scan, "SPAN", 128)  # tasks of 128 bytes, read 32 at a time
+    monkeypatch.setattr(scan, "BLOCK", 32)
     monkeypatch.setattr(scan, "PARALLEL_FROM", 0)
     needle = b"erased-marker-7f3a"
     data = bytearray(os.urandom(1000).replace(b"e", b"x"))
-    for at in (0, 60, 130, 1000 - len(needle)):  # 60: crosses the first boundary
+    # 60: crosses a block boundary (64), 120: a span's (128), the last: ends the file
+    for at in (0, 60, 120, 300, 1000 - len(needle)):
         data[at:at + len(needle)] = needle
     (tmp_path / "a.db").write_bytes(bytes(data))
     (tmp_path / "sub").mkdir()
@@ -35,10 +38,10 @@ def test_needles_across_chunk_boundaries_are_found_once(
                             engine=engine)
     assert result["files"] == 3 and result["needles"] == 3 and result["engine"] == engine
     assert result["bytes"] == 1000 + 250 + 13 + len(odd)
-    assert result["hits"] == [{"file": "a.db", "count": 4},
+    assert result["hits"] == [{"file": "a.db", "count": 5},
                               {"file": "sub/b-wal", "count": 2}]
     # where each match starts in its file (the residue repair maps these to pages)
-    assert sorted(result["offsets"]["a.db"]) == [0, 60, 130, 1000 - len(needle)]
+    assert sorted(result["offsets"]["a.db"]) == [0, 60, 120, 300, 1000 - len(needle)]
     assert sorted(result["offsets"]["sub/b-wal"]) == [250, 263]
 
 
@@ -60,3 +63,58 @@ def test_unknown_engine_is_refused(tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(b"data")
     with pytest.raises(ValueError, match="unknown scan engine"):
         scan.scan_tree(tmp_path, [b"data"], engine="grep")
+
+
+@pytest.mark.parametrize("engine", scan.ENGINES)
+def test_file_reads_find_needles_across_blocks(tmp_path: Path, engine: str) -> None:
+    """The block reader behind both the raw scan and the keystore's own check."""
+    needle = b"\x00key-bytes\xff"
+    data = bytearray(b"." * 100)
+    data[28:28 + len(needle)] = needle  # crosses the 32-byte block boundary
+    path = tmp_path / "f"
+    path.write_bytes(bytes(data) + needle)  # and one that ends the file
+    matcher = ByteMatcher([needle], engine)
+    assert matcher.file_starts(path, block=32) == [28, 100]
+    assert matcher.file_starts(path, 29, 101, block=32) == [100]
+    assert matcher.file_found(path, block=32)
+    path.write_bytes(bytes(data[:30]) + b"." * 70)  # a cut needle is not a match
+    assert not matcher.file_found(path, block=32)
+    assert matcher.file_starts(path, block=32) == []
+    (tmp_path / "empty").write_bytes(b"")
+    assert matcher.file_starts(tmp_path / "empty") == []
+    assert not matcher.file_found(tmp_path / "empty")
+
+
+@pytest.mark.parametrize("engine", scan.ENGINES)
+def test_files_written_after_an_early_start_are_read_again(tmp_path: Path,
+                                                           engine: str) -> None:
+    """An erasure starts reading the files its purge does not write while it purges: a
+    file written after its early read started is read again, a new file is read, and a
+    file that did not change is read once."""
+    needle = b"erased-marker-91c2"
+    (tmp_path / "events.db").write_bytes(b"." * 5000)
+    (tmp_path / "keystore.db").write_bytes(b"k" * 3000)
+    (tmp_path / "kept.db").write_bytes(b"x" * 100 + needle)
+    early = scan.TreeScan(tmp_path, [needle], workers=2, engine=engine)
+    early.start([tmp_path / "events.db", tmp_path / "keystore.db", tmp_path / "kept.db"])
+    # same size, new bytes: only the modification time says it changed
+    (tmp_path / "events.db").write_bytes(b"." * 2000 + needle + b"." * (3000 - len(needle)))
+    (tmp_path / "projections.db").write_bytes(needle + b"p" * 10)
+    result = early.result()
+    assert result["hits"] == [{"file": "events.db", "count": 1},
+                              {"file": "kept.db", "count": 1},
+                              {"file": "projections.db", "count": 1}]
+    assert result["offsets"]["events.db"] == [2000]
+    assert result["early_bytes"] == 5000 + 3000 + 100 + len(needle)
+    assert result["rescanned_bytes"] == 5000
+    assert result["bytes"] == 5000 + 3000 + 100 + len(needle) + len(needle) + 10
+
+
+def test_an_early_start_on_one_core_reads_everything_at_the_end(tmp_path: Path) -> None:
+    needle = b"erased-marker-91c2"
+    (tmp_path / "a").write_bytes(b"." * 100)
+    one = scan.TreeScan(tmp_path, [needle], workers=1)
+    one.start([tmp_path / "a"])
+    (tmp_path / "a").write_bytes(b"." * 10 + needle)
+    result = one.result()
+    assert result["hits"] == [{"file": "a", "count": 1}] and result["early_bytes"] == 0
