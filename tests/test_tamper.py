@@ -201,3 +201,42 @@ def test_auditor_copy_without_root_pub_verifies_with_root_key(home: Path, tmp_pa
     assert run_cli("--home", str(home), "verify").code == 3
     r = run_cli("--home", str(home), "verify", "--root-key", str(trusted))
     assert r.code == 0, r.err
+
+
+def test_own_events_read_back_unverified_but_a_changed_byte_is_caught(
+        home: Path, raw: RawStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process that sealed an event reads it back without an Ed25519 check (it made
+    that signature over those bytes); a byte changed in the store since is checked, and
+    refused, in that same process."""
+    from ledger import envelope
+    from ledger.mapper import EventIntegrityError
+
+    app = LedgerApp(Config.load(home))
+    try:
+        app.register_subject({"ref": "u1"})
+        atom = app.add_atom({"subject": "u1", "text": "fact one"})
+        checks: list[str] = []
+        real_verify = envelope.verify
+        monkeypatch.setattr(envelope, "verify",
+                            lambda opened, key: (checks.append(opened.kid),
+                                                 real_verify(opened, key)))
+        stored = app.recorder.select_events(atom)
+        app.mapper.to_domain_event(stored[0])  # type: ignore[attr-defined]
+        assert checks == []
+        target = next(r for r in raw.rows() if r[1].replace("-", "") == atom.hex)
+        doc = json.loads(target[4])
+        doc["envelope"]["payload"]["sensitivity"] = "public"
+        forged = (b'{"envelope":' + __import__("rfc8785").dumps(doc["envelope"]) +
+                  b',"signature":"' + doc["signature"].encode() + b'"}')
+        raw.set_state(target[0], forged)
+        with pytest.raises(EventIntegrityError, match="failed verification"):
+            app.mapper.to_domain_event(app.recorder.select_events(atom)[0])  # type: ignore[attr-defined]
+        assert len(checks) == 1
+    finally:
+        app.close()
+    other = LedgerApp(Config.load(home))  # another process verifies everything it reads
+    try:
+        with pytest.raises(EventIntegrityError):
+            other.get_atom(atom)
+    finally:
+        other.close()
