@@ -49,6 +49,30 @@ def test_atom_round_trip_keeps_every_field(app: LedgerApp) -> None:
     assert subject.display_name == "J. Miller"
 
 
+def test_a_command_mutating_its_copy_leaves_the_cached_aggregate_alone(app: LedgerApp) -> None:
+    """Aggregates copy themselves for the repository's cache (ledger.domain._Copyable):
+    every list and dict is new, so a command that changes its copy in place and then
+    fails leaves nothing behind in what the next command reads."""
+    import copy
+
+    _seed(app)
+    atom = app.get_atom("atom_001")
+    twin = copy.deepcopy(atom)
+    assert twin.as_dict() == atom.as_dict() and twin is not atom
+    for name, value in vars(atom).items():
+        if isinstance(value, (list, dict)):
+            assert getattr(twin, name) is not value, name
+    atom.tags.append("leaked")  # the command's copy, as the repository handed it out
+    atom.details[0]["content"] = "changed"
+    atom.decay_profile["halfLifeDays"] = 1
+    atom.extensions["x-konshus"]["score"] = 99
+    again = app.get_atom("atom_001").as_dict()
+    assert again["tags"] == ["feedback"]
+    assert again["details"] == [{"content": "said so twice", "brightness": 0.85}]
+    assert again["decay_profile"]["half_life_days"] == 14
+    assert again["extensions"] == {"x-konshus": {"score": 3}}
+
+
 def test_correction_supersedes_and_never_overwrites(app: LedgerApp) -> None:
     old_id = _seed(app)
     new_id = app.correct_atom(old_id, {"text": "Prefers gentle feedback.", "reason": "asked"})
