@@ -154,8 +154,8 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
     shred_ids = app.shred(ids, reason, actor=operator)
     timer.lap("shred")
     # The raw scan starts now on the files the purge does not write (event store,
-    # keystore), on one core while the purge uses the other; result() below rescans any
-    # of them that changed meanwhile, and reads the projections' files last.
+    # keystore), on one core while the purge uses the other, then on the projections'
+    # files while the probes run; result() rescans any file that changed meanwhile.
     scan = TreeScan(app.config.home, needles)
     purged = {p.resolve() for p in proj.store.files()}
     try:
@@ -224,6 +224,7 @@ def _purge_and_probe(app: Any, proj: Projections, *, items: list[str],
             or not applied.compaction.complete:
         proj.runner.compact([m.name for m in proj.models])
     timer.lap("purge")
+    scan.start(proj.store.files())  # purged and compacted: read them while the probes run
     probes = proj.registry.probe_many(
         {i: [*content.get(i, []), *([indexed[i]] if i in indexed else [])] for i in items},
         routes)

@@ -62,20 +62,22 @@ def scan_tree(folder: Path, needles: Sequence[bytes], workers: int | None = None
 class TreeScan:
     """A raw scan that can start on some files early and finish on all of them.
 
-    :meth:`start` scans the given files in the background (with one worker fewer than
-    cores, so the caller keeps a core for what it does meanwhile); :meth:`result` lists
+    :meth:`start` (once or more) scans the given files in the background (with one worker
+    fewer than cores, so the caller keeps a core for what it does meanwhile); :meth:`result` lists
     every file below the folder again, scans those not scanned yet, rescans any scanned
     file whose size, modification time or inode changed since its scan started, and
     waits. So a result describes the files as they were when :meth:`result` was called,
     whichever of them were read early: an erasure starts the scan of the files its purge
-    does not write (event store, keystore) while the purge runs (ADR 0012).
+    does not write (event store, keystore) while the purge runs, and of the purged files
+    while the probes run (ADR 0012).
 
     ``result()`` returns ``files`` (how many), ``bytes`` (their size), ``needles``
     (distinct), ``engine``, ``hits`` (``[{"file": relative path, "count": n}]``, only
     files with a match), ``offsets`` (relative path -> byte offsets of the matches, the
     first :data:`MAX_OFFSETS` per file: where the residue repair looks; not for the
-    record), ``early_bytes`` (read before ``result()`` was called) and
-    ``rescanned_bytes`` (read again because the file changed).
+    record), ``early_bytes`` (the size of the files given to :meth:`start`, whose reading
+    began before ``result()`` was called) and ``rescanned_bytes`` (read again because the
+    file changed).
     """
 
     def __init__(self, folder: Path, needles: Sequence[bytes], workers: int | None = None,
@@ -98,7 +100,10 @@ class TreeScan:
         """Begin scanning these files (below the folder) in the background."""
         if self.matcher is None or self.procs < 2:
             return  # one process: nothing to overlap; result() reads everything
-        files = [p for p in paths if p.is_file()]
+        if sum(p.stat().st_size for p in self.folder.rglob("*") if p.is_file()) \
+                < PARALLEL_FROM:
+            return  # a small home: result() reads it all in this process
+        files = [p for p in paths if p.is_file() and p not in self._seen]
         # A write is seen as a new modification time only once the clock that stamps it
         # has moved past the last one (a coarse clock: a tick of a few milliseconds), so
         # files written just now are left to settle for SETTLE_NS before being read.
@@ -107,7 +112,7 @@ class TreeScan:
         if wait > 0:
             time.sleep(wait / 1e9)
         self._queue(files)
-        self._early = sum(self._seen[p][0] for p in self._seen)
+        self._early = sum(ident[0] for ident in self._seen.values())
 
     def result(self) -> dict[str, Any]:
         files = [p for p in sorted(self.folder.rglob("*")) if p.is_file()]

@@ -86,11 +86,13 @@ def test_file_reads_find_needles_across_blocks(tmp_path: Path, engine: str) -> N
 
 
 @pytest.mark.parametrize("engine", scan.ENGINES)
-def test_files_written_after_an_early_start_are_read_again(tmp_path: Path,
-                                                           engine: str) -> None:
-    """An erasure starts reading the files its purge does not write while it purges: a
-    file written after its early read started is read again, a new file is read, and a
-    file that did not change is read once."""
+def test_files_written_after_an_early_start_are_read_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str) -> None:
+    """An erasure starts reading the files its purge does not write while it purges, and
+    the purged ones while it probes: a file written after its early read started is read
+    again, a file never started is read at the end, and one that did not change (or is
+    started twice) is read once."""
+    monkeypatch.setattr(scan, "PARALLEL_FROM", 0)
     needle = b"erased-marker-91c2"
     (tmp_path / "events.db").write_bytes(b"." * 5000)
     (tmp_path / "keystore.db").write_bytes(b"k" * 3000)
@@ -100,14 +102,17 @@ def test_files_written_after_an_early_start_are_read_again(tmp_path: Path,
     # same size, new bytes: only the modification time says it changed
     (tmp_path / "events.db").write_bytes(b"." * 2000 + needle + b"." * (3000 - len(needle)))
     (tmp_path / "projections.db").write_bytes(needle + b"p" * 10)
+    early.start([tmp_path / "projections.db", tmp_path / "kept.db"])  # kept.db: once
+    (tmp_path / "late.db").write_bytes(b"l" * 7)  # never started: read by result()
     result = early.result()
     assert result["hits"] == [{"file": "events.db", "count": 1},
                               {"file": "kept.db", "count": 1},
                               {"file": "projections.db", "count": 1}]
     assert result["offsets"]["events.db"] == [2000]
-    assert result["early_bytes"] == 5000 + 3000 + 100 + len(needle)
+    assert result["early_bytes"] == 5000 + 3000 + 100 + len(needle) + len(needle) + 10
     assert result["rescanned_bytes"] == 5000
-    assert result["bytes"] == 5000 + 3000 + 100 + len(needle) + len(needle) + 10
+    assert result["bytes"] == 5000 + 3000 + 100 + len(needle) + len(needle) + 10 + 7
+    assert result["files"] == 5
 
 
 def test_an_early_start_on_one_core_reads_everything_at_the_end(tmp_path: Path) -> None:
@@ -118,3 +123,11 @@ def test_an_early_start_on_one_core_reads_everything_at_the_end(tmp_path: Path) 
     (tmp_path / "a").write_bytes(b"." * 10 + needle)
     result = one.result()
     assert result["hits"] == [{"file": "a", "count": 1}] and result["early_bytes"] == 0
+
+
+def test_a_small_home_is_read_at_the_end_in_this_process(tmp_path: Path) -> None:
+    (tmp_path / "a").write_bytes(b"." * 100)
+    small = scan.TreeScan(tmp_path, [b"needle"], workers=2)
+    small.start([tmp_path / "a"])
+    assert small._pool is None  # no worker processes for a few bytes
+    assert small.result()["early_bytes"] == 0
