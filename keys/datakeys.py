@@ -14,6 +14,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
@@ -148,6 +149,7 @@ class DataKeyStore:
             f"VALUES ({ph}, {ph}, {ph})")
         self._cache: dict[str, bytes] = {}
         self._destroyed: dict[str, str] = {}  # destruction is final: safe to remember
+        self._checks: list[tuple[list[bytes], Future[bool]]] = []  # see settle()
 
     @property
     def is_sqlite(self) -> bool:
@@ -219,11 +221,15 @@ class DataKeyStore:
         self._destroyed[key_id] = str(value)
         return str(value)
 
-    def destroy(self, key_ids: Iterable[str], at: datetime) -> list[str]:
+    def destroy(self, key_ids: Iterable[str], at: datetime, *,
+                check_later: bool = False) -> list[str]:
         """Crypto-shred: delete keys and compact so no copy stays in the keystore files.
 
         Returns the ids that were destroyed by this call (already destroyed ids are
-        skipped, which makes a repeated erasure a no-op).
+        skipped, which makes a repeated erasure a no-op). The keystore files are then read
+        for the destroyed keys' bytes (VACUUM if found, :class:`KeystoreError` if they
+        survive it); ``check_later`` reads them on a thread instead, and :meth:`settle`
+        waits for it: a batch erasure commits its events meanwhile.
         """
         ids = sorted(set(key_ids))
         with self.engine.begin() as conn:
@@ -243,16 +249,33 @@ class DataKeyStore:
             # Always compact, even when nothing was present: a previous attempt may have
             # deleted the row and then failed to truncate the WAL.
             self.compact()
-        if material and self.is_sqlite and self._residue(material):
-            # SQLite can keep an old copy of a cell in a page's free space after it
-            # rebalanced the page; VACUUM rebuilds every page from the live rows.
-            log.warning("keystore.residue_found", keys=len(material))
-            self.vacuum()
-            if self._residue(material):
-                raise KeystoreError(
-                    "a destroyed data key's bytes are still in the keystore files after "
-                    "VACUUM. Close other ledger processes and run the erasure again")
+        if material and self.is_sqlite:
+            if check_later:
+                ex = ThreadPoolExecutor(1, thread_name_prefix="keystore-residue")
+                self._checks.append((material, ex.submit(self._residue, material)))
+                ex.shutdown(wait=False)  # the thread ends after the check
+            else:
+                self._repair(material, self._residue(material))
         return sorted(present)
+
+    def settle(self) -> None:
+        """Wait for the residue checks ``destroy(check_later=True)`` started, and repair
+        (VACUUM) or refuse (:class:`KeystoreError`) as :meth:`destroy` does."""
+        checks, self._checks = self._checks, []
+        for material, found in checks:
+            self._repair(material, found.result())
+
+    def _repair(self, material: list[bytes], found: bool) -> None:
+        if not found:
+            return
+        # SQLite can keep an old copy of a cell in a page's free space after it
+        # rebalanced the page; VACUUM rebuilds every page from the live rows.
+        log.warning("keystore.residue_found", keys=len(material))
+        self.vacuum()
+        if self._residue(material):
+            raise KeystoreError(
+                "a destroyed data key's bytes are still in the keystore files after "
+                "VACUUM. Close other ledger processes and run the erasure again")
 
     def files(self) -> list[Path]:
         """The SQLite keystore file and its WAL and shared-memory files (those that exist)."""

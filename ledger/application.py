@@ -832,11 +832,15 @@ class LedgerApp(Application[UUID]):
         with self.writing(self.signer(actor), WRITER_OR_OPERATOR) as at:
             aggs: list[Any] = self.get_many(item_ids)
             todo = [a for a in aggs if getattr(a, "data_key_destroyed_at", None) is None]
-            self.datakeys.destroy([str(a.id) for a in todo], at)
-            for agg in todo:
-                agg.trigger_event(type(agg).DataKeyDestroyed, timestamp=at, key_id=str(agg.id),
-                                  reason=reason)
-            ids = self.commit(*todo) if todo else []
+            # the keystore files are read for the keys' bytes while the events are written
+            self.datakeys.destroy([str(a.id) for a in todo], at, check_later=True)
+            try:
+                for agg in todo:
+                    agg.trigger_event(type(agg).DataKeyDestroyed, timestamp=at,
+                                      key_id=str(agg.id), reason=reason)
+                ids = self.commit(*todo) if todo else []
+            finally:
+                self.datakeys.settle()
         log.info("data_key.destroyed", count=len(todo))
         return ids
 

@@ -64,6 +64,53 @@ def test_residue_that_survives_vacuum_is_an_error(tmp_path: Path,
     store.engine.dispose()
 
 
+def test_a_check_left_for_later_repairs_or_refuses_when_settled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``destroy(check_later=True)`` reads the files on a thread; ``settle`` waits for it
+    and repairs (VACUUM, then a check in this thread) or refuses as ``destroy`` does."""
+    store = _store(tmp_path)
+    store.create_many(["a", "b", "c"], AT)
+    material = store.get_many(["a"])["a"]
+    seen: list[list[bytes]] = []
+    answers = iter([True, False, True, True])
+    vacuums: list[bool] = []
+    real_vacuum = store.vacuum
+    monkeypatch.setattr(store, "_residue",
+                        lambda keys: (seen.append(keys), next(answers))[1])
+    monkeypatch.setattr(store, "vacuum", lambda: (vacuums.append(True), real_vacuum()))
+    assert store.destroy(["a"], AT, check_later=True) == ["a"]
+    store.settle()  # found, VACUUM, found no more
+    assert seen == [[material], [material]] and vacuums == [True]
+    store.destroy(["b"], AT, check_later=True)
+    with pytest.raises(KeystoreError, match="still in the keystore files after VACUUM"):
+        store.settle()  # found, VACUUM, still there
+    assert vacuums == [True, True]
+    store.settle()  # nothing left to wait for
+    assert len(seen) == 4
+    store.engine.dispose()
+
+
+def test_an_erasure_settles_its_keystore_check_before_returning(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """shred leaves the keystore check to a thread while it writes its events, and waits
+    for it: a residue that survives VACUUM fails the command."""
+    from ledger.application import LedgerApp
+    from ledger.home import Config
+
+    home = tmp_path / "home"
+    LedgerApp.initialize(home)
+    app = LedgerApp(Config.load(home))
+    try:
+        app.register_subject({"ref": "u1"})
+        atom = app.add_atom({"subject": "u1", "text": "a fact to forget"})
+        monkeypatch.setattr(app.datakeys, "_residue", lambda material: True)
+        with pytest.raises(KeystoreError):
+            app.shred([atom], "test")
+        assert app.datakeys._checks == []
+    finally:
+        app.close()
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_byte_matcher_finds_any_key_with_either_engine(engine: str) -> None:
     keys = [bytes([0, 255, 92, 34]) + bytes(range(28)), b"\x00" * 32]
