@@ -73,6 +73,37 @@ def test_a_command_mutating_its_copy_leaves_the_cached_aggregate_alone(app: Ledg
     assert again["extensions"] == {"x-konshus": {"score": 3}}
 
 
+def test_get_many_reads_as_the_repository_does(home: Path) -> None:
+    """The batch read (one query on SQLite) gives what ``repository.get`` gives, cached
+    or not, duplicates once, copies that commands may change, and refuses unknown ids."""
+    import uuid
+
+    from eventsourcing.application import AggregateNotFoundError
+
+    writer = LedgerApp(Config.load(home))
+    try:
+        _seed(writer)
+        ids = [writer.add_atom({"subject": "user_9f4e", "text": f"fact {i}"})
+               for i in range(5)]
+        writer.rehearse_atom(str(ids[0]))
+    finally:
+        writer.close()
+    app = LedgerApp(Config.load(home))  # a new process: nothing cached
+    try:
+        warm = app.get_atom(ids[1])  # one of them cached
+        many = app.get_many([ids[0], ids[1], ids[0], *ids[2:]])
+        assert [a.id for a in many] == ids
+        assert [a.as_dict() for a in many] == [app.get_atom(i).as_dict() for i in ids]
+        assert many[0].version == 2 and many[0].rehearsal_count == 1
+        assert many[1].as_dict() == warm.as_dict() and many[1] is not warm
+        many[2].artifact_ids.append("changed")  # a copy: the cache is untouched
+        assert app.get_many([ids[2]])[0].artifact_ids == []
+        with pytest.raises(AggregateNotFoundError):
+            app.get_many([ids[3], uuid.uuid4()])
+    finally:
+        app.close()
+
+
 def test_correction_supersedes_and_never_overwrites(app: LedgerApp) -> None:
     old_id = _seed(app)
     new_id = app.correct_atom(old_id, {"text": "Prefers gentle feedback.", "reason": "asked"})
