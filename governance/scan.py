@@ -95,6 +95,8 @@ class TreeScan:
         self._lock = threading.RLock()  # a done callback can run inside _pump
         self._pool: ProcessPoolExecutor | None = None
         self._early = 0
+        self._started: set[Path] = set()
+        self._timers: list[threading.Timer] = []
 
     def start(self, paths: Sequence[Path]) -> None:
         """Begin scanning these files (below the folder) in the background."""
@@ -103,18 +105,27 @@ class TreeScan:
         if sum(p.stat().st_size for p in self.folder.rglob("*") if p.is_file()) \
                 < PARALLEL_FROM:
             return  # a small home: result() reads it all in this process
-        files = [p for p in paths if p.is_file() and p not in self._seen]
+        files = [p for p in paths if p.is_file() and p not in self._started]
+        self._started.update(files)
+        self._ensure_pool()  # forked here, on the caller's thread
         # A write is seen as a new modification time only once the clock that stamps it
         # has moved past the last one (a coarse clock: a tick of a few milliseconds), so
-        # files written just now are left to settle for SETTLE_NS before being read.
+        # files written just now are left to settle for SETTLE_NS before being read; on a
+        # timer thread, so the caller goes on meanwhile.
         newest = max((p.stat().st_mtime_ns for p in files), default=0)
         wait = newest + SETTLE_NS - time.time_ns()
         if wait > 0:
-            time.sleep(wait / 1e9)
-        self._queue(files)
-        self._early = sum(ident[0] for ident in self._seen.values())
+            timer = threading.Timer(wait / 1e9, self._enqueue, [files])
+            timer.daemon = True
+            self._timers.append(timer)
+            timer.start()
+        else:
+            self._enqueue(files)
 
     def result(self) -> dict[str, Any]:
+        for timer in self._timers:
+            timer.join()  # every early file is queued, its identity taken
+        self._early = sum(ident[0] for ident in self._seen.values())
         files = [p for p in sorted(self.folder.rglob("*")) if p.is_file()]
         if self.matcher is None:
             return {"files": len(files), "bytes": 0, "needles": 0, "engine": self.engine,
@@ -135,7 +146,8 @@ class TreeScan:
             else:
                 with self._lock:
                     self._limit = self.procs
-                self._queue(fresh)
+                self._ensure_pool()
+                self._enqueue(fresh)
             found = {p: [(t, f.result()) for t, f in self._futures[p]] for p in files
                      if p in self._futures}
         finally:
@@ -156,13 +168,31 @@ class TreeScan:
 
     def close(self) -> None:
         """Stop the workers (pending tasks are dropped); result() calls it."""
+        for timer in self._timers:
+            timer.cancel()
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
 
     # -------------------------------------------------------------- background tasks
-    def _queue(self, paths: Sequence[Path]) -> None:
+    def _ensure_pool(self) -> None:
         global _matcher
+        with self._lock:
+            if self._pool is not None:
+                return
+            # fork: the workers inherit the compiled matcher and only read files; they
+            # never touch the parent's database connections
+            _matcher = self.matcher
+            try:
+                self._pool = ProcessPoolExecutor(
+                    self.procs, mp_context=multiprocessing.get_context("fork"))
+                # start every worker now, while the matcher is set for them to inherit
+                for f in [self._pool.submit(os.getpid) for _ in range(self.procs)]:
+                    f.result()
+            finally:
+                _matcher = None
+
+    def _enqueue(self, paths: Sequence[Path]) -> None:
         with self._lock:
             for p in paths:
                 self._seen[p] = ident = _identity(p)  # taken before the first byte is read
@@ -170,18 +200,6 @@ class TreeScan:
                     (t, Future()) for t in _spans(p, ident[0])]
                 self._futures[p] = tasks
                 self._pending.extend(tasks)
-            if self._pool is None and self._pending:
-                # fork: the workers inherit the compiled matcher and only read files;
-                # they never touch the parent's database connections
-                _matcher = self.matcher
-                try:
-                    self._pool = ProcessPoolExecutor(
-                        self.procs, mp_context=multiprocessing.get_context("fork"))
-                    # start every worker now, while the matcher is set for them to inherit
-                    for f in [self._pool.submit(os.getpid) for _ in range(self.procs)]:
-                        f.result()
-                finally:
-                    _matcher = None
         self._pump()
 
     def _pump(self) -> None:

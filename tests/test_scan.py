@@ -4,6 +4,7 @@ the same answers from both engines."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,7 @@ def test_files_written_after_an_early_start_are_read_again(
     (tmp_path / "kept.db").write_bytes(b"x" * 100 + needle)
     early = scan.TreeScan(tmp_path, [needle], workers=2, engine=engine)
     early.start([tmp_path / "events.db", tmp_path / "keystore.db", tmp_path / "kept.db"])
+    time.sleep(scan.SETTLE_NS / 1e9 + 0.1)  # just written: their reading waits that long
     # same size, new bytes: only the modification time says it changed
     (tmp_path / "events.db").write_bytes(b"." * 2000 + needle + b"." * (3000 - len(needle)))
     (tmp_path / "projections.db").write_bytes(needle + b"p" * 10)
