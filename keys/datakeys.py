@@ -64,19 +64,14 @@ def projections_sqlite() -> ModuleType:
 
 
 def make_engine(url: str, schema: str | None = None, pooled: bool = False,
-                module: ModuleType | None = None, rebuildable: bool = False) -> Engine:
+                module: ModuleType | None = None) -> Engine:
     """Create an engine; SQLite connections get WAL and ``secure_delete``.
 
     SQLite engines do not pool by default, so that no idle connection of this process is
     open when a key destruction truncates the WAL; ``pooled`` is for stores that never
     shred, and for the keystore, whose ``compact`` closes its pool first (ADR 0003).
     ``module`` is the SQLite DB-API module (default: the standard library's ``sqlite3``;
-    the projections pass :func:`projections_sqlite`). ``rebuildable``: a database the log
-    can rebuild (the projections): a commit does not wait for the disk
-    (``synchronous=NORMAL``; a checkpoint still does) and the WAL is copied back every
-    20,000 pages rather than SQLite's 1,000, so that a large transaction does not pay for
-    a checkpoint on commit; an erasure ends with its own checkpoint (ADR 0012). The event
-    store and the keystore keep SQLite's defaults.
+    the projections pass :func:`projections_sqlite`).
     """
     if url.startswith("sqlite"):
         dbapi = module or sqlite3
@@ -92,9 +87,6 @@ def make_engine(url: str, schema: str | None = None, pooled: bool = False,
             cur.execute("PRAGMA busy_timeout=10000")  # first: the next pragmas may wait
             _wal(cur, busy_errors)
             cur.execute("PRAGMA secure_delete=ON")
-            if rebuildable:
-                cur.execute("PRAGMA synchronous=NORMAL")
-                cur.execute("PRAGMA wal_autocheckpoint=20000")
             cur.close()
 
         return engine

@@ -93,8 +93,7 @@ class Store:
             os.close(os.open(url.sqlite_path, os.O_WRONLY | os.O_CREAT, 0o600))
         try:
             engine = make_engine(url.sqlalchemy_url(), url.schema,
-                                 module=None if url.is_postgres else projections_sqlite(),
-                                 rebuildable=True)
+                                 module=None if url.is_postgres else projections_sqlite())
         except Exception as e:
             raise EnvironmentProblem(
                 f"cannot open the projections database: {e.__class__.__name__}",

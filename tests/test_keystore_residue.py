@@ -120,20 +120,3 @@ def test_byte_matcher_finds_any_key_with_either_engine(engine: str) -> None:
     assert not matcher.found(b"noise" * 100), engine
     assert matcher.starts(hay) == [500], engine
 
-
-
-def test_only_the_rebuildable_projections_relax_commit_durability(tmp_path: Path) -> None:
-    """The keystore (a destroyed key must stay destroyed after a power cut) and the event
-    store keep SQLite's durable commits; the projections, rebuilt from the log, do not
-    wait for the disk on commit and checkpoint every 20,000 pages."""
-    from ledger.home import StorageURL
-    from projections.store import Store
-
-    def pragmas(engine: object) -> tuple[int, int]:
-        with engine.connect() as conn:  # type: ignore[attr-defined]
-            return (int(conn.exec_driver_sql("PRAGMA synchronous").scalar_one()),
-                    int(conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar_one()))
-
-    assert pragmas(_store(tmp_path).engine) == (2, 1000)  # FULL
-    proj = Store.open(StorageURL("projections.sqlite", tmp_path))
-    assert pragmas(proj.engine) == (1, 20000)  # NORMAL
