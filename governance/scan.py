@@ -130,19 +130,20 @@ class TreeScan:
         if self.matcher is None:
             return {"files": len(files), "bytes": 0, "needles": 0, "engine": self.engine,
                     "hits": [], "offsets": {}, "early_bytes": 0, "rescanned_bytes": 0}
-        changed = [p for p in files if p in self._seen and _identity(p) != self._seen[p]]
-        rescanned = sum(_identity(p)[0] for p in changed)
+        now = {p: _identity(p) for p in files}
+        changed = [p for p in files if p in self._seen and now[p] != self._seen[p]]
+        rescanned = sum(now[p][0] for p in changed)
         for p in changed:
             self._futures.pop(p, None)
             self._seen.pop(p)
         fresh = [p for p in files if p not in self._seen]
-        total = sum(_identity(p)[0] for p in files)
+        total = sum(ident[0] for ident in now.values())
         try:
             if self._pool is None and (self.procs < 2 or total < PARALLEL_FROM):
                 for p in fresh:
-                    self._seen[p] = _identity(p)
+                    self._seen[p] = now[p]
                     self._futures[p] = [(t, _done(self.matcher.file_starts(
-                        t[0], t[1], t[2], block=BLOCK))) for t in _spans(p, self._seen[p][0])]
+                        t[0], t[1], t[2], block=BLOCK))) for t in _spans(p, now[p][0])]
             else:
                 with self._lock:
                     self._limit = self.procs

@@ -10,7 +10,7 @@ left in its files) and by governance's raw scan of erased content.
 
 from __future__ import annotations
 
-from itertools import count
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +29,9 @@ ENGINES = ("hyperscan", "aho-corasick") if hyperscan is not None else ("aho-cora
 BLOCK = 1 << 20
 """Bytes per read when a file is scanned: read into one reused buffer that stays in the
 CPU's cache while the matcher runs over it. On this project's 2-core CI machine
-(Hyperscan, 2,000 content needles, one core): 1 MiB reads into a reused buffer scanned
-1.5-1.6 GB/s, 8 MiB ``read()`` calls (a new buffer each) 0.8 GB/s; the matcher alone
-over bytes already in memory 2.1-2.3 GB/s (benchmarks/erasure.py reports the scan)."""
+(Hyperscan, 2,000 content needles, one core), over the event store file: 1 MiB reads into
+a reused buffer 1.5-1.6 GB/s, 8 MiB ``read()`` calls (a new buffer each) 0.8 GB/s; over a
+whole home the matcher bounds it either way (ADR 0012, third pass)."""
 
 
 class ByteMatcher:
@@ -63,35 +63,27 @@ class ByteMatcher:
         """File offsets of the matches that start in ``[start, end)`` (``end``: the file's
         size). Reads ``block`` bytes at a time plus the longest needle minus one, so a
         match across a block boundary is found, and counted once (by its first block)."""
-        overlap = max(self.longest - 1, 0)
-        buf = bytearray(block + overlap)
-        view = memoryview(buf)
-        found: list[int] = []
+        return [pos + s for pos, view, mine in self._blocks(path, start, end, block)
+                for s in self.starts(view) if s < mine]
+
+    def file_found(self, path: str | Path, block: int = BLOCK) -> bool:
+        """Is any needle anywhere in the file? (stops at the first match)"""
+        return any(self.found(view) for _pos, view, _mine in self._blocks(path, 0, None, block))
+
+    def _blocks(self, path: str | Path, start: int, end: int | None, block: int
+                ) -> Iterator[tuple[int, memoryview, int]]:
+        """``(position, bytes from there, how many of them are this block's own)`` for each
+        block of ``[start, end)``, the bytes running on by the longest needle minus one;
+        one buffer, reused."""
+        view = memoryview(bytearray(block + max(self.longest - 1, 0)))
         with open(path, "rb", buffering=0) as f:
             stop = end if end is not None else f.seek(0, 2)
             for pos in range(start, stop, block):
                 f.seek(pos)
                 n = _read_full(f, view)
                 if not n:
-                    break
-                mine = min(block, stop - pos)
-                found.extend(pos + s for s in self.starts(view[:n]) if s < mine)
-        return found
-
-    def file_found(self, path: str | Path, block: int = BLOCK) -> bool:
-        """Is any needle anywhere in the file? (stops at the first match)"""
-        overlap = max(self.longest - 1, 0)
-        buf = bytearray(block + overlap)
-        view = memoryview(buf)
-        with open(path, "rb", buffering=0) as f:
-            for pos in count(0, block):
-                f.seek(pos)
-                n = _read_full(f, view)
-                if n and self.found(view[:n]):
-                    return True
-                if n < len(buf):
-                    return False
-        return False  # pragma: no cover - the loop returns
+                    return
+                yield pos, view[:n], min(block, stop - pos)
 
     def starts(self, buf: bytes | memoryview) -> list[int]:
         if self.engine == "hyperscan":
