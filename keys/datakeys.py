@@ -29,28 +29,31 @@ from sqlalchemy.pool import NullPool
 from keys.aead import new_data_key
 from keys.bytescan import ByteMatcher
 from keys.errors import DataKeyUnavailable, KeystoreError
+from keys.sqlitepages import scrub_pages, write_transaction
 
 log = structlog.get_logger("keys")
 
 
-PROJECTIONS_SQLITE_ENV = "LEDGER_PROJECTIONS_SQLITE"
-"""``sqlean`` or ``sqlite3``: which SQLite library the projections database uses (ADR 0012).
-Unset: sqlean (a newer SQLite) when installed, else the standard library's."""
+STORE_SQLITE_ENV = "LEDGER_STORE_SQLITE"
+"""``sqlean`` or ``sqlite3``: which SQLite library the projections database and the
+keystore use (ADR 0012). Unset: sqlean (a newer SQLite) when installed, else the
+standard library's."""
 
 
-def projections_sqlite() -> ModuleType:
-    """The DB-API module for the projections database.
+def store_sqlite() -> ModuleType:
+    """The DB-API module for the projections database and the SQLite keystore.
 
     ``sqlean`` (the ``sqlean.py`` wheel: the standard ``sqlite3`` module built against a
     newer SQLite, 3.50) gives FTS5 ``secure-delete`` (3.44+), so an erasure does not
     have to merge the whole keyword index, and ``sqlite_dbpage``, through which the
-    residue repair zeroes the unused bytes of single pages (ADR 0012). The event store
-    and the keystore stay on the standard library: the event store file is opened by
-    ``eventsourcing`` through ``sqlite3``, and one file must never be opened through two
-    SQLite libraries in one process (each keeps its own table of POSIX locks, so closing
-    a file through one drops the locks the other holds).
+    residue repairs of both files zero the unused bytes of single pages
+    (keys/sqlitepages.py, ADR 0012). The event store stays on the standard library: it
+    is opened by ``eventsourcing`` through ``sqlite3``, and one file must never be
+    opened through two SQLite libraries in one process (each keeps its own table of
+    POSIX locks, so closing a file through one drops the locks the other holds; the
+    configuration refuses a keystore in the event store's file).
     """
-    choice = os.environ.get(PROJECTIONS_SQLITE_ENV, "").strip().lower()
+    choice = os.environ.get(STORE_SQLITE_ENV, "").strip().lower()
     if choice in ("sqlite3", "stdlib"):
         return sqlite3
     try:
@@ -58,7 +61,7 @@ def projections_sqlite() -> ModuleType:
     except ImportError:
         if choice == "sqlean":
             raise
-        log.warning("projections.sqlite_fallback", using=sqlite3.sqlite_version)
+        log.warning("store.sqlite_fallback", using=sqlite3.sqlite_version)
         return sqlite3
     return sqlean  # type: ignore[no-any-return,unused-ignore]
 
@@ -71,7 +74,7 @@ def make_engine(url: str, schema: str | None = None, pooled: bool = False,
     open when a key destruction truncates the WAL; ``pooled`` is for stores that never
     shred, and for the keystore, whose ``compact`` closes its pool first (ADR 0003).
     ``module`` is the SQLite DB-API module (default: the standard library's ``sqlite3``;
-    the projections pass :func:`projections_sqlite`).
+    the projections and the keystore pass :func:`store_sqlite`).
     """
     if url.startswith("sqlite"):
         dbapi = module or sqlite3
@@ -141,7 +144,7 @@ class DataKeyStore:
             f"VALUES ({ph}, {ph}, {ph})")
         self._cache: dict[str, bytes] = {}
         self._destroyed: dict[str, str] = {}  # destruction is final: safe to remember
-        self._checks: list[tuple[list[bytes], Future[bool]]] = []  # see settle()
+        self._checks: list[tuple[list[bytes], Future[dict[Path, list[int]]]]] = []  # see settle()
 
     @property
     def is_sqlite(self) -> bool:
@@ -219,9 +222,10 @@ class DataKeyStore:
 
         Returns the ids that were destroyed by this call (already destroyed ids are
         skipped, which makes a repeated erasure a no-op). The keystore files are then read
-        for the destroyed keys' bytes (VACUUM if found, :class:`KeystoreError` if they
-        survive it); ``check_later`` reads them on a thread instead, and :meth:`settle`
-        waits for it: a batch erasure commits its events meanwhile.
+        for the destroyed keys' bytes (the pages holding them scrubbed, then VACUUM, if
+        found; :class:`KeystoreError` if they survive both); ``check_later`` reads them
+        on a thread instead, and :meth:`settle` waits for it: a batch erasure commits its
+        events meanwhile.
         """
         ids = sorted(set(key_ids))
         with self.engine.begin() as conn:
@@ -252,22 +256,35 @@ class DataKeyStore:
 
     def settle(self) -> None:
         """Wait for the residue checks ``destroy(check_later=True)`` started, and repair
-        (VACUUM) or refuse (:class:`KeystoreError`) as :meth:`destroy` does."""
+        or refuse (:class:`KeystoreError`) as :meth:`destroy` does."""
         checks, self._checks = self._checks, []
         for material, found in checks:
             self._repair(material, found.result())
 
-    def _repair(self, material: list[bytes], found: bool) -> None:
+    def _repair(self, material: list[bytes], found: dict[Path, list[int]]) -> None:
+        """Remove the destroyed keys' bytes the check found, smallest repair first, each
+        followed by a new check: the pages holding them get their unused bytes zeroed
+        (keys/sqlitepages.py; SQLite can keep an old copy of a cell in a page's gap after
+        it rebalanced the page), then, if any are left, VACUUM (every page rebuilt from
+        the live rows). Still there: :class:`KeystoreError`."""
         if not found:
             return
-        # SQLite can keep an old copy of a cell in a page's free space after it
-        # rebalanced the page; VACUUM rebuilds every page from the live rows.
-        log.warning("keystore.residue_found", keys=len(material))
-        self.vacuum()
-        if self._residue(material):
-            raise KeystoreError(
-                "a destroyed data key's bytes are still in the keystore files after "
-                "VACUUM. Close other ledger processes and run the erasure again")
+        log.warning("keystore.residue_found", keys=len(material),
+                    files=sorted(p.name for p in found))
+        files = self.files()
+        if files and set(found) == {files[0]}:
+            with write_transaction(self.engine) as c:
+                pages = scrub_pages(c, found[files[0]])
+            if pages is not None:
+                self.compact()
+                found = self._residue(material)
+                log.info("keystore.residue_scrubbed", pages=pages, left=len(found))
+        if found:
+            self.vacuum()
+            if self._residue(material):
+                raise KeystoreError(
+                    "a destroyed data key's bytes are still in the keystore files after "
+                    "VACUUM. Close other ledger processes and run the erasure again")
 
     def files(self) -> list[Path]:
         """The SQLite keystore file and its WAL and shared-memory files (those that exist)."""
@@ -278,11 +295,13 @@ class DataKeyStore:
         return [p for p in (base, base.with_name(base.name + "-wal"),
                             base.with_name(base.name + "-shm")) if p.exists()]
 
-    def _residue(self, material: list[bytes]) -> bool:
-        """Is any of these key bytes still in a keystore file? (one pass per file;
-        Hyperscan where installed, else an Aho-Corasick automaton)"""
+    def _residue(self, material: list[bytes]) -> dict[Path, list[int]]:
+        """Where any of these key bytes still are: keystore file -> byte offsets, files
+        with a match only (one pass per file; Hyperscan where installed, else an
+        Aho-Corasick automaton)."""
         matcher = ByteMatcher(material)
-        return any(matcher.file_found(path) for path in self.files())
+        found = {path: matcher.file_starts(path) for path in self.files()}
+        return {path: starts for path, starts in found.items() if starts}
 
     def vacuum(self) -> None:
         """Rebuild the keystore file from its live rows, then empty the WAL."""

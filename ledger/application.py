@@ -31,7 +31,7 @@ from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import Mapper, Transcoder
 from pydantic import TypeAdapter, ValidationError
 
-from keys.datakeys import DataKeyStore, make_engine
+from keys.datakeys import DataKeyStore, make_engine, store_sqlite
 from keys.errors import DataKeyUnavailable, KeyError_, KeyNotAuthorized, KeyringError
 from keys.keyring import Keyring, read_public_key_file
 from keys.roster import ROLES, ROOT, KeyRoster
@@ -57,7 +57,7 @@ from ledger.errors import (
     NotFound,
     VerificationFailed,
 )
-from ledger.home import Config, StorageURL, validate_db_url
+from ledger.home import Config, StorageURL, shared_keystore_file, validate_db_url
 from ledger.inputs import ArtifactInput, AtomCorrection, AtomInput, SubjectInput, parse
 from ledger.mapper import SigningMapper
 from ledger.transparency import SignedCheckpoint, TransparencyLog
@@ -76,6 +76,12 @@ class LedgerApp(Application[UUID]):
 
     def __init__(self, config: Config) -> None:
         logs.configure()
+        if (shared := shared_keystore_file(config.keystore, config.events,
+                                           config.projections)) is not None:
+            raise EnvironmentProblem(
+                f"the keystore is configured in {shared.name}, the file of another store",
+                hint="give the keystore a file of its own in config.toml (default "
+                     "keystore.sqlite)")
         self.config = config
         self.ledger_id = config.ledger_id
         try:
@@ -107,7 +113,8 @@ class LedgerApp(Application[UUID]):
         try:
             self.datakeys = DataKeyStore(
                 make_engine(config.keystore.sqlalchemy_url(), config.keystore.schema,
-                            pooled=True),
+                            pooled=True,
+                            module=None if config.keystore.is_postgres else store_sqlite()),
                 config.keystore.schema)
         except Exception as e:
             super().close()

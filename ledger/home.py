@@ -102,6 +102,19 @@ def validate_db_url(url: str) -> None:
         hint="omit --db for embedded SQLite, or give postgresql://USER@HOST:5432/DBNAME")
 
 
+def shared_keystore_file(keystore: StorageURL, *others: StorageURL) -> Path | None:
+    """The file, when an SQLite keystore is configured in the same file as another store.
+
+    Refused: the data keys must live apart from what they encrypt, and the keystore is
+    opened through another SQLite library than the event store (keys/datakeys.py:
+    ``store_sqlite``), which one file must never be.
+    """
+    if keystore.is_postgres:
+        return None
+    paths = {o.sqlite_path for o in others if not o.is_postgres}
+    return keystore.sqlite_path if keystore.sqlite_path in paths else None
+
+
 def _toml_value(v: Any) -> str:
     return json.dumps(v)  # TOML basic strings, ints and booleans share JSON's syntax here
 

@@ -9,13 +9,11 @@ store's schema.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import struct
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,8 @@ import sqlalchemy as sa
 import structlog
 from sqlalchemy.engine import Connection, Engine
 
-from keys.datakeys import make_engine, projections_sqlite
+from keys.datakeys import make_engine, store_sqlite
+from keys.sqlitepages import freelist_trunks, scrub_pages, write_transaction
 from ledger.errors import EnvironmentProblem
 from ledger.home import StorageURL
 from projections.routes import ProbeHit, ProbeResult
@@ -93,7 +92,7 @@ class Store:
             os.close(os.open(url.sqlite_path, os.O_WRONLY | os.O_CREAT, 0o600))
         try:
             engine = make_engine(url.sqlalchemy_url(), url.schema,
-                                 module=None if url.is_postgres else projections_sqlite())
+                                 module=None if url.is_postgres else store_sqlite())
         except Exception as e:
             raise EnvironmentProblem(
                 f"cannot open the projections database: {e.__class__.__name__}",
@@ -179,21 +178,6 @@ class Store:
         return CompactionReport("postgresql", tuple(f"vacuum full {n}" for n in names), True)
 
     # ------------------------------------------------------------------ residue repair
-    @contextlib.contextmanager
-    def _write_transaction(self) -> Iterator[Connection]:
-        """One SQLite transaction that holds the write lock from its first statement
-        (``BEGIN IMMEDIATE``): what it reads (pages, the freelist, the schema) cannot
-        change before it writes. The driver's implicit transactions would begin only at
-        the first INSERT/UPDATE/DELETE, and run DDL outside any transaction."""
-        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
-            c.exec_driver_sql("BEGIN IMMEDIATE")
-            try:
-                yield c
-            except BaseException:
-                c.exec_driver_sql("ROLLBACK")
-                raise
-            c.exec_driver_sql("COMMIT")
-
     def page_owners(self, offsets: Iterable[int]) -> dict[int, str | None]:
         """Which b-tree owns the page each byte offset of the database file falls in.
 
@@ -230,7 +214,7 @@ class Store:
 
     def _freelist(self, page_size: int) -> set[int]:
         """Pages on the freelist (trunk and leaf), read from the file's own header."""
-        trunks = _freelist_trunks(self._file_page_reader(page_size))
+        trunks = freelist_trunks(self._file_page_reader(page_size))
         return set(trunks) | {p for leaves in trunks.values() for p in leaves}
 
     def _file_page_reader(self, page_size: int) -> Callable[[int], bytes]:
@@ -245,51 +229,19 @@ class Store:
         return read
 
     def scrub(self, offsets: Iterable[int]) -> int | None:
-        """Zero the bytes no row uses in the pages these file offsets fall in; returns
-        how many pages changed, or None when this SQLite cannot write pages
-        (no ``sqlite_dbpage``).
-
-        In a b-tree page: the gap between the cell pointers and the cell content, and
-        the bodies of free blocks (their 4-byte headers stay); never a cell. A free
-        page: everything but a trunk's list of pages. The pages are written through
-        ``sqlite_dbpage`` in one transaction, so the change is journaled like any other
-        and every connection sees it; then the WAL is checkpointed and truncated. The
-        cost follows the number of pages, not the tables or the file.
+        """Zero the bytes no row uses in the pages these file offsets fall in
+        (:func:`keys.sqlitepages.scrub_pages`, one transaction), then checkpoint and
+        truncate the WAL; returns how many pages changed, or None when this SQLite cannot
+        write pages (no ``sqlite_dbpage``). The cost follows the number of pages, not the
+        tables or the file.
         """
         if not self.is_sqlite or self.sqlite_path is None:
             return None
-        changed = 0
-        with self._write_transaction() as c:
-            size = int(c.exec_driver_sql("PRAGMA page_size").scalar_one())
-
-            def read(pgno: int) -> bytes:
-                row = c.exec_driver_sql("SELECT data FROM sqlite_dbpage WHERE pgno = ?",
-                                        (pgno,)).first()
-                return bytes(row[0]) if row is not None else b""
-
-            try:
-                trunks = _freelist_trunks(read)  # as this transaction sees the file
-                free = set(trunks) | {p for leaves in trunks.values() for p in leaves}
-                for pgno in sorted({off // size + 1 for off in offsets}):
-                    data = read(pgno)
-                    if not data:
-                        continue
-                    if pgno in trunks:
-                        keep = 8 + 4 * len(trunks[pgno])
-                        new = data[:keep] + bytes(len(data) - keep)
-                    elif pgno in free:
-                        new = bytes(len(data))
-                    else:
-                        new = _scrub_btree_page(data, pgno)
-                    if new != data:
-                        c.exec_driver_sql("UPDATE sqlite_dbpage SET data = ? WHERE pgno = ?",
-                                          (new, pgno))
-                        changed += 1
-            except sa.exc.OperationalError as e:
-                if "sqlite_dbpage" not in str(e):
-                    raise
-                log.warning("projections.no_dbpage")  # an SQLite built without it
-                return None
+        with write_transaction(self.engine) as c:
+            changed = scrub_pages(c, offsets)
+        if changed is None:
+            log.warning("projections.no_dbpage")  # an SQLite built without it
+            return None
         self.compact(())
         return changed
 
@@ -305,7 +257,7 @@ class Store:
         the read models see the same tables. One transaction; the WAL is then
         checkpointed and truncated. Cost: the b-tree's size, not the file's.
         """
-        with self._write_transaction() as c:
+        with write_transaction(self.engine) as c:
             row = c.exec_driver_sql(
                 "SELECT type, tbl_name, sql FROM sqlite_schema WHERE name = ?", (name,)).first()
             if row is None or (name.startswith("sqlite_") and row[0] != "index"):
@@ -363,45 +315,6 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
-
-
-def _freelist_trunks(read_page: Callable[[int], bytes]) -> dict[int, list[int]]:
-    """Freelist trunk pages -> the leaf pages each lists (header of page 1, then the
-    trunk chain)."""
-    trunk, count = struct.unpack(">II", read_page(1)[32:40])
-    trunks: dict[int, list[int]] = {}
-    while trunk and trunk not in trunks and len(trunks) <= count:
-        page = read_page(trunk)
-        if len(page) < 8:
-            break
-        nxt, n = struct.unpack(">II", page[:8])
-        if 8 + 4 * n > len(page):
-            break
-        trunks[trunk] = list(struct.unpack(f">{n}I", page[8:8 + 4 * n]))
-        trunk = nxt
-    return trunks
-
-
-def _scrub_btree_page(data: bytes, pgno: int) -> bytes:
-    """A b-tree page with its unallocated gap and free-block bodies zeroed (cells, the
-    header and the cell pointers untouched); any other page is returned as it is."""
-    h = 100 if pgno == 1 else 0
-    kind = data[h]
-    if kind not in (2, 5, 10, 13):  # not a b-tree page (overflow, pointer map...)
-        return data
-    out = bytearray(data)
-    first_free, ncell, content = struct.unpack(">HHH", data[h + 1:h + 7])
-    pointers_end = h + (8 if kind in (10, 13) else 12) + 2 * ncell
-    content = min(content or 65536, len(data))
-    if pointers_end < content:
-        out[pointers_end:content] = bytes(content - pointers_end)
-    block, seen = first_free, 0
-    while block and content <= block < len(data) - 4 and seen < len(data) // 4:
-        nxt, size = struct.unpack(">HH", data[block:block + 4])
-        end = min(block + size, len(data))
-        out[block + 4:end] = bytes(max(0, end - block - 4))
-        block, seen = nxt, seen + 1
-    return bytes(out)
 
 
 def _ident(name: str) -> str:

@@ -96,6 +96,18 @@ def test_init_refuses_bad_db_url_and_leaves_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "h").exists()
 
 
+def test_a_keystore_in_another_store_s_file_is_refused(tmp_path: Path) -> None:
+    """The data keys never share a file with what they encrypt (`init --keystore` takes
+    PostgreSQL URLs only): a config.toml edited to do it does not open, nothing written."""
+    assert run_cli("--home", str(tmp_path / "h"), "init").code == 0
+    config = tmp_path / "h" / "config.toml"
+    config.write_text(config.read_text().replace('"keystore.sqlite"', '"events.sqlite"'))
+    before = {p.name: p.read_bytes() for p in (tmp_path / "h").glob("*.sqlite")}
+    r = run_cli("--home", str(tmp_path / "h"), "subject", "add", "u1")
+    assert r.code == 3 and "configured in events.sqlite" in r.err
+    assert {p.name: p.read_bytes() for p in (tmp_path / "h").glob("*.sqlite")} == before
+
+
 def test_unreachable_database_is_an_environment_error(tmp_path: Path) -> None:
     r = run_cli("--home", str(tmp_path / "h"), "init", "--db",
                 "postgresql://postgres@127.0.0.1:1/none")

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from structlog.testing import capture_logs
 
-from keys.datakeys import projections_sqlite
+from keys.datakeys import store_sqlite
 from ledger.application import LedgerApp
 from projections.routes import ProbeHit, ProbeResult, Reach, Route, RouteRegistry
 
@@ -85,7 +85,7 @@ def test_destroyed_data_key_purges_every_route_and_no_file_keeps_the_marker(
             # checkpoint and delete the WAL on close, so only our compaction can empty it.
             # Through the store's own SQLite library: one file must never be open through
             # two SQLite libraries in one process (each has its own POSIX lock table).
-            other = projections_sqlite().connect(p.store.sqlite_path, isolation_level=None)
+            other = store_sqlite().connect(p.store.sqlite_path, isolation_level=None)
             stack.callback(other.close)
             other.execute("SELECT count(*) FROM proj_tracking").fetchone()
         before = {r.route: r for r in p.probe(str(atom), marker)}

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 import governance.erasure as erasure
 from governance.erasure import Targets, hard_erase
-from keys.datakeys import projections_sqlite
+from keys.datakeys import store_sqlite
 from ledger.application import LedgerApp
 from ledger.home import Config
 from projections.service import Projections
@@ -322,7 +322,7 @@ def test_erased_words_leave_the_keyword_index_without_optimize(
 def test_without_secure_delete_the_word_stays_until_optimize(tmp_path: Path) -> None:
     """The control for the test above: the same delete on an FTS5 table without the
     option leaves the word in the index's pages (so that test can fail)."""
-    db = projections_sqlite().connect(str(tmp_path / "f.sqlite"), isolation_level=None)
+    db = store_sqlite().connect(str(tmp_path / "f.sqlite"), isolation_level=None)
     db.execute("PRAGMA secure_delete=ON")
     db.execute("CREATE VIRTUAL TABLE ft USING fts5(body)")
     rng = random.Random(5)
@@ -354,12 +354,12 @@ def test_an_index_made_by_an_older_sqlite_is_migrated_in_place(
     try:
         app.register_subject({"ref": "u1"})
         app.add_atoms([{"subject": "u1", "text": t} for t in _texts(50, 3)])
-        monkeypatch.setenv("LEDGER_PROJECTIONS_SQLITE", "sqlite3")
+        monkeypatch.setenv("LEDGER_STORE_SQLITE", "sqlite3")
         old = Projections(app)
         old.catch_up()
         assert old.keyword.version == "2/fts5"
         old.close()
-        monkeypatch.delenv("LEDGER_PROJECTIONS_SQLITE")
+        monkeypatch.delenv("LEDGER_STORE_SQLITE")
         new = Projections(app)
         assert new.keyword.version == "2/fts5-secure-delete"
         report = new.catch_up()
