@@ -128,8 +128,10 @@ def main() -> None:
             print(f"    residue repair: {step['action']} {step['table'] or 'whole file'} "
                   f"{step['seconds']:.2f} s")
         print(f"    raw scan of {res['scanned_bytes'] / 1e6:,.0f} MB: {scan:.2f} s after the "
-              f"probes ({res['scanned_early_bytes'] / 1e6:,.0f} MB of it started while the "
-              f"purge and probes ran, {res['rescanned_bytes'] / 1e6:,.0f} MB read again); "
+              f"probes, with the projections checkpoint ({res['scanned_early_bytes'] / 1e6:,.0f}"
+              f" MB of it started while the erasure ran, "
+              f"{res['patched_bytes'] / 1e6:,.0f} MB of pages the checkpoint changed read "
+              f"after it, {res['rescanned_bytes'] / 1e6:,.0f} MB read again); "
               f"raw limit (read every byte once) {read_limit:.2f} s; scan/limit "
               f"{scan / read_limit:.2f}")
     if len(results) > 1:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,19 +152,33 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
     needles = sorted({n for texts in content.values() for t in texts
                       for n in content_needles(t)})
     timer.lap("open")
-    shred_ids = app.shred(ids, reason, actor=operator)
-    timer.lap("shred")
-    # The raw scan starts now on the files the purge does not write (event store,
-    # keystore), on one core while the purge uses the other, then on the projections'
-    # files while the probes run; result() rescans any file that changed meanwhile.
+    # The raw scan reads the files while the erasure runs (ADR 0012): the projections
+    # file from now on, its changes held in its WAL until the probes are done, when a
+    # checkpoint names the pages it changed; the files the purge does not write (event
+    # store, keystore) once the keys are gone; result() reads again whatever changed.
     scan = TreeScan(app.config.home, needles)
-    purged = {p.resolve() for p in proj.store.files()}
+    items = [str(i) for i in ids]
     try:
-        scan.start([p for p in sorted(app.config.home.rglob("*"))
-                    if p.is_file() and p.resolve() not in purged])
-        raw, per_route, problems = _purge_and_probe(app, proj, items=[str(i) for i in ids],
-                                                    content=content, indexed=indexed,
-                                                    scan=scan, timer=timer)
+        with proj.store.checkpoints_held() as held:
+            main = proj.store.sqlite_path if held else None
+            if main is not None:
+                scan.start([main])
+            shred_ids = app.shred(ids, reason, actor=operator)
+            timer.lap("shred")
+            purged = {p.resolve() for p in proj.store.files()}
+            scan.start([p for p in sorted(app.config.home.rglob("*"))
+                        if p.is_file() and p.resolve() not in purged])
+            routes = _purge(proj, items, timer)
+            # the checkpoint (copying the purged pages into the file, and naming them)
+            # runs on a thread while the probes read: they write nothing
+            with ThreadPoolExecutor(1, thread_name_prefix="checkpoint") as ex:
+                changed = ex.submit(proj.store.checkpoint_pages)
+                per_route, problems = _probe(proj, routes, items, content, indexed, timer)
+                named = changed.result()
+            if main is not None and named is not None:
+                scan.patch(main, *named)
+        raw = scan_files(app.config.home, scan.wanted, scan)
+        timer.lap("raw_scan")
     finally:
         scan.close()
     raw = _repair_residue(app, proj, raw, needles, timer)
@@ -205,26 +220,30 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
             "seconds": timer.laps, "scanned_bytes": raw["bytes"],
             "scanned_early_bytes": raw.get("early_bytes", 0),
             "rescanned_bytes": raw.get("rescanned_bytes", 0),
+            "patched_bytes": raw.get("patched_bytes", 0),
             "repairs": raw.get("repair_steps", []),
             "targets": targets.as_json(), "reach": reach,
             "checkpoints": {"before": before.size, "after": after.size}}
 
 
-def _purge_and_probe(app: Any, proj: Projections, *, items: list[str],
-                     content: dict[str, list[str]], indexed: dict[str, str],
-                     scan: TreeScan, timer: _Timer
-                     ) -> tuple[dict[str, Any], dict[str, dict[str, Any]], list[str]]:
-    """Steps 4-5: apply the destruction and purge every route, probe every route, finish
-    the raw scan. Returns the scan, the per-route reach and what is still reachable."""
-    applied = proj.catch_up()  # the read models apply the destruction: purge + compaction
+def _purge(proj: Projections, items: list[str], timer: _Timer) -> list[Any]:
+    """Step 4: apply the destruction, purge every route explicitly, compact the routes
+    (the store's checkpoint is the caller's: it names the pages the purge changed).
+    Returns the routes to probe."""
+    proj.catch_up()  # the read models apply the destruction: the purge
     routes = [r for r in proj.registry.routes() if r.name != "sqlite-files"]
     with proj.store.engine.begin() as conn:  # explicit purge of every route, in batches
-        leftover = proj.registry.purge_many(conn, items, routes)
-    if any(leftover.values()) or applied.compaction is None \
-            or not applied.compaction.complete:
-        proj.runner.compact([m.name for m in proj.models])
+        proj.registry.purge_many(conn, items, routes)
+    proj.runner.compact([m.name for m in proj.models])
     timer.lap("purge")
-    scan.start(proj.store.files())  # purged and compacted: read them while the probes run
+    return routes
+
+
+def _probe(proj: Projections, routes: list[Any], items: list[str],
+           content: dict[str, list[str]], indexed: dict[str, str], timer: _Timer
+           ) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Step 5: probe every route for every item, by id and by content. Returns the
+    per-route reach and what is still reachable."""
     probes = proj.registry.probe_many(
         {i: [*content.get(i, []), *([indexed[i]] if i in indexed else [])] for i in items},
         routes)
@@ -239,9 +258,7 @@ def _purge_and_probe(app: Any, proj: Projections, *, items: list[str],
             problems.append(f"{res.route} still reaches {res.item_id} "
                             f"({', '.join(h.where for h in res.hits)})")
     timer.lap("probes")
-    raw = scan_files(app.config.home, scan.wanted, scan)
-    timer.lap("raw_scan")
-    return raw, per_route, problems
+    return per_route, problems
 
 
 def _repair_residue(app: Any, proj: Projections, raw: dict[str, Any],

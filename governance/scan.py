@@ -13,11 +13,12 @@ The matcher (Hyperscan where installed, else Aho-Corasick) is keys/bytescan.py.
 
 from __future__ import annotations
 
+import bisect
 import multiprocessing
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -97,6 +98,7 @@ class TreeScan:
         self._early = 0
         self._started: set[Path] = set()
         self._timers: list[threading.Timer] = []
+        self._patches: dict[Path, tuple[frozenset[int], int]] = {}
 
     def start(self, paths: Sequence[Path]) -> None:
         """Begin scanning these files (below the folder) in the background."""
@@ -108,19 +110,46 @@ class TreeScan:
         files = [p for p in paths if p.is_file() and p not in self._started]
         self._started.update(files)
         self._ensure_pool()  # forked here, on the caller's thread
-        # A write is seen as a new modification time only once the clock that stamps it
-        # has moved past the last one (a coarse clock: a tick of a few milliseconds), so
-        # files written just now are left to settle for SETTLE_NS before being read; on a
-        # timer thread, so the caller goes on meanwhile.
-        newest = max((p.stat().st_mtime_ns for p in files), default=0)
-        wait = newest + SETTLE_NS - time.time_ns()
-        if wait > 0:
-            timer = threading.Timer(wait / 1e9, self._enqueue, [files])
+        self._when_settled(files)
+
+    def _when_settled(self, files: Sequence[Path], tries: int = 3) -> None:
+        """Queue the files whose modification time is older than SETTLE_NS; look at the
+        others again later, on a timer thread (the caller goes on meanwhile).
+
+        A write is seen as a new modification time only once the clock that stamps it
+        has moved past the last one (a coarse clock: a tick of a few milliseconds), so a
+        file written just now is not read early until it has settled: the identity taken
+        when its reading starts must change with any later write. A file still being
+        written after ``tries`` looks is left to :meth:`result`."""
+        idents = {p: _identity(p) for p in files}
+        now = time.time_ns()  # after the stats: a settled file was settled when stat'ed
+        fresh = [p for p in files if now - idents[p][1] < SETTLE_NS]
+        self._enqueue([p for p in files if p not in fresh], idents)
+        if fresh and tries:
+            wait = max(idents[p][1] for p in fresh) + SETTLE_NS - now
+            timer = threading.Timer(wait / 1e9, self._when_settled, [fresh, tries - 1])
             timer.daemon = True
             self._timers.append(timer)
             timer.start()
-        else:
-            self._enqueue(files)
+
+    def patch(self, path: Path, before: tuple[int, int, int], after: tuple[int, int, int],
+              pages: Iterable[int], page_size: int) -> bool:
+        """Say that ``path``, read early while its identity (size, mtime_ns, inode) was
+        ``before``, now has identity ``after`` and differs from what was read only in
+        these pages (numbered from 1, ``page_size`` bytes each): an SQLite file whose
+        checkpoint copied exactly those pages in (the caller's proof: ADR 0012).
+
+        :meth:`result` then keeps the early matches outside those pages and reads only the
+        pages (with the longest needle minus one bytes on either side, so a match across
+        a page edge is seen); if the identity at :meth:`result` is not ``after``, the
+        file is read again in full, as any changed file is. Returns False, and nothing
+        is recorded, when the file was not read early from ``before``."""
+        with self._lock:
+            if self._seen.get(path) != before or path not in self._futures:
+                return False
+            self._seen[path] = after
+            self._patches[path] = (frozenset(pages), page_size)
+        return True
 
     def result(self) -> dict[str, Any]:
         for timer in self._timers:
@@ -129,13 +158,15 @@ class TreeScan:
         files = [p for p in sorted(self.folder.rglob("*")) if p.is_file()]
         if self.matcher is None:
             return {"files": len(files), "bytes": 0, "needles": 0, "engine": self.engine,
-                    "hits": [], "offsets": {}, "early_bytes": 0, "rescanned_bytes": 0}
+                    "hits": [], "offsets": {}, "early_bytes": 0, "rescanned_bytes": 0,
+                    "patched_bytes": 0}
         now = {p: _identity(p) for p in files}
         changed = [p for p in files if p in self._seen and now[p] != self._seen[p]]
         rescanned = sum(now[p][0] for p in changed)
         for p in changed:
             self._futures.pop(p, None)
             self._seen.pop(p)
+            self._patches.pop(p, None)
         fresh = [p for p in files if p not in self._seen]
         total = sum(ident[0] for ident in now.values())
         try:
@@ -153,6 +184,11 @@ class TreeScan:
                      if p in self._futures}
         finally:
             self.close()
+        patched = 0
+        for p, (pages, page_size) in self._patches.items():
+            if p in found:
+                found[p], read = self._apply_patch(p, found[p], pages, page_size, now[p][0])
+                patched += read
         per_file: dict[str, int] = {}
         offsets: dict[str, list[int]] = {}
         for p, parts in found.items():
@@ -165,7 +201,35 @@ class TreeScan:
         return {"files": len(files), "bytes": total, "needles": len(self.wanted),
                 "engine": self.engine,
                 "hits": [{"file": f, "count": n} for f, n in sorted(per_file.items())],
-                "offsets": offsets, "early_bytes": self._early, "rescanned_bytes": rescanned}
+                "offsets": offsets, "early_bytes": self._early, "rescanned_bytes": rescanned,
+                "patched_bytes": patched}
+
+    def _apply_patch(self, path: Path, parts: list[tuple[tuple[str, int, int], list[int]]],
+                     pages: frozenset[int], page_size: int, size: int
+                     ) -> tuple[list[tuple[tuple[str, int, int], list[int]]], int]:
+        """The early matches of ``path`` outside the changed pages, plus the matches read
+        now in those pages; and how many bytes were read now."""
+        assert self.matcher is not None
+        reach = max(self.matcher.longest - 1, 0)
+        ranges: list[tuple[int, int]] = []
+        for first, last in _runs(sorted(pages)):
+            start, end = max(0, (first - 1) * page_size - reach), min(size, last * page_size)
+            if start >= end:
+                continue
+            if ranges and start <= ranges[-1][1]:
+                ranges[-1] = (ranges[-1][0], max(ranges[-1][1], end))
+            else:
+                ranges.append((start, end))
+        starts = [r[0] for r in ranges]
+
+        def stale(offset: int) -> bool:
+            i = bisect.bisect_right(starts, offset) - 1
+            return offset >= size or (i >= 0 and offset < ranges[i][1])
+
+        kept = [(task, [o for o in found if not stale(o)]) for task, found in parts]
+        task = (str(path), 0, size)
+        kept.append((task, self.matcher.ranges_starts(path, ranges)))
+        return kept, sum(e - s for s, e in ranges)
 
     def close(self) -> None:
         """Stop the workers (pending tasks are dropped); result() calls it."""
@@ -193,10 +257,12 @@ class TreeScan:
             finally:
                 _matcher = None
 
-    def _enqueue(self, paths: Sequence[Path]) -> None:
+    def _enqueue(self, paths: Sequence[Path],
+                 idents: dict[Path, tuple[int, int, int]] | None = None) -> None:
         with self._lock:
             for p in paths:
-                self._seen[p] = ident = _identity(p)  # taken before the first byte is read
+                # taken before the first byte is read
+                self._seen[p] = ident = idents[p] if idents else _identity(p)
                 tasks: list[tuple[tuple[str, int, int], Future[list[int]]]] = [
                     (t, Future()) for t in _spans(p, ident[0])]
                 self._futures[p] = tasks
@@ -223,6 +289,20 @@ class TreeScan:
         else:
             mine.set_result(fut.result())
         self._pump()
+
+
+def _runs(pages: Sequence[int]) -> Iterator[tuple[int, int]]:
+    """Runs of consecutive numbers in a sorted sequence, as (first, last)."""
+    first = last = None
+    for p in pages:
+        if last is not None and p == last + 1:
+            last = p
+            continue
+        if first is not None and last is not None:
+            yield first, last
+        first = last = p
+    if first is not None and last is not None:
+        yield first, last
 
 
 def _spans(path: Path, size: int) -> list[tuple[str, int, int]]:

@@ -10,7 +10,7 @@ left in its files) and by governance's raw scan of erased content.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,20 @@ class ByteMatcher:
         match across a block boundary is found, and counted once (by its first block)."""
         return [pos + s for pos, view, mine in self._blocks(path, start, end, block)
                 for s in self.starts(view) if s < mine]
+
+    def ranges_starts(self, path: str | Path,
+                      ranges: Sequence[tuple[int, int]]) -> list[int]:
+        """File offsets of the matches that start in any of the ``[start, end)`` ranges
+        (sorted, not overlapping): each range is read with the longest needle minus one
+        bytes after it, one open file for all of them."""
+        out: list[int] = []
+        tail = max(self.longest - 1, 0)
+        with open(path, "rb", buffering=0) as f:
+            for start, end in ranges:
+                f.seek(start)
+                data = f.read(end - start + tail)
+                out.extend(start + s for s in self.starts(data) if s < end - start)
+        return out
 
     def file_found(self, path: str | Path, block: int = BLOCK) -> bool:
         """Is any needle anywhere in the file? (stops at the first match)"""

@@ -9,11 +9,13 @@ store's schema.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import time
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ import structlog
 from sqlalchemy.engine import Connection, Engine
 
 from keys.datakeys import make_engine, store_sqlite
-from keys.sqlitepages import freelist_trunks, scrub_pages, write_transaction
+from keys.sqlitepages import freelist_trunks, scrub_pages, wal_frames, write_transaction
 from ledger.errors import EnvironmentProblem
 from ledger.home import StorageURL
 from projections.routes import ProbeHit, ProbeResult
@@ -82,6 +84,12 @@ class Store:
         self.engine = engine
         self.schema = schema
         self.sqlite_path = sqlite_path
+        self._held = False
+        if self.is_sqlite:
+            @sa.event.listens_for(engine, "connect")
+            def _hold(dbapi_conn: Any, _record: Any) -> None:
+                if self._held:  # see checkpoints_held
+                    dbapi_conn.execute("PRAGMA wal_autocheckpoint=0")
 
     @classmethod
     def open(cls, url: StorageURL) -> Store:
@@ -164,6 +172,8 @@ class Store:
         one is unlinked). See ADR 0007 for what neither can promise.
         """
         if self.is_sqlite:
+            if self._held:  # checkpoints_held: the caller compacts when the block ends
+                return CompactionReport("sqlite", ("secure_delete",), complete=False)
             with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
                 busy, _log, _done = c.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()
             steps = ("secure_delete", "wal_checkpoint(truncate)")
@@ -176,6 +186,70 @@ class Store:
                 if self.table_exists(c, name):
                     c.exec_driver_sql(f"VACUUM FULL {self.q(name)}")
         return CompactionReport("postgresql", tuple(f"vacuum full {n}" for n in names), True)
+
+    # ------------------------------------------------------------ page-exact raw scan
+    @contextlib.contextmanager
+    def checkpoints_held(self) -> Iterator[bool]:
+        """While the block runs, this process leaves the SQLite file as it is: every
+        write stays in the WAL (no automatic checkpoint on its connections, no
+        checkpoint on close: one idle connection stays open, so no close is the last;
+        :meth:`compact` skips its checkpoint and reports itself incomplete). Yields
+        False, and holds nothing, on PostgreSQL. An erasure reads the file while it
+        purges, then learns from :meth:`checkpoint_pages` which pages changed (ADR
+        0012). Another process may still checkpoint: the file's identity then changes,
+        and the raw scan reads it again in full."""
+        if not self.is_sqlite or self.sqlite_path is None:
+            yield False
+            return
+        keep = self.engine.connect()
+        self._held = True
+        try:
+            yield True
+        finally:
+            self._held = False
+            keep.close()
+
+    def checkpoint_pages(self) -> tuple[tuple[int, int, int], tuple[int, int, int],
+                                        frozenset[int], int] | None:
+        """Checkpoint the WAL into the file, say exactly which pages that changed, and
+        empty the WAL (inside :meth:`checkpoints_held`, after the last write).
+
+        Holding the write lock (``BEGIN IMMEDIATE`` on one connection: no frame can be
+        added), the WAL's frame headers are read (:func:`keys.sqlitepages.wal_frames`),
+        a ``PASSIVE`` checkpoint runs on a second connection, and its frame counts must
+        equal the headers' (every committed frame copied, none other); the write lock is
+        kept until the clock that stamps file writes has passed the file's modification
+        time, so any later write shows as a new time. Then ``wal_checkpoint(TRUNCATE)``
+        empties the WAL (it copies nothing unless another writer came in between, which
+        then shows in the file's identity). Returns the file's identity (size, mtime_ns,
+        inode) before and after the copy, the page numbers copied and the page size;
+        None (nothing is claimed) when the checkpoint was partial (a reader on an older
+        snapshot), the counts differ, or there is no WAL.
+        """
+        if not self.is_sqlite or self.sqlite_path is None:
+            return None
+        main = self.sqlite_path
+        wal = main.with_name(main.name + "-wal")
+        out = None
+        with write_transaction(self.engine):
+            frames = wal_frames(wal)
+            before = _identity(main)
+            if frames is not None:
+                with self.engine.connect().execution_options(
+                        isolation_level="AUTOCOMMIT") as c:
+                    busy, logged, copied = c.exec_driver_sql(
+                        "PRAGMA wal_checkpoint(PASSIVE)").one()
+                if not busy and logged == frames.frames and copied == frames.frames:
+                    _wait_past_mtime(main)
+                    out = (before, _identity(main), frames.pages, frames.page_size)
+                else:
+                    log.info("projections.checkpoint_partial", frames=frames.frames,
+                             logged=logged, copied=copied)
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+            busy, _log, _done = c.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()
+        if busy:
+            log.warning("projections.compaction_blocked", backend="sqlite")
+        return out
 
     # ------------------------------------------------------------------ residue repair
     def page_owners(self, offsets: Iterable[int]) -> dict[int, str | None]:
@@ -315,6 +389,25 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _identity(path: Path) -> tuple[int, int, int]:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def _wait_past_mtime(path: Path) -> None:
+    """Return once the clock that stamps file writes has moved past ``path``'s
+    modification time, so that any later write gives it a new one (Linux stamps writes
+    from its coarse real-time clock, a tick of 1-10 ms; elsewhere: wait 50 ms)."""
+    mtime = path.stat().st_mtime_ns
+    coarse = getattr(time, "CLOCK_REALTIME_COARSE", None)
+    for _ in range(1000):
+        now = (time.clock_gettime_ns(coarse) if coarse is not None
+               else time.time_ns() - 50_000_000)
+        if now > mtime:
+            return
+        time.sleep(0.001)
 
 
 def _ident(name: str) -> str:

@@ -374,3 +374,109 @@ def test_an_index_made_by_an_older_sqlite_is_migrated_in_place(
         new.close()
     finally:
         app.close()
+
+
+def _erase_with_early_scan(app: LedgerApp, proj: Projections, monkeypatch: pytest.MonkeyPatch,
+                           n: int = 30) -> tuple[dict[str, Any], list[bytes]]:
+    """An erasure whose raw scan starts early, as on a large home (one worker while the
+    erasure runs), of ``n`` atoms among 400 others'."""
+    from governance import scan
+
+    monkeypatch.setattr(scan, "PARALLEL_FROM", 0)
+    monkeypatch.setattr(scan, "SETTLE_NS", 1_000_000)
+    app.register_subject({"ref": "u1"})
+    app.register_subject({"ref": "u2"})
+    markers = [f"zq{uuid.uuid4().hex[:12]}" for _ in range(n)]
+    doomed = [str(a) for a in app.add_atoms(
+        [{"subject": "u1", "text": f"{t} {m}"} for t, m in zip(_texts(n, 3), markers,
+                                                               strict=True)])]
+    app.add_atoms([{"subject": "u2", "text": t} for t in _texts(400, 4)])
+    proj.catch_up()
+    done = hard_erase(app, proj, Targets(atoms=doomed), mode="hard", reason="test",
+                      operator="operator")
+    return done, [m.encode() for m in markers]
+
+
+def test_the_projections_file_is_read_early_and_only_its_changed_pages_after(
+        sqlite_app: LedgerApp, proj: Projections, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The projections file is read while the erasure purges (its changes held in the
+    WAL); the checkpoint's pages are read after it, not the file; the answer is the one
+    a full scan of the home gives, and no marker is in any file."""
+    from governance.scan import scan_tree
+
+    app = sqlite_app
+    path = proj.store.sqlite_path
+    assert path is not None
+    done, markers = _erase_with_early_scan(app, proj, monkeypatch)
+    assert done["reach"]["raw_scan"]["hits"] == []
+    assert done["scanned_early_bytes"] >= path.stat().st_size
+    assert done["rescanned_bytes"] < path.stat().st_size  # the file was not read again
+    assert 0 < done["patched_bytes"] < path.stat().st_size
+    assert scan_tree(app.config.home, markers)["hits"] == []
+    assert [m for m in markers if _in_files(app.config.home, m)] == []
+
+
+def test_a_checkpoint_that_cannot_name_its_pages_makes_the_scan_read_the_file_again(
+        sqlite_app: LedgerApp, proj: Projections, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the checkpoint cannot say which pages it copied (here: as when a reader on
+    an older snapshot kept it partial), nothing is claimed: the file, changed since its
+    early read, is read again in full, and the answer is the same."""
+    app = sqlite_app
+    path = proj.store.sqlite_path
+    assert path is not None
+    real = proj.store.checkpoint_pages
+    sizes: list[int] = []
+
+    def unnamed() -> None:
+        real()  # the checkpoint and the WAL truncation still happen
+        sizes.append(path.stat().st_size)
+        return None
+
+    monkeypatch.setattr(proj.store, "checkpoint_pages", unnamed)
+    done, markers = _erase_with_early_scan(app, proj, monkeypatch)
+    assert done["reach"]["raw_scan"]["hits"] == []
+    assert done["rescanned_bytes"] >= sizes[0] and done["patched_bytes"] == 0
+    assert [m for m in markers if _in_files(app.config.home, m)] == []
+
+
+def test_checkpoint_pages_names_exactly_the_pages_the_checkpoint_writes(
+        proj: Projections) -> None:
+    """The WAL's frame headers name every page the checkpoint copies into the file, no
+    other; a reader on an older snapshot makes the checkpoint partial: nothing claimed."""
+    from keys.datakeys import store_sqlite
+
+    path = proj.store.sqlite_path
+    assert path is not None
+    with proj.store.engine.begin() as c:
+        c.exec_driver_sql("CREATE TABLE t (x BLOB)")
+        c.exec_driver_sql("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
+                          "WHERE i < 3000) INSERT INTO t SELECT randomblob(300) FROM n")
+    proj.store.compact(())
+    with proj.store.checkpoints_held():
+        before = path.read_bytes()
+        with proj.store.engine.begin() as c:
+            c.exec_driver_sql("DELETE FROM t WHERE rowid % 37 = 0")
+            c.exec_driver_sql("UPDATE t SET x = randomblob(300) WHERE rowid % 401 = 0")
+        assert path.read_bytes() == before  # held: every write is still in the WAL
+        named = proj.store.checkpoint_pages()
+    assert named is not None
+    ident_before, ident_after, pages, size = named
+    after = path.read_bytes()
+    changed = {i // size + 1 for i in range(0, max(len(before), len(after)), size)
+               if before[i:i + size] != after[i:i + size]}
+    assert changed and changed <= pages and ident_before[0] == len(before)
+    assert ident_after[0] == len(after)
+    wal = path.with_name(path.name + "-wal")
+    assert not wal.exists() or wal.stat().st_size == 0  # emptied
+
+    reader = store_sqlite().connect(str(path), isolation_level=None)
+    try:
+        with proj.store.checkpoints_held():
+            reader.execute("BEGIN")
+            reader.execute("SELECT count(*) FROM t").fetchall()  # an older snapshot
+            with proj.store.engine.begin() as c:
+                c.exec_driver_sql("DELETE FROM t WHERE rowid % 41 = 0")
+            assert proj.store.checkpoint_pages() is None
+            reader.execute("ROLLBACK")
+    finally:
+        reader.close()

@@ -133,3 +133,69 @@ def test_a_small_home_is_read_at_the_end_in_this_process(tmp_path: Path) -> None
     small.start([tmp_path / "a"])
     assert small._pool is None  # no worker processes for a few bytes
     assert small.result()["early_bytes"] == 0
+
+
+def _write_pages(path: Path, pages: dict[int, bytes], page_size: int) -> None:
+    with open(path, "r+b") as f:
+        for pgno, data in pages.items():
+            f.seek((pgno - 1) * page_size)
+            f.write(data)
+
+
+@pytest.mark.parametrize("engine", scan.ENGINES)
+def test_a_patched_file_keeps_its_early_reads_outside_the_changed_pages(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str) -> None:
+    """A file read early and then changed in named pages (an SQLite checkpoint) is not
+    read again: the early matches in the changed pages, or running into one, are
+    dropped; the changed pages are read with the needle's length on either side; matches
+    elsewhere stay (residue the change did not touch)."""
+    monkeypatch.setattr(scan, "PARALLEL_FROM", 0)
+    needle = b"erased-marker-5d0e"
+    size = 64
+    data = bytearray(b"." * size * 10)
+    for at in (1 * size + 3, 3 * size - 5, 6 * size + 10):  # page 2; runs into page 4; 7
+        data[at:at + len(needle)] = needle
+    data[8 * size - (len(needle) - 8):8 * size] = needle[:-8]  # page 9 will complete it
+    path = tmp_path / "projections.db"
+    path.write_bytes(bytes(data))
+    time.sleep(scan.SETTLE_NS / 1e9 + 0.01)
+    early = scan.TreeScan(tmp_path, [needle], workers=2, engine=engine)
+    early.start([path])
+    before = scan._identity(path)
+    while not all(f.done() for _t, f in early._futures[path]):
+        time.sleep(0.01)
+    # the change: page 2 and 4 rewritten (page 2 clean now), page 9 gets a new copy that
+    # starts in page 8 (unchanged), the file grows by page 11
+    new9 = bytearray(b"," * size)
+    new9[:8] = needle[-8:]
+    _write_pages(path, {2: b"," * size, 4: b"," * size, 9: bytes(new9),
+                        11: b"," * 10 + needle + b"," * (size - 10 - len(needle))}, size)
+    assert early.patch(path, before, scan._identity(path), [2, 4, 9, 11], size)
+    result = early.result()
+    assert sorted(result["offsets"]["projections.db"]) == [
+        6 * size + 10, 8 * size - (len(needle) - 8), 10 * size + 10]
+    assert result["rescanned_bytes"] == 0 and result["patched_bytes"] > 0
+    full = scan.scan_tree(tmp_path, [needle], engine=engine)
+    assert full["offsets"] == result["offsets"] and full["hits"] == result["hits"]
+
+
+def test_a_patch_is_refused_or_undone_when_the_file_changed_otherwise(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The patch is the caller's proof of what changed: refused when the file is not the
+    one read early, and set aside (the file read again in full) when it changes after."""
+    monkeypatch.setattr(scan, "PARALLEL_FROM", 0)
+    needle = b"erased-marker-5d0e"
+    path = tmp_path / "projections.db"
+    path.write_bytes(b"." * 4096)
+    time.sleep(scan.SETTLE_NS / 1e9 + 0.01)
+    early = scan.TreeScan(tmp_path, [needle], workers=2)
+    early.start([path])
+    before = scan._identity(path)
+    assert not early.patch(path, (before[0] + 1, *before[1:]), before, [1], 4096)
+    assert not early.patch(tmp_path / "other.db", before, before, [1], 4096)
+    assert early.patch(path, before, before, [], 4096)
+    time.sleep(0.02)
+    path.write_bytes(b"." * 100 + needle + b"." * (4096 - 100 - len(needle)))
+    result = early.result()
+    assert result["offsets"]["projections.db"] == [100]
+    assert result["rescanned_bytes"] == 4096 and result["patched_bytes"] == 0
