@@ -36,7 +36,7 @@ from keys.errors import DataKeyUnavailable, KeyError_, KeyNotAuthorized, Keyring
 from keys.keyring import Keyring, read_public_key_file
 from keys.roster import ROLES, ROOT, KeyRoster
 from keys.signing import Signer
-from ledger import clock, envelope, logs, policy_rules, sqlite_recorder
+from ledger import bulk_reads, clock, envelope, logs, policy_rules, sqlite_recorder
 from ledger.domain import (
     OPERATOR,
     WRITER_OR_OPERATOR,
@@ -678,12 +678,13 @@ class LedgerApp(Application[UUID]):
     def get_many(self, ids: Iterable[UUID]) -> list[Any]:
         """Aggregates by id (duplicates once, in order), as ``repository.get`` gives them:
         the batch commands (shred, tombstones) read a thousand items. Their data keys are
-        fetched in one round trip first; on SQLite their events are read in one query per
-        500 ids, and a cached aggregate is brought forward with the events newer than it,
-        as the repository does one query at a time; handed out as copies."""
+        fetched in one round trip first; their events are read in one query per 500 ids
+        (``ledger/bulk_reads.py``, SQLite and PostgreSQL), and a cached aggregate is
+        brought forward with the events newer than it, as the repository does one query
+        at a time; handed out as copies."""
         wanted = list(dict.fromkeys(ids))
         self.datakeys.get_many([str(i) for i in wanted])
-        stored_by_id = sqlite_recorder.select_events_of(self.recorder, wanted)
+        stored_by_id = bulk_reads.select_events_of(self.recorder, wanted)
         if stored_by_id is None:
             return [self.repository.get(i) for i in wanted]
         cache = self.repository.cache

@@ -61,22 +61,22 @@ class BulkSQLiteApplicationRecorder(SQLiteApplicationRecorder):
 TOPIC = f"{BulkSQLiteApplicationRecorder.__module__}:{BulkSQLiteApplicationRecorder.__qualname__}"
 
 
-def select_events_of(recorder: Any, originator_ids: Sequence[UUID]
+def select_events_of(recorder: Any, originator_ids: Sequence[UUID], chunk: int = 500
                      ) -> dict[UUID, list[StoredEvent]] | None:
     """Every event of each aggregate, in version order, read in one transaction with one
-    query per 500 ids (``select_events`` is one query per aggregate; a batch erasure reads
-    a thousand). None where the recorder is not this module's."""
+    query per ``chunk`` ids (``select_events`` is one query per aggregate; a batch erasure
+    reads a thousand). None where the recorder is not this module's."""
     if not isinstance(recorder, BulkSQLiteApplicationRecorder):
         return None
     out: dict[UUID, list[StoredEvent]] = {i: [] for i in originator_ids}
     ids = list(out)
     table = recorder.events_table_name
     with recorder.datastore.transaction(commit=False) as c:
-        for start in range(0, len(ids), 500):
-            chunk = ids[start:start + 500]
+        for start in range(0, len(ids), chunk):
+            part = ids[start:start + chunk]
             c.execute(f"SELECT originator_id, originator_version, topic, state FROM {table} "  # noqa: S608 (library's table)
-                      f"WHERE originator_id IN ({','.join('?' * len(chunk))}) "
-                      "ORDER BY originator_id, originator_version", [i.hex for i in chunk])
+                      f"WHERE originator_id IN ({','.join('?' * len(part))}) "
+                      "ORDER BY originator_id, originator_version", [i.hex for i in part])
             for row in c.fetchall():
                 oid = UUID(hex=row["originator_id"])
                 out[oid].append(StoredEvent(originator_id=oid,

@@ -73,13 +73,19 @@ def test_a_command_mutating_its_copy_leaves_the_cached_aggregate_alone(app: Ledg
     assert again["extensions"] == {"x-konshus": {"score": 3}}
 
 
-def test_get_many_reads_as_the_repository_does(home: Path) -> None:
-    """The batch read (one query on SQLite) gives what ``repository.get`` gives, cached
-    (and brought forward) or not, duplicates once, copies that commands may change, and
-    refuses unknown ids."""
+def test_get_many_reads_as_the_repository_does(home: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch read (a few ids per query, on SQLite and PostgreSQL) gives what
+    ``repository.get`` gives, cached (and brought forward) or not, duplicates once,
+    copies that commands may change, and refuses unknown ids; it does not read
+    aggregate by aggregate."""
     import uuid
 
     from eventsourcing.application import AggregateNotFoundError
+
+    from ledger import bulk_reads
+
+    monkeypatch.setattr(bulk_reads, "CHUNK", 2)  # five ids: three statements
 
     writer = LedgerApp(Config.load(home))
     try:
@@ -97,7 +103,13 @@ def test_get_many_reads_as_the_repository_does(home: Path) -> None:
             other.rehearse_atom(str(ids[1]))
         finally:
             other.close()
+        singles: list[object] = []
+        real_select = app.recorder.select_events
+        monkeypatch.setattr(app.recorder, "select_events",
+                            lambda *a, **k: (singles.append(a), real_select(*a, **k))[1])
         many = app.get_many([ids[0], ids[1], ids[0], *ids[2:]])
+        assert singles == []  # no per-aggregate read
+        monkeypatch.setattr(app.recorder, "select_events", real_select)
         assert [a.id for a in many] == ids
         assert [a.as_dict() for a in many] == [app.get_atom(i).as_dict() for i in ids]
         assert many[0].version == 2 and many[0].rehearsal_count == 1
