@@ -24,7 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from keys.bytescan import BLOCK, ENGINES, ByteMatcher
+from keys.bytescan import BLOCK, ENGINES, ByteMatcher, file_identity
 
 __all__ = ["ENGINES", "MAX_OFFSETS", "SPAN", "TreeScan", "scan_tree"]
 
@@ -121,7 +121,7 @@ class TreeScan:
         file written just now is not read early until it has settled: the identity taken
         when its reading starts must change with any later write. A file still being
         written after ``tries`` looks is left to :meth:`result`."""
-        idents = {p: _identity(p) for p in files}
+        idents = {p: file_identity(p) for p in files}
         now = time.time_ns()  # after the stats: a settled file was settled when stat'ed
         fresh = [p for p in files if now - idents[p][1] < SETTLE_NS]
         self._enqueue([p for p in files if p not in fresh], idents)
@@ -160,7 +160,7 @@ class TreeScan:
             return {"files": len(files), "bytes": 0, "needles": 0, "engine": self.engine,
                     "hits": [], "offsets": {}, "early_bytes": 0, "rescanned_bytes": 0,
                     "patched_bytes": 0}
-        now = {p: _identity(p) for p in files}
+        now = {p: file_identity(p) for p in files}
         changed = [p for p in files if p in self._seen and now[p] != self._seen[p]]
         rescanned = sum(now[p][0] for p in changed)
         for p in changed:
@@ -262,7 +262,7 @@ class TreeScan:
         with self._lock:
             for p in paths:
                 # taken before the first byte is read
-                self._seen[p] = ident = idents[p] if idents else _identity(p)
+                self._seen[p] = ident = idents[p] if idents else file_identity(p)
                 tasks: list[tuple[tuple[str, int, int], Future[list[int]]]] = [
                     (t, Future()) for t in _spans(p, ident[0])]
                 self._futures[p] = tasks
@@ -307,12 +307,6 @@ def _runs(pages: Sequence[int]) -> Iterator[tuple[int, int]]:
 
 def _spans(path: Path, size: int) -> list[tuple[str, int, int]]:
     return [(str(path), start, min(start + SPAN, size)) for start in range(0, size, SPAN)]
-
-
-def _identity(path: Path) -> tuple[int, int, int]:
-    """Size, modification time (ns) and inode: what changes when a file is written."""
-    st = path.stat()
-    return st.st_size, st.st_mtime_ns, st.st_ino
 
 
 def _done(value: list[int]) -> Future[list[int]]:

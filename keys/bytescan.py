@@ -22,7 +22,7 @@ try:
 except ImportError:  # pragma: no cover - exercised on machines without the wheel
     hyperscan = None
 
-__all__ = ["BLOCK", "ENGINES", "ByteMatcher"]
+__all__ = ["BLOCK", "ENGINES", "ByteMatcher", "file_identity"]
 
 ENGINES = ("hyperscan", "aho-corasick") if hyperscan is not None else ("aho-corasick",)
 
@@ -125,6 +125,13 @@ class ByteMatcher:
                 pass
             return bool(hits)
         return bool(self._ac.find_matches_as_indexes(buf))
+
+
+def file_identity(path: str | Path) -> tuple[int, int, int]:
+    """Size, modification time (ns) and inode: what changes when a file is written (the
+    time only once the clock that stamps writes has ticked past the last one)."""
+    st = Path(path).stat()
+    return st.st_size, st.st_mtime_ns, st.st_ino
 
 
 def _read_full(f: Any, view: memoryview) -> int:

@@ -24,6 +24,7 @@ import sqlalchemy as sa
 import structlog
 from sqlalchemy.engine import Connection, Engine
 
+from keys.bytescan import file_identity
 from keys.datakeys import make_engine, store_sqlite
 from keys.sqlitepages import freelist_trunks, scrub_pages, wal_frames, write_transaction
 from ledger.errors import EnvironmentProblem
@@ -233,7 +234,7 @@ class Store:
         out = None
         with write_transaction(self.engine):
             frames = wal_frames(wal)
-            before = _identity(main)
+            before = file_identity(main)
             if frames is not None:
                 with self.engine.connect().execution_options(
                         isolation_level="AUTOCOMMIT") as c:
@@ -241,7 +242,7 @@ class Store:
                         "PRAGMA wal_checkpoint(PASSIVE)").one()
                 if not busy and logged == frames.frames and copied == frames.frames:
                     _wait_past_mtime(main)
-                    out = (before, _identity(main), frames.pages, frames.page_size)
+                    out = (before, file_identity(main), frames.pages, frames.page_size)
                 else:
                     log.info("projections.checkpoint_partial", frames=frames.frames,
                              logged=logged, copied=copied)
@@ -389,11 +390,6 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
-
-
-def _identity(path: Path) -> tuple[int, int, int]:
-    st = path.stat()
-    return st.st_size, st.st_mtime_ns, st.st_ino
 
 
 def _wait_past_mtime(path: Path) -> None:

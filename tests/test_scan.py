@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from governance import scan
-from keys.bytescan import ByteMatcher
+from keys.bytescan import ByteMatcher, file_identity
 
 
 def test_both_engines_are_installed_here() -> None:
@@ -161,7 +161,7 @@ def test_a_patched_file_keeps_its_early_reads_outside_the_changed_pages(
     time.sleep(scan.SETTLE_NS / 1e9 + 0.01)
     early = scan.TreeScan(tmp_path, [needle], workers=2, engine=engine)
     early.start([path])
-    before = scan._identity(path)
+    before = file_identity(path)
     while not all(f.done() for _t, f in early._futures[path]):
         time.sleep(0.01)
     # the change: page 2 and 4 rewritten (page 2 clean now), page 9 gets a new copy that
@@ -170,7 +170,7 @@ def test_a_patched_file_keeps_its_early_reads_outside_the_changed_pages(
     new9[:8] = needle[-8:]
     _write_pages(path, {2: b"," * size, 4: b"," * size, 9: bytes(new9),
                         11: b"," * 10 + needle + b"," * (size - 10 - len(needle))}, size)
-    assert early.patch(path, before, scan._identity(path), [2, 4, 9, 11], size)
+    assert early.patch(path, before, file_identity(path), [2, 4, 9, 11], size)
     result = early.result()
     assert sorted(result["offsets"]["projections.db"]) == [
         6 * size + 10, 8 * size - (len(needle) - 8), 10 * size + 10]
@@ -190,7 +190,7 @@ def test_a_patch_is_refused_or_undone_when_the_file_changed_otherwise(
     time.sleep(scan.SETTLE_NS / 1e9 + 0.01)
     early = scan.TreeScan(tmp_path, [needle], workers=2)
     early.start([path])
-    before = scan._identity(path)
+    before = file_identity(path)
     assert not early.patch(path, (before[0] + 1, *before[1:]), before, [1], 4096)
     assert not early.patch(tmp_path / "other.db", before, before, [1], 4096)
     assert early.patch(path, before, before, [], 4096)
