@@ -37,6 +37,7 @@ from keys.keyring import Keyring, read_public_key_file
 from keys.roster import ROLES, ROOT, KeyRoster
 from keys.signing import Signer
 from ledger import bulk_reads, clock, envelope, logs, policy_rules, sqlite_recorder
+from ledger.census import SubjectCensus
 from ledger.domain import (
     OPERATOR,
     WRITER_OR_OPERATOR,
@@ -121,6 +122,9 @@ class LedgerApp(Application[UUID]):
             raise EnvironmentProblem(
                 f"cannot open the keystore: {_first_line(e)}",
                 hint="check the keystore setting in config.toml") from e
+        # atoms per subject for the maxAtoms rule, beside the events (ledger/census.py)
+        self.census = SubjectCensus(self.tlog.engine, config.events.schema,
+                                    Atom.Created.TOPIC)
         self.roster_id = uuid.uuid5(LEDGER_NAMESPACE, f"{self.ledger_id}/roster")
         try:
             self.root_public_key: bytes | None = read_public_key_file(

@@ -25,16 +25,14 @@ A refusal raises :class:`InputError` before anything is written: a batch is all 
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 import structlog
 
-from ledger import envelope
 from ledger.domain import WRITER_OR_OPERATOR, Atom
 from ledger.errors import InputError
 from ledger.portability.common import SIDECAR
@@ -261,33 +259,6 @@ def check_new_atoms(app: Any, inputs: Sequence[Any], *,
     return policy
 
 
-@dataclass
-class _Census:
-    """Atom ids per subject, from the log's atom-created events (scanned incrementally)."""
-
-    position: int = 0
-    by_subject: dict[str, list[str]] = field(default_factory=dict)
-
-
-_CENSUS: weakref.WeakKeyDictionary[Any, _Census] = weakref.WeakKeyDictionary()
-_SCAN_BATCH = 5000
-
-
-def _atoms_of(app: Any, subject_ids: set[str]) -> dict[str, list[str]]:
-    census = _CENSUS.setdefault(app, _Census())
-    head = int(app.recorder.max_notification_id() or 0)
-    while census.position < head:
-        rows = app.recorder.select_notifications(
-            start=census.position + 1, limit=_SCAN_BATCH, stop=head,
-            topics=[Atom.Created.TOPIC])
-        for n in rows:
-            payload = envelope.open_state(n.state).envelope["payload"]
-            census.by_subject.setdefault(str(payload["subject_id"]), []).append(
-                str(n.originator_id))
-        census.position = int(rows[-1].id) if len(rows) == _SCAN_BATCH else head
-    return {s: list(census.by_subject.get(s, [])) for s in subject_ids}
-
-
 def _standing(atom: Atom, now: datetime) -> Standing:
     return Standing(current_salience(float(atom.salience), int(atom.rehearsal_count),
                                      float(atom.emotional_valence or 0.0), atom.decay_profile,
@@ -318,7 +289,7 @@ def over_limit(app: Any, policy: Mapping[str, Any] | None, new: Sequence[Any],
     for a in new_atoms:
         if _active(a):
             fresh.setdefault(str(a.subject_id), []).append(a)
-    known = _atoms_of(app, set(fresh))
+    known = app.census.atoms_of(app.recorder, fresh)
     assert policy is not None
     reason = (f"memoryPolicy maxAtoms {limit}: lowest-salience active atom of a subject over "
               f"the limit (policy event {policy.get('event_id')})")
@@ -328,7 +299,7 @@ def over_limit(app: Any, policy: Mapping[str, Any] | None, new: Sequence[Any],
         old_ids = [i for i in known[subject_id] if i not in new_ids]
         if len(old_ids) + len(atoms) <= limit:
             continue  # fewer atoms were ever created for this subject than the limit
-        olds = [o for o in (app.get_atom(UUID(i)) for i in old_ids) if _active(o)]
+        olds = [o for o in app.get_many([UUID(i) for i in old_ids]) if _active(o)]
         pool = {str(a.id): a for a in [*olds, *atoms]}
         chosen = choose_archived(limit, [_standing(a, at) for a in pool.values()])
         for aid in chosen:
