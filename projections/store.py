@@ -203,6 +203,9 @@ class Store:
             yield False
             return
         keep = self.engine.connect()
+        # a read opens the WAL, and from then on this connection holds the shared lock
+        # that keeps any other close from being the last
+        keep.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar()
         self._held = True
         try:
             yield True
@@ -225,27 +228,31 @@ class Store:
         then shows in the file's identity). Returns the file's identity (size, mtime_ns,
         inode) before and after the copy, the page numbers copied and the page size;
         None (nothing is claimed) when the checkpoint was partial (a reader on an older
-        snapshot), the counts differ, or there is no WAL.
+        snapshot), the counts differ, the write lock could not be had, or there is no
+        WAL.
         """
         if not self.is_sqlite or self.sqlite_path is None:
             return None
         main = self.sqlite_path
         wal = main.with_name(main.name + "-wal")
         out = None
-        with write_transaction(self.engine):
-            frames = wal_frames(wal)
-            before = file_identity(main)
-            if frames is not None:
-                with self.engine.connect().execution_options(
-                        isolation_level="AUTOCOMMIT") as c:
-                    busy, logged, copied = c.exec_driver_sql(
-                        "PRAGMA wal_checkpoint(PASSIVE)").one()
-                if not busy and logged == frames.frames and copied == frames.frames:
-                    _wait_past_mtime(main)
-                    out = (before, file_identity(main), frames.pages, frames.page_size)
-                else:
-                    log.info("projections.checkpoint_partial", frames=frames.frames,
-                             logged=logged, copied=copied)
+        try:
+            with write_transaction(self.engine):
+                frames = wal_frames(wal)
+                before = file_identity(main)
+                if frames is not None:
+                    with self.engine.connect().execution_options(
+                            isolation_level="AUTOCOMMIT") as c:
+                        busy, logged, copied = c.exec_driver_sql(
+                            "PRAGMA wal_checkpoint(PASSIVE)").one()
+                    if not busy and logged == frames.frames and copied == frames.frames:
+                        _wait_past_mtime(main)
+                        out = (before, file_identity(main), frames.pages, frames.page_size)
+                    else:
+                        log.info("projections.checkpoint_partial", frames=frames.frames,
+                                 logged=logged, copied=copied)
+        except sa.exc.OperationalError as e:  # another writer held the lock past the timeout
+            log.warning("projections.checkpoint_unnamed", error=e.__class__.__name__)
         with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
             busy, _log, _done = c.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()
         if busy:

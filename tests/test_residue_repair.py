@@ -480,3 +480,30 @@ def test_checkpoint_pages_names_exactly_the_pages_the_checkpoint_writes(
             reader.execute("ROLLBACK")
     finally:
         reader.close()
+
+
+def test_checkpoint_pages_claims_nothing_when_the_write_lock_cannot_be_had(
+        proj: Projections, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another writer holding the projections past the busy timeout: no pages named (the
+    scan then reads the file again), and the WAL is still emptied."""
+    import contextlib
+
+    import projections.store as store_module
+
+    path = proj.store.sqlite_path
+    assert path is not None
+
+    @contextlib.contextmanager
+    def locked(_engine: Any) -> Iterator[Any]:
+        raise sa.exc.OperationalError("BEGIN IMMEDIATE", {}, Exception("database is locked"))
+        yield  # pragma: no cover
+
+    with proj.store.checkpoints_held():
+        with proj.store.engine.begin() as c:
+            c.exec_driver_sql("CREATE TABLE t (x TEXT)")
+            c.exec_driver_sql("INSERT INTO t VALUES ('row')")
+        wal = path.with_name(path.name + "-wal")
+        assert wal.stat().st_size > 0
+        monkeypatch.setattr(store_module, "write_transaction", locked)
+        assert proj.store.checkpoint_pages() is None
+        assert wal.stat().st_size == 0
