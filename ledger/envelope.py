@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
+import orjson
+
 from keys.errors import SignatureInvalid
 from keys.signing import Signer, verify_signature
 from ledger import canonical as _canonical
@@ -150,6 +152,23 @@ def open_state(state: bytes) -> Opened:
     if not isinstance(env["kid"], str) or not isinstance(env["payload"], dict):
         raise EnvelopeError("1.2", "envelope field 'kid' or 'payload' has the wrong type")
     return Opened(env, body, signature)
+
+
+def payload_of(state: bytes) -> dict[str, Any]:
+    """The payload of a stored state, parsed without the checks of :func:`open_state`
+    (frame, fields, signature encoding): for indexes that read every event of a kind
+    and must be rebuilt from the log anyway (ledger/census.py), never for a decision
+    about an event's validity. Raises :class:`EnvelopeError` if it is not a frame."""
+    if not (state.startswith(_PREFIX) and state.endswith(_SUFFIX)) or len(state) <= len(
+            _PREFIX) + _TAIL:
+        raise EnvelopeError("1.1", "stored state is not a signed envelope frame")
+    try:
+        payload = orjson.loads(state[len(_PREFIX):-_TAIL])["payload"]
+    except (orjson.JSONDecodeError, KeyError, TypeError) as e:
+        raise EnvelopeError("1.2", f"envelope has no payload ({e.__class__.__name__})") from e
+    if not isinstance(payload, dict):
+        raise EnvelopeError("1.2", "envelope field 'payload' has the wrong type")
+    return payload
 
 
 def verify(opened: Opened, public_key: bytes) -> None:

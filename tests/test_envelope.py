@@ -108,3 +108,16 @@ def test_the_envelope_spec_lists_every_topic_with_its_roles() -> None:
     section = spec[spec.index("## 4. Topics"):spec.index("## 5.")]
     rows = dict(re.findall(r"^\| `([^`]+)` \| ([a-z, ]+) \|$", section, re.MULTILINE))
     assert {t: r.split(", ") for t, r in rows.items()} == TOPICS
+
+
+@settings(max_examples=50, deadline=None)
+@given(json_values.filter(lambda v: isinstance(v, dict)) | st.dictionaries(
+    st.text(max_size=8), json_scalars, max_size=4))
+def test_payload_of_reads_what_open_state_reads(payload: dict[str, Any]) -> None:
+    """The census's quick read of a payload gives the verified reader's payload, and
+    refuses what is not a signed envelope frame."""
+    state = envelope.seal(_envelope(payload), SIGNER)
+    assert envelope.payload_of(state) == envelope.open_state(state).envelope["payload"]
+    for bad in (state[1:], state[:-1], b'{"envelope":[1],"signature":"' + b"A" * 88 + b'"}'):
+        with pytest.raises(envelope.EnvelopeError):
+            envelope.payload_of(bad)
