@@ -76,7 +76,8 @@ class ByteMatcher:
         with open(path, "rb", buffering=0) as f:
             for start, end in ranges:
                 f.seek(start)
-                data = f.read(end - start + tail)
+                view = memoryview(bytearray(end - start + tail))
+                data = view[:_read_full(f, view)]
                 out.extend(start + s for s in self.starts(data) if s < end - start)
         return out
 

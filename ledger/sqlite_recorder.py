@@ -61,13 +61,12 @@ class BulkSQLiteApplicationRecorder(SQLiteApplicationRecorder):
 TOPIC = f"{BulkSQLiteApplicationRecorder.__module__}:{BulkSQLiteApplicationRecorder.__qualname__}"
 
 
-def select_events_of(recorder: Any, originator_ids: Sequence[UUID], chunk: int = 500
-                     ) -> dict[UUID, list[StoredEvent]] | None:
+def select_events_of(recorder: BulkSQLiteApplicationRecorder,
+                     originator_ids: Sequence[UUID], chunk: int
+                     ) -> dict[UUID, list[StoredEvent]]:
     """Every event of each aggregate, in version order, read in one transaction with one
     query per ``chunk`` ids (``select_events`` is one query per aggregate; a batch erasure
-    reads a thousand). None where the recorder is not this module's."""
-    if not isinstance(recorder, BulkSQLiteApplicationRecorder):
-        return None
+    reads a thousand; ledger/bulk_reads.py chooses this for this module's recorder)."""
     out: dict[UUID, list[StoredEvent]] = {i: [] for i in originator_ids}
     ids = list(out)
     table = recorder.events_table_name

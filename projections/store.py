@@ -157,9 +157,7 @@ class Store:
             return
         with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
             c.exec_driver_sql("VACUUM")
-            busy, _log, _done = c.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()
-        if busy:
-            log.warning("projections.compaction_blocked", backend="sqlite")
+        self._truncate_wal()
 
     def compact(self, tables: Iterable[str]) -> CompactionReport:
         """Store-wide compaction after a purge (outside any transaction).
@@ -175,12 +173,9 @@ class Store:
         if self.is_sqlite:
             if self._held:  # checkpoints_held: the caller compacts when the block ends
                 return CompactionReport("sqlite", ("secure_delete",), complete=False)
-            with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
-                busy, _log, _done = c.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()
-            steps = ("secure_delete", "wal_checkpoint(truncate)")
-            if busy:
-                log.warning("projections.compaction_blocked", backend="sqlite")
-            return CompactionReport("sqlite", steps, complete=not busy)
+            done = self._truncate_wal()
+            return CompactionReport("sqlite", ("secure_delete", "wal_checkpoint(truncate)"),
+                                    complete=done)
         names = sorted(set(tables))
         with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
             for name in names:
@@ -253,11 +248,17 @@ class Store:
                                  logged=logged, copied=copied)
         except sa.exc.OperationalError as e:  # another writer held the lock past the timeout
             log.warning("projections.checkpoint_unnamed", error=e.__class__.__name__)
+        self._truncate_wal()
+        return out
+
+    def _truncate_wal(self) -> bool:
+        """``wal_checkpoint(TRUNCATE)`` on a connection of its own: the WAL copied into the
+        file and emptied. False (and a warning) when a reader or writer blocked it."""
         with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
             busy, _log, _done = c.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()
         if busy:
             log.warning("projections.compaction_blocked", backend="sqlite")
-        return out
+        return not busy
 
     # ------------------------------------------------------------------ residue repair
     def page_owners(self, offsets: Iterable[int]) -> dict[int, str | None]:
