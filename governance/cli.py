@@ -137,8 +137,9 @@ def artifact_delete_command(
 
 def redact_user_command(
     subject: Annotated[str, typer.Argument(help="Subject ref or id.")],
-    reason: ReasonOpt,
     operator: Annotated[str, typer.Option(help="Operator key that approves and signs.")],
+    reason: Annotated[str | None, typer.Option(
+        help="Why (sealed in the signed request; required unless --resume).")] = None,
     identifier: Annotated[list[str] | None, typer.Option(
         help="Text that identifies the person in memories of others (repeatable).")] = None,
     session: Annotated[list[str] | None, typer.Option(
@@ -146,10 +147,14 @@ def redact_user_command(
     legal_basis: Annotated[str | None, typer.Option(help="e.g. GDPR Art. 17(1)(a).")] = None,
     dry_run: Annotated[bool, typer.Option(help="Show what would be erased; change "
                                                "nothing.")] = False,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Finish the subject's interrupted request (no new one).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Right to be forgotten: receipt, gather, operator-signed batch, hard erasure of
     every copy, review flags for referring memories, confirmation with event ids.
+    An interrupted run is finished by running it again (or with --resume): the same
+    request and batch, from the step where it stopped.
 
     Example: ledger redact-user user_9f4e --reason "GDPR Art. 17" --operator operator \\
     --identifier "jane@example.org" --session sess:1
@@ -158,10 +163,10 @@ def redact_user_command(
 
     with _session() as (app, proj):
         ack_hours, completion_hours = sla_hours(app.policy())  # Persona §7 SLA in force
-        data = redact_user(app, proj, subject, reason=reason, operator=operator,
+        data = redact_user(app, proj, subject, reason=reason or "", operator=operator,
                            identifiers=identifier or [], sessions=session or [],
                            legal_basis=legal_basis, dry_run=dry_run, ack_hours=ack_hours,
-                           completion_hours=completion_hours)
+                           completion_hours=completion_hours, resume=resume)
     t = data["targets"]
     counts = f"{len(t['atoms'])} atoms, {len(t['artifacts'])} artifacts"
     if dry_run:
@@ -176,8 +181,9 @@ def redact_user_command(
         return
     _out(data, as_json, "\n".join([f"request {data['request_id']}",
                                    f"batch {data['batch_id']}", *data["event_ids"]]))
+    again = " (resumed an interrupted run)" if data.get("resumed") else ""
     _verdict(f"OK: erased {counts}; {len(data['flag_for_review'])} memories flagged for "
-             f"review; batch {data['batch_id']}")
+             f"review; batch {data['batch_id']}{again}")
 
 
 @review_cli.command("list")

@@ -20,8 +20,9 @@ delete` and `ledger redact-user`:
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +33,8 @@ import sqlalchemy as sa
 import structlog
 
 from governance.scan import TreeScan, scan_tree
-from keys.errors import KeyNotAuthorized
-from ledger import clock
+from keys.errors import DataKeyUnavailable, KeyNotAuthorized
+from ledger import clock, envelope, faults
 from ledger.errors import ConflictError, InputError, NotFound, VerificationFailed
 from projections._rows import contains
 from projections.memory import index_text
@@ -134,23 +135,69 @@ class _Timer:
         self._last = now
 
 
+CHUNK = 100
+"""Items per commit of the key destructions and of the tombstones: each commit is a step
+boundary an interrupted erasure resumes after (ADR 0019)."""
+
+STEPS = ("start", "after-receipt", "after-approval", "keys-deleted", "key", "subject-key",
+         "after-purge", "probes", "scan", "tombstone", "after-execute", "after-close")
+"""The crash points of an erasure (``LEDGER_FAULT=STEP[:N]``, ledger/faults.py): ``key``
+and ``tombstone`` count items (``key:150`` stops after the commit that destroyed the
+150th key); ``keys-deleted`` is between a keystore commit and its events."""
+
+
 def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reason: str,
                operator: str, request_id: UUID | None = None,
                cascade: dict[str, dict[str, Any]] | None = None,
-               referring: Sequence[str] = ()) -> dict[str, Any]:
-    """Destroy, purge, probe, tombstone. Returns batch id, event ids and reach results."""
+               referring: Sequence[str] = (), batch: Any = None) -> dict[str, Any]:
+    """Destroy, purge, probe, tombstone, close: one resumable batch (ADR 0019).
+
+    Each step is recorded (signed events, the keystore) before the next begins, and each
+    is idempotent, so a run that stopped anywhere is finished by running it again: the
+    batch left open for the same targets (or ``batch``, the request's) is continued,
+    never a second one opened. What the probes and the raw scan look for is taken before
+    the first key is destroyed and kept sealed under the batch's data key, in the
+    keystore, until the batch closes (its key destroyed last). Returns batch id, event
+    ids and reach results."""
     if mode not in ("hard", "delete"):
         raise InputError(f"hard_erase takes mode hard or delete, not {mode!r}")
     check_operator(app, operator)
     timer = _Timer()
     proj.catch_up()
-    before = app.checkpoint()
-    batch_id = app.open_batch(operator, request_id, mode, reason, targets.as_json())
-    with proj.store.engine.connect() as conn:
-        content, indexed = _content_of(proj, conn, targets)
+    if batch is None:
+        batch = _open_batch(app, request_id, targets)
+    resumed = batch is not None
+    notes: dict[str, Any] | None = None
+    if batch is None:
+        before = app.checkpoint().size
+        batch_id = app.open_batch(operator, request_id, mode, reason, targets.as_json())
+    else:
+        batch_id = batch.id
+        mode = batch.mode
+        targets = Targets(**{k: list(v) for k, v in batch.targets.items()})
+        before = app.seq_of(f"{batch_id}/1") - 1
+        notes = _read_notes(app, batch_id)
+        log.info("erasure.resumed", batch_id=str(batch_id), status=batch.status)
+    if batch is not None and batch.status in ("executed", "closed"):
+        return _close(app, proj, batch_id, request_id, operator, timer, before,
+                      batch.event_ids, batch.reach, targets)
+    if notes is None:  # taken before any key is destroyed (ADR 0019)
+        with proj.store.engine.connect() as conn:
+            content, indexed = _content_of(proj, conn, targets)
+        notes = {"content": content, "indexed": indexed,
+                 "needles": sorted({n for texts in content.values() for t in texts
+                                    for n in content_needles(t)}),
+                 "referring": sorted(referring), "cascade": cascade}
+        try:
+            app.datakeys.seal_note(str(batch_id), json.dumps(
+                {**notes, "needles": [n.hex() for n in notes["needles"]]}).encode())
+        except DataKeyUnavailable:
+            pass  # a batch opened before batches had keys: nothing to seal it under
+    faults.point("after-approval")
+    content, indexed = notes["content"], notes["indexed"]
+    needles, referring = notes["needles"], notes["referring"]
+    cascade = notes.get("cascade")
     ids = [UUID(i) for i in [*targets.atoms, *targets.artifacts, *targets.subjects]]
-    needles = sorted({n for texts in content.values() for t in texts
-                      for n in content_needles(t)})
     timer.lap("open")
     # The raw scan reads the files while the erasure runs (ADR 0012): the projections
     # file from now on, its changes held in its WAL until the probes are done, when a
@@ -163,12 +210,17 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
             main = proj.store.sqlite_path if held else None
             if main is not None:
                 scan.start([main])
-            shred_ids = app.shred(ids, reason, actor=operator)
+            earlier = resumed and app.datakeys.destroyed_among(items)
+            _destroy_keys(app, targets, batch_id, operator)
+            # a key an interrupted run destroyed may have left its bytes in a page this
+            # run cannot find them in (it never knew them): the keystore is rebuilt
+            app.datakeys.finish_deferred(vacuum=bool(earlier))
             timer.lap("shred")
             purged = {p.resolve() for p in proj.store.files()}
             scan.start([p for p in sorted(app.config.home.rglob("*"))
                         if p.is_file() and p.resolve() not in purged])
             routes = _purge(proj, items, timer)
+            faults.point("after-purge")
             # the checkpoint (copying the purged pages into the file, and naming them)
             # runs on a thread while the probes read: they write nothing
             with ThreadPoolExecutor(1, thread_name_prefix="checkpoint") as ex:
@@ -177,6 +229,7 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
                 named = changed.result()
             if main is not None and named is not None:
                 scan.patch(main, *named)
+        faults.point("scan")
         raw = scan_files(app.config.home, scan.wanted, scan)
         timer.lap("raw_scan")
     finally:
@@ -193,37 +246,120 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
         raise ErasureIncomplete(
             "erasure incomplete: " + "; ".join(problems[:5]),
             hint=f"keys are destroyed; fix the route and run the command again (batch "
-                 f"{batch_id} stays open)")
+                 f"{batch_id} stays open and is resumed)")
     reached = [*sorted(per_route), "raw-file-scan"]
-    tomb_ids = app.tombstone([UUID(a) for a in targets.atoms],
-                             [UUID(a) for a in targets.artifacts], mode, reason, reached,
-                             batch_id=str(batch_id), cascade=cascade, actor=operator)
+    note = f"erasure batch {batch_id}"  # the reason itself is sealed in the batch
+    done = 0
+    for chunk in _chunks(targets.atoms):
+        app.tombstone([UUID(a) for a in chunk], [], mode, note, reached,
+                      batch_id=str(batch_id), actor=operator)
+        done += len(chunk)
+        faults.point("tombstone", done)
+    if targets.artifacts:
+        app.tombstone([], [UUID(a) for a in targets.artifacts], mode, note, reached,
+                      batch_id=str(batch_id), cascade=cascade, actor=operator)
+        faults.point("tombstone", done + len(targets.artifacts))
     flag_ids = []
     for other in referring:
         fid = app.flag(UUID(other), "refers-to-erased", f"refers to memory erased by batch "
                        f"{batch_id}", related=None, actor=operator)
+        if fid is None and resumed:  # flagged by the interrupted run
+            fid = getattr(app.get_atom(UUID(other)), "flag_events", {}).get("refers-to-erased")
         if fid:
             flag_ids.append(fid)
     reach = {"routes": [per_route[n] for n in sorted(per_route)],
              "raw_scan": {k: raw[k] for k in ("files", "bytes", "engine", "needles", "hits",
                                               "checked_at", "repaired") if k in raw},
              "flagged_for_review": sorted(referring),
-             "checkpoint_before": before.size}
-    event_ids = [*shred_ids, *tomb_ids, *flag_ids]
-    close_ids = app.finish_batch(operator, batch_id, event_ids, reach, request_id=request_id)
-    proj.catch_up()
-    after = app.checkpoint()
-    timer.lap("tombstones")
+             "checkpoint_before": before}
+    if resumed:
+        reach["resumed"] = True
+    aggs = app.get_many(ids)
+    event_ids = [*(a.data_key_destroyed_event for a in aggs
+                   if getattr(a, "data_key_destroyed_event", None)),
+                 *(a.tombstone_event for a in aggs if getattr(a, "tombstone_event", None)),
+                 *flag_ids]
+    app.execute_batch(operator, batch_id, event_ids, reach)
+    faults.point("after-execute")
+    out = _close(app, proj, batch_id, request_id, operator, timer, before, event_ids, reach,
+                 targets)
     log.info("erasure.completed", batch_id=str(batch_id), items=len(ids),
              events=len(event_ids))
-    return {"batch_id": str(batch_id), "event_ids": [*event_ids, *close_ids],
-            "seconds": timer.laps, "scanned_bytes": raw["bytes"],
+    return {**out, "scanned_bytes": raw["bytes"],
             "scanned_early_bytes": raw.get("early_bytes", 0),
             "rescanned_bytes": raw.get("rescanned_bytes", 0),
             "patched_bytes": raw.get("patched_bytes", 0),
-            "repairs": raw.get("repair_steps", []),
+            "repairs": raw.get("repair_steps", []), "resumed": resumed}
+
+
+def _close(app: Any, proj: Projections, batch_id: UUID, request_id: UUID | None,
+           operator: str, timer: _Timer, before: int, event_ids: list[str],
+           reach: dict[str, Any], targets: Targets) -> dict[str, Any]:
+    """Close the batch (its key destroyed last: the sealed needles go with it) and its
+    request; the checkpoint after."""
+    close_ids = app.close_batch(operator, batch_id, request_id)
+    faults.point("after-close")
+    proj.catch_up()
+    after = app.checkpoint()
+    timer.lap("tombstones")
+    return {"batch_id": str(batch_id), "event_ids": [*event_ids, *close_ids],
+            "seconds": timer.laps, "scanned_bytes": 0, "scanned_early_bytes": 0,
+            "rescanned_bytes": 0, "patched_bytes": 0, "repairs": [],
             "targets": targets.as_json(), "reach": reach,
-            "checkpoints": {"before": before.size, "after": after.size}}
+            "checkpoints": {"before": before, "after": after.size}}
+
+
+def _chunks(items: Sequence[str]) -> Iterator[list[str]]:
+    for i in range(0, len(items), CHUNK):
+        yield list(items[i:i + CHUNK])
+
+
+def _destroy_keys(app: Any, targets: Targets, batch_id: UUID, operator: str) -> None:
+    """Step 3 in commits of :data:`CHUNK` items: atoms, artifacts, then the subject's key
+    (last: until it goes, the subject is still there to resume). Each commit is the
+    keystore's, then the items' signed events; the keystore is compacted and checked by
+    the caller (``finish_deferred``)."""
+    note = f"erasure batch {batch_id}"
+    done = 0
+    for chunk in _chunks([*targets.atoms, *targets.artifacts]):
+        app.shred([UUID(i) for i in chunk], note, actor=operator, defer=True)
+        done += len(chunk)
+        faults.point("key", done)
+    if targets.subjects:
+        app.shred([UUID(i) for i in targets.subjects], note, actor=operator, defer=True)
+        faults.point("subject-key")
+
+
+def _read_notes(app: Any, batch_id: UUID) -> dict[str, Any] | None:
+    raw = app.datakeys.open_note(str(batch_id))
+    if raw is None:
+        return None
+    notes: dict[str, Any] = json.loads(raw)
+    notes["needles"] = [bytes.fromhex(n) for n in notes["needles"]]
+    return notes
+
+
+def _open_batch(app: Any, request_id: UUID | None, targets: Targets | None) -> Any:
+    """The batch left open (not closed) by an interrupted erasure: the request's, or,
+    without a request, one of exactly these targets."""
+    from ledger.domain import RedactionBatch
+
+    opened = app.recorder.select_notifications(start=1, limit=10**9,
+                                               topics=[RedactionBatch.Created.TOPIC])
+    want = targets.as_json() if targets is not None else None
+    for n in reversed(opened):
+        payload = envelope.open_state(n.state).envelope["payload"]
+        rid = payload.get("request_id")
+        if request_id is not None:
+            if rid != str(request_id):
+                continue
+        elif rid is not None or want is None or \
+                {k: sorted(v) for k, v in payload.get("targets", {}).items()} != want:
+            continue
+        batch = app.repository.get(UUID(str(n.originator_id)))
+        if request_id is not None or batch.status != "closed":
+            return batch
+    return None
 
 
 def _purge(proj: Projections, items: list[str], timer: _Timer) -> list[Any]:
@@ -253,6 +389,7 @@ def _probe(proj: Projections, routes: list[Any], items: list[str],
     problems = []
     for res in probes:
         per_route[res.route]["items"] += 1
+        faults.point("probes")
         if res.reach is Reach.REACHABLE:
             per_route[res.route]["reach"] = Reach.REACHABLE.value
             problems.append(f"{res.route} still reaches {res.item_id} "
@@ -412,16 +549,34 @@ def redact_user(app: Any, proj: Projections, subject: str, *, reason: str, opera
                 identifiers: Sequence[str] = (), sessions: Sequence[str] = (),
                 legal_basis: str | None = None, dry_run: bool = False,
                 ack_hours: float = DEFAULT_ACK_HOURS,
-                completion_hours: float = DEFAULT_COMPLETION_HOURS) -> dict[str, Any]:
+                completion_hours: float = DEFAULT_COMPLETION_HOURS,
+                resume: bool = False) -> dict[str, Any]:
     """The right to be forgotten (Persona Schema §5): receipt, gather, approve, erase, flag,
-    confirm."""
-    if not reason.strip():
+    confirm.
+
+    A subject with a request still open (an interrupted run) gets that request finished,
+    never a second one (ADR 0019); ``resume`` asks for exactly that, and refuses when
+    there is nothing to resume."""
+    if not resume and not reason.strip():
         raise InputError("a reason is required", hint='e.g. --reason "GDPR Art. 17 request"')
     try:
         sid = app.resolve_subject(subject)
     except NotFound:
         raise NotFound(f"no subject {subject!r} in this ledger",
                        hint="check the subject's id with `ledger subject show`") from None
+    faults.point("start")
+    pending = None if dry_run else open_request(app, str(sid))
+    if pending is not None:
+        check_operator(app, operator)
+        return _resume_request(app, proj, pending, operator)
+    if resume:
+        done = _completed_request(app, proj, str(sid))
+        if done is not None:
+            return {"status": "already-completed", "no_op": True, **done,
+                    "subject_id": str(sid), "targets": Targets().as_json(),
+                    "flag_for_review": []}
+        raise NotFound(f"subject {subject} has no erasure request to resume",
+                       hint="start one with `ledger redact-user SUBJECT --reason ...`")
     t0 = time.perf_counter()
     targets, referring = plan_user_erasure(app, proj, str(sid), identifiers, sessions)
     gathered = round(time.perf_counter() - t0, 4)
@@ -438,10 +593,74 @@ def redact_user(app: Any, proj: Projections, subject: str, *, reason: str, opera
     request_id = app.receive_request(str(sid), reason, operator, ack_hours, completion_hours,
                                      legal_basis=legal_basis, identifiers=identifiers,
                                      sessions=sessions)
+    faults.point("after-receipt")
     result = hard_erase(app, proj, targets, mode="hard", reason=reason, operator=operator,
                         request_id=request_id, referring=referring)
     result["seconds"] = {"gather": gathered, **result["seconds"]}
     return {"status": "completed", "request_id": str(request_id), **result, **plan}
+
+
+def resume_request(app: Any, proj: Projections, request: str, operator: str
+                   ) -> dict[str, Any]:
+    """`ledger requests resume REQUEST`: finish an interrupted erasure request."""
+    from ledger.domain import ErasureRequest
+
+    try:
+        req = app.repository.get(UUID(request))
+    except (ValueError, Exception) as e:
+        if isinstance(e, ValueError) or "not found" in str(e).lower() or \
+                e.__class__.__name__ == "AggregateNotFoundError":
+            raise NotFound(f"no erasure request {request!r}",
+                           hint="see `ledger requests list`") from None
+        raise
+    if not isinstance(req, ErasureRequest):
+        raise NotFound(f"{request} is not an erasure request", hint="see `ledger requests list`")
+    check_operator(app, operator)
+    if req.completed_at is not None and req.data_key_destroyed_at is not None:
+        return {"status": "already-completed", "no_op": True, "request_id": str(req.id),
+                "batch_id": req.batch_id, "completed_at": req.completed_at,
+                "event_ids": req.event_ids, "subject_id": req.subject_id,
+                "targets": Targets().as_json(), "flag_for_review": []}
+    return _resume_request(app, proj, req, operator)
+
+
+def _resume_request(app: Any, proj: Projections, req: Any, operator: str) -> dict[str, Any]:
+    """Continue the request's batch from where it stopped (or open it, if the run
+    stopped after the receipt), and close both."""
+    batch = _open_batch(app, req.id, None)
+    if batch is None:
+        targets, referring = plan_user_erasure(app, proj, req.subject_id,
+                                               req.identifiers or (), req.sessions or ())
+        if targets.count == 0:
+            raise ConflictError(f"request {req.id} has nothing left to erase",
+                                hint="its subject's memories are already gone")
+        result = hard_erase(app, proj, targets, mode="hard", reason=req.reason or
+                            f"erasure request {req.id}", operator=operator,
+                            request_id=req.id, referring=referring)
+    else:
+        result = hard_erase(app, proj, Targets(), mode=batch.mode, reason="",
+                            operator=operator, request_id=req.id, batch=batch)
+    flagged = (result.get("reach") or {}).get("flagged_for_review", [])
+    return {"status": "completed", "resumed": True, "request_id": str(req.id), **result,
+            "subject_id": req.subject_id, "flag_for_review": flagged}
+
+
+def open_request(app: Any, sid: str) -> Any:
+    """The subject's erasure request that is not completed (or whose key is not yet
+    destroyed), if any."""
+    from ledger.domain import ErasureRequest
+
+    received = app.recorder.select_notifications(start=1, limit=10**9,
+                                                 topics=[ErasureRequest.Created.TOPIC])
+    for n in reversed(received):
+        if envelope.open_state(n.state).envelope["payload"].get("subject_id") != sid:
+            continue
+        req = app.repository.get(UUID(str(n.originator_id)))
+        if isinstance(req, ErasureRequest) and (
+                req.completed_at is None or
+                (req.data_key_destroyed_at is None and app.datakeys.present([str(req.id)]))):
+            return req
+    return None
 
 
 def _count(values: Iterable[str]) -> dict[str, int]:

@@ -280,7 +280,7 @@ table{{border-collapse:collapse;margin:1rem 0}}td,th{{border:1px solid #ccc;padd
 <h1>Erasure evidence</h1>
 <p>Ledger <code>{e(p['ledger']['origin'])}</code>, batch <code>{e(p['batch']['id'])}</code>
 ({e(p['batch']['mode'])}), approved by <b>{e(str(p['batch']['approved_by']))}</b>.
-Reason: {e(p['batch']['reason'])}. Targets: {e(counts)}.</p>
+Reason: {e(p['batch']['reason'] or 'sealed, erased with the batch key')}. Targets: {e(counts)}.</p>
 <h2>Request timeline</h2><table>{timeline}</table><p>Completed {e(on_time)}.</p>
 <h2>Where the memory could be reached</h2>
 <table><tr><th>store</th><th>reach after erasure</th><th>items</th><th>checked</th></tr>
