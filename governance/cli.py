@@ -266,10 +266,12 @@ def evidence_pack_command(
     Example: ledger evidence-pack 3f2a... --out pack --zip; ledger evidence-pack sign pack --as dpo
     """
     with _open[0]() as app:
+        key = app.signer(signer)
+        _check_pack_signer(app, key, signer)
         if target == "sign":
             if folder is None:
                 raise InputError("usage: ledger evidence-pack sign DIR --as KEY")
-            countersign(folder, app.signer(signer))
+            countersign(folder, key)
             _out({"pack": str(folder), "signed_by": signer}, as_json, str(folder))
             _verdict(f"OK: {folder} countersigned by {signer}")
             return
@@ -284,6 +286,24 @@ def evidence_pack_command(
     _out({"pack": str(path), "files": files,
           "zip": str(path.with_suffix(".zip")) if make_zip else None}, as_json, str(path))
     _verdict(f"OK: evidence pack written to {path}")
+
+
+def _check_pack_signer(app: Any, key: Any, name: str) -> None:
+    """Refuse, before anything is written, a key that verify-pack would not accept as a
+    pack's signer: one holding neither the operator nor the auditor role now."""
+    from keys.errors import KeyNotAuthorized
+    from ledger import clock
+
+    state, at = app.roster().state, clock.now()
+    for role in ("operator", "auditor"):
+        try:
+            state.check(key.kid, role, at)
+            return
+        except KeyNotAuthorized:
+            continue
+    raise InputError(f"{name} ({key.kid}) holds neither the operator nor the auditor role; "
+                     "an Evidence Pack signed by it would not verify",
+                     hint="sign with an operator or auditor key: --as operator")
 
 
 def verify_pack_command(

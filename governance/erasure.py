@@ -93,10 +93,14 @@ def _content_of(proj: Projections, conn: Any, t: Targets
     """
     out: dict[str, list[str]] = {}
     indexed: dict[str, str] = {}
+    kept = _successor_texts(proj, conn, t.atoms)
     for row in proj.atoms.atoms_by_id(conn, t.atoms):
         texts = [row.get("text"), row.get("gist"),
                  *(d.get("content") for d in (row.get("details") or []))]
-        out[row["atom_id"]] = [x for x in texts if isinstance(x, str)]
+        # what a correction copied into the live successor is the successor's own
+        # content (ADR 0019): not looked for, so its survival does not fail the erasure
+        out[row["atom_id"]] = [x for x in texts if isinstance(x, str) and
+                               not any(x.lower() in k for k in kept)]
         if row.get("text") is not None:
             indexed[row["atom_id"]] = index_text(row.get("text"), row.get("gist"),
                                                  row.get("tags"), row.get("details"))
@@ -111,6 +115,47 @@ def _content_of(proj: Projections, conn: Any, t: Targets
     assert art is not None
     return ({k: [x for x in v if x and len(x) >= MIN_PROBE_CHARS] for k, v in out.items()},
             indexed)
+
+
+def successors(proj: Projections, conn: Any, atom_ids: Sequence[str]) -> dict[str, list[str]]:
+    """Target atom -> the atoms that supersede it, directly or down the chain, that are
+    not targets and not erased: the corrections that live on. Follows ``superseded_by``
+    (primary-key reads, only for atoms that were corrected)."""
+    targets = set(atom_ids)
+    out: dict[str, list[str]] = {}
+    origin = {r["atom_id"]: r["atom_id"] for r in proj.atoms.atoms_by_id(conn, list(atom_ids))
+              if r.get("superseded_by")}
+    nxt = {r["atom_id"]: str(r["superseded_by"])
+           for r in proj.atoms.atoms_by_id(conn, sorted(origin))}
+    seen = set(origin)
+    while nxt:
+        ids = sorted({v for v in nxt.values() if v not in seen})
+        seen.update(ids)
+        by_id = {r["atom_id"]: r for r in proj.atoms.atoms_by_id(conn, ids)}
+        following: dict[str, str] = {}
+        for prev, sid in nxt.items():
+            row = by_id.get(sid)
+            if row is None:
+                continue
+            start = origin[prev]
+            origin[sid] = start
+            if sid not in targets and row["status"] not in GONE and not row["content_erased"]:
+                out.setdefault(start, []).append(sid)
+            if row.get("superseded_by") and str(row["superseded_by"]) not in seen:
+                following[sid] = str(row["superseded_by"])
+        nxt = following
+    return out
+
+
+def _successor_texts(proj: Projections, conn: Any, atom_ids: Sequence[str]) -> list[str]:
+    """The free text (lower case) of the live successors of these atoms."""
+    ids = sorted({s for v in successors(proj, conn, atom_ids).values() for s in v})
+    texts = []
+    for row in proj.atoms.atoms_by_id(conn, ids):
+        texts += [x.lower() for x in (row.get("text"), row.get("gist"),
+                                      *(d.get("content") for d in (row.get("details") or [])))
+                  if isinstance(x, str)]
+    return texts
 
 
 def scan_files(folder: Path, needles: Sequence[bytes],
@@ -184,7 +229,8 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
     if notes is None:  # taken before any key is destroyed (ADR 0019)
         with proj.store.engine.connect() as conn:
             content, indexed = _content_of(proj, conn, targets)
-        notes = {"content": content, "indexed": indexed,
+            kept = successors(proj, conn, targets.atoms)
+        notes = {"content": content, "indexed": indexed, "kept_by_successor": kept,
                  "needles": sorted({n for texts in content.values() for t in texts
                                     for n in content_needles(t)}),
                  "referring": sorted(referring), "cascade": cascade}
@@ -272,6 +318,8 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
                                               "checked_at", "repaired") if k in raw},
              "flagged_for_review": sorted(referring),
              "checkpoint_before": before}
+    if notes.get("kept_by_successor"):  # ADR 0019: the corrections' own content
+        reach["kept_by_successor"] = notes["kept_by_successor"]
     if resumed:
         reach["resumed"] = True
     aggs = app.get_many(ids)
@@ -641,7 +689,7 @@ def _resume_request(app: Any, proj: Projections, req: Any, operator: str) -> dic
         result = hard_erase(app, proj, Targets(), mode=batch.mode, reason="",
                             operator=operator, request_id=req.id, batch=batch)
     flagged = (result.get("reach") or {}).get("flagged_for_review", [])
-    return {"status": "completed", "resumed": True, "request_id": str(req.id), **result,
+    return {"status": "completed", "request_id": str(req.id), **result, "resumed": True,
             "subject_id": req.subject_id, "flag_for_review": flagged}
 
 

@@ -23,6 +23,7 @@ import functools
 import hashlib
 import html
 import json
+import os
 import shutil
 import zipfile
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from governance.dsse import (
     verify_envelope,
 )
 from keys.errors import KeyError_
+from keys.files import PUBLIC, make_dirs, write_file
 from keys.keyring import public_key_document
 from keys.roster import ROSTER_TOPICS
 from ledger import clock, envelope
@@ -135,7 +137,7 @@ def build_pack(app: Any, batch_id: str, out: Path, make_zip: bool = False,
     proofs = {k: app.tlog.inclusion(opened[k].envelope["seq"] - 1, after.size) for k in ordered}
     consistency = app.tlog.consistency(before.size, after.size)
 
-    out.mkdir(parents=True)
+    make_dirs(out)
     try:
         files: dict[str, bytes] = {}
         lines = []
@@ -161,8 +163,8 @@ def build_pack(app: Any, batch_id: str, out: Path, make_zip: bool = False,
         files[REPORT] = render_report(predicate).encode()
         for name, data in files.items():
             path = out / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
+            make_dirs(path.parent, exist_ok=True)
+            write_file(path, data)
         statement = {
             "_type": STATEMENT_TYPE,
             "subject": [{"name": n, "digest": {"sha256": _sha256(d)}}
@@ -172,7 +174,7 @@ def build_pack(app: Any, batch_id: str, out: Path, make_zip: bool = False,
         }
         payload = envelope.canonical(statement)
         dsse = sign_envelope(payload, app.signer(operator))
-        (out / STATEMENT).write_text(json.dumps(dsse, indent=2) + "\n", encoding="utf-8")
+        write_file(out / STATEMENT, json.dumps(dsse, indent=2) + "\n")
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise
@@ -239,13 +241,14 @@ def zip_pack(folder: Path) -> Path:
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
             zf.write(path, path.relative_to(folder).as_posix())
+    os.chmod(target, PUBLIC)  # zipfile creates it with 0o666 minus the umask
     return target
 
 
 def countersign(folder: Path, signer: Any) -> None:
     path = folder / STATEMENT
     dsse = json.loads(path.read_text(encoding="utf-8"))
-    path.write_text(json.dumps(add_signature(dsse, signer), indent=2) + "\n", encoding="utf-8")
+    write_file(path, json.dumps(add_signature(dsse, signer), indent=2) + "\n")
 
 
 # ----------------------------------------------------------------------------- report

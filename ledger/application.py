@@ -32,8 +32,7 @@ from eventsourcing.persistence import Mapper, Transcoder
 from pydantic import TypeAdapter, ValidationError
 
 from keys.datakeys import DataKeyStore, make_engine, store_sqlite
-from keys.errors import (DataKeyUnavailable, KeyError_, KeyNotAuthorized, KeyringError,
-                         KeystoreError)
+from keys.errors import DataKeyUnavailable, KeyError_, KeyNotAuthorized, KeyringError, KeystoreError
 from keys.keyring import Keyring, read_public_key_file
 from keys.roster import ROLES, ROOT, KeyRoster
 from keys.signing import Signer
@@ -134,6 +133,7 @@ class LedgerApp(Application[UUID]):
             self.root_public_key = None  # an auditor's copy may lack it; verify takes --root-key
         self._known_keys: dict[str, bytes] = (
             {config.root_kid: self.root_public_key} if self.root_public_key else {})
+        self._reading_roster = False
         assert isinstance(self.mapper, SigningMapper)
         self.mapper.configure(self.ledger_id, self.datakeys, self._resolve_key)
 
@@ -148,8 +148,15 @@ class LedgerApp(Application[UUID]):
 
     def _resolve_key(self, kid: str) -> bytes:
         pub = self._known_keys.get(kid)
-        if pub is None:
-            roster = self.roster()
+        if pub is None and not self._reading_roster:
+            # loading the roster verifies its own events, which resolves their keys: a
+            # roster event signed by a key the roster does not know must fail here, not
+            # load the roster again (a RecursionError, issue 20 item 5)
+            self._reading_roster = True
+            try:
+                roster = self.roster()
+            finally:
+                self._reading_roster = False
             self._known_keys.update({k: e.public_key for k, e in roster.state.entries.items()})
             pub = self._known_keys.get(kid)
         if pub is None:
@@ -215,6 +222,19 @@ class LedgerApp(Application[UUID]):
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
+    def root_signer(self) -> Signer:
+        """The home's ``root`` key, checked (by key id) to be this ledger's root before
+        anything is signed with it: another ledger's root key would append roster events
+        the verifier rejects, for ever (issue 20, item 5)."""
+        root = self.signer("root")
+        roster_root = self.roster().state.root_kid
+        if root.kid != self.config.root_kid or root.kid != roster_root:
+            raise InputError(
+                f"the key keys/root.key ({root.kid}) is not this ledger's root key "
+                f"({roster_root or self.config.root_kid}); nothing was written",
+                hint="restore the ledger's own root key from its backup")
+        return root
+
     def signer(self, actor: str | None) -> Signer:
         try:
             return self.keyring.load(actor or self.config.default_actor)
@@ -234,6 +254,10 @@ class LedgerApp(Application[UUID]):
                     f"event ({clock.format_instant(last)})",
                     hint=f"unset {clock.ENV} or set it to a later time; history is append-only")
             wanted = (roles,) if isinstance(roles, str) else roles
+            if wanted == (ROOT,) and self.exists(self.roster_id) and \
+                    signer.kid != self.roster().state.root_kid:
+                raise InputError(f"{signer.name} ({signer.kid}) is not the roster's root key; "
+                                 "nothing was written", hint="see `ledger keys list`")
             if wanted != (ROOT,):
                 state, problems = self.roster().state, []
                 for role in wanted:
@@ -305,6 +329,7 @@ class LedgerApp(Application[UUID]):
                         raise
                     self.datakeys.store(keys, at)
                 stored = True
+                faults.point("keys-stored")  # the window of issue 20, item 4
 
             try:
                 events: list[Any] = []
@@ -445,7 +470,7 @@ class LedgerApp(Application[UUID]):
         """Authorize a public key for a role; without one, create a key in this home."""
         if role not in ROLES:
             raise InputError(f"unknown role {role!r}", hint=f"roles: {', '.join(ROLES)}")
-        root = self.signer("root")
+        root = self.root_signer()
         created: Signer | None = None
         if public_key is None:
             try:
@@ -473,7 +498,7 @@ class LedgerApp(Application[UUID]):
 
     def revoke_key(self, kid: str, role: str | None = None, revoked_from: datetime | None = None,
                    reason: str | None = None) -> None:
-        root = self.signer("root")
+        root = self.root_signer()
         with self.writing(root, ROOT) as at:
             roster = self.roster()
             try:
@@ -486,7 +511,7 @@ class LedgerApp(Application[UUID]):
     def rotate_key(self, name: str, reason: str | None = None) -> tuple[str, str]:
         """Replace the key ``name``: the new key takes its active roles, the old is revoked."""
         old = self.signer(name)
-        root = self.signer("root")
+        root = self.root_signer()
         new = Signer.generate(name)
         with self.writing(root, ROOT) as at:
             roster = self.roster()
@@ -514,10 +539,11 @@ class LedgerApp(Application[UUID]):
             json.dump({"name": signer.name, "algorithm": "ed25519", "kid": signer.kid,
                        "seed": bytes(signer.signing_key).hex()}, f)
         os.replace(tmp, path)
+        from keys.files import write_file
         from keys.keyring import public_key_document
 
-        self.keyring.public_key_path(signer.name).write_text(
-            json.dumps(public_key_document(signer.name, signer.public_key)), encoding="utf-8")
+        write_file(self.keyring.public_key_path(signer.name),
+                   json.dumps(public_key_document(signer.name, signer.public_key)))
 
     # ------------------------------------------------------------------ subjects
     def register_subject(self, data: dict[str, Any], actor: str | None = None) -> UUID:
