@@ -400,11 +400,13 @@ class DataKeyStore:
             with self.engine.connect() as conn:
                 busy, _log, _ckpt = conn.exec_driver_sql(
                     "PRAGMA wal_checkpoint(TRUNCATE)").one()
-            if busy:
+            if busy:  # after waiting busy_timeout (10 s) for the readers to move on
+                name = self.engine.url.database or "keystore"
                 raise KeystoreError(
-                    "keystore checkpoint was blocked by another open connection; the destroyed "
-                    "key may persist in the WAL file. Close other ledger processes and run the "
-                    "erasure again")
+                    f"could not settle {Path(name).name}-wal: its checkpoint was blocked for "
+                    "10 s by another open connection (a reader or a backup in another "
+                    "process); the destroyed key may persist in that WAL file. Stop that "
+                    "reader and run the erasure again (it resumes)")
             return
         table = f'"{self.schema}".data_keys' if self.schema else "data_keys"
         with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:

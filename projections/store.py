@@ -258,7 +258,8 @@ class Store:
         with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
             busy, _log, _done = c.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()
         if busy:
-            log.warning("projections.compaction_blocked", backend="sqlite")
+            log.warning("projections.compaction_blocked", backend="sqlite",
+                        file=self.sqlite_path.name if self.sqlite_path else None)
         return not busy
 
     # ------------------------------------------------------------------ residue repair
