@@ -246,23 +246,19 @@ class DataKeyStore:
 
     def present(self, key_ids: Iterable[str]) -> set[str]:
         """Which of these key ids have a key in the store (not cached: the store's rows)."""
-        ids = sorted(set(key_ids))
-        out: set[str] = set()
-        with self.engine.connect() as conn:
-            for i in range(0, len(ids), 500):
-                out.update(r[0] for r in conn.execute(
-                    sa.select(self.keys.c.key_id).where(self.keys.c.key_id.in_(ids[i:i + 500]))))
-        return out
+        return self._ids_in(self.keys, key_ids)
 
     def destroyed_among(self, key_ids: Iterable[str]) -> set[str]:
         """Which of these key ids the store records as destroyed."""
+        return self._ids_in(self.destroyed, key_ids)
+
+    def _ids_in(self, table: sa.Table, key_ids: Iterable[str]) -> set[str]:
         ids = sorted(set(key_ids))
         out: set[str] = set()
         with self.engine.connect() as conn:
             for i in range(0, len(ids), 500):
                 out.update(r[0] for r in conn.execute(
-                    sa.select(self.destroyed.c.key_id)
-                    .where(self.destroyed.c.key_id.in_(ids[i:i + 500]))))
+                    sa.select(table.c.key_id).where(table.c.key_id.in_(ids[i:i + 500]))))
         return out
 
     def all_key_ids(self) -> list[str]:
