@@ -651,16 +651,15 @@ def redact_user(app: Any, proj: Projections, subject: str, *, reason: str, opera
 def resume_request(app: Any, proj: Projections, request: str, operator: str
                    ) -> dict[str, Any]:
     """`ledger requests resume REQUEST`: finish an interrupted erasure request."""
+    from eventsourcing.application import AggregateNotFoundError
+
     from ledger.domain import ErasureRequest
 
     try:
         req = app.repository.get(UUID(request))
-    except (ValueError, Exception) as e:
-        if isinstance(e, ValueError) or "not found" in str(e).lower() or \
-                e.__class__.__name__ == "AggregateNotFoundError":
-            raise NotFound(f"no erasure request {request!r}",
-                           hint="see `ledger requests list`") from None
-        raise
+    except (ValueError, AggregateNotFoundError):
+        raise NotFound(f"no erasure request {request!r}",
+                       hint="see `ledger requests list`") from None
     if not isinstance(req, ErasureRequest):
         raise NotFound(f"{request} is not an erasure request", hint="see `ledger requests list`")
     check_operator(app, operator)

@@ -218,3 +218,41 @@ def test_crash_matrix_postgres(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
             assert data.get("resumed") or point == "after-close", point
         finally:
             drop_schema(schema)
+
+
+def test_requests_resume_and_redact_user_resume(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ledger requests resume REQUEST` finishes a request killed after its first key
+    destruction; `redact-user --resume` finishes one killed after approval, and refuses
+    (exit 2, nothing written) when the subject has nothing to resume."""
+    monkeypatch.delenv("LEDGER_NOW", raising=False)
+    home = tmp_path / "home"
+    build(home, None, 12)
+    monkeypatch.setenv("LEDGER_HOME", str(home))
+    monkeypatch.delenv("LEDGER_FAULT", raising=False)
+    assert crash(home, "key:1").returncode == -9
+    app = LedgerApp(Config.load(home))
+    try:
+        from governance.requests import list_requests
+
+        [row] = list_requests(app)
+        assert row["status"] == "open"
+    finally:
+        app.close()
+    r = run_cli("requests", "resume", row["request_id"], "--json")
+    assert r.code == 0, r.err[-1500:]
+    assert json.loads(r.out)["request_id"] == row["request_id"]
+    again = run_cli("requests", "resume", row["request_id"], "--json")
+    assert again.code == 0 and json.loads(again.out)["no_op"]
+    before = {p.name: p.read_bytes() for p in files(home)}
+    ok = run_cli("redact-user", "other", "--resume", "--operator", "operator")
+    assert ok.code == 2 and "no erasure request to resume" in ok.err
+    assert run_cli("requests", "resume", "not-a-request").code == 2
+    assert {p.name: p.read_bytes() for p in files(home)} == before
+    assert run_cli("verify").code == 0
+    second = tmp_path / "second"
+    build(second, None, 12)
+    monkeypatch.setenv("LEDGER_HOME", str(second))
+    assert crash(second, "after-approval").returncode == -9
+    r = run_cli("redact-user", "target", "--resume", "--operator", "operator", "--json")
+    assert r.code == 0 and json.loads(r.out)["resumed"], r.err[-1500:]
