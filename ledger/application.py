@@ -19,7 +19,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ from ledger.domain import (
     ErasureRequest,
     LedgerEvent,
     Policy,
+    Record,
     RedactionBatch,
     Subject,
 )
@@ -540,11 +541,15 @@ class LedgerApp(Application[UUID]):
 
     def import_records(self, subjects: Sequence[dict[str, Any]],
                        artifacts: Sequence[dict[str, Any]], atoms: Sequence[dict[str, Any]],
-                       actor: str | None = None) -> dict[str, Any]:
+                       actor: str | None = None,
+                       records: Callable[[UUID, datetime], Sequence[Any]] | None = None
+                       ) -> dict[str, Any]:
         """Record subjects, artifacts and atoms in one command: all or nothing.
 
         Items whose ref already exists are skipped (so a repeated import is a no-op);
-        atoms may cite artifacts created in the same call. Returns counts and ids.
+        atoms may cite artifacts created in the same call. ``records(subject id, at)``
+        gives more aggregates (portable records, ADR 0017) for the same command.
+        Returns counts and ids, and the policy's archiving (``archived``).
         """
         sub_in = [parse(SubjectInput, d) for d in subjects]
         art_in = [parse(ArtifactInput, d) for d in artifacts]
@@ -592,11 +597,16 @@ class LedgerApp(Application[UUID]):
                 created["atoms"] += 1
             if len({a.id for a in new}) != len(new):
                 raise InputError("the import names one item twice (duplicate refs)")
+            if records is not None and sub_in:
+                new.extend(records(seen[("subject", sub_in[0].ref)], at))
+            loaded = policy_rules.over_limit(self, policy, new, at)
+            archived = archived_by_policy([*new, *loaded])
             if new:
-                self.commit(*new, *policy_rules.over_limit(self, policy, new, at))
+                self.commit(*new, *loaded)
         log.info("import.recorded", **{f"created_{k}": v for k, v in created.items()},
                  **{f"skipped_{k}": v for k, v in skipped.items()})
-        return {"created": created, "skipped": skipped, "ids": ids}
+        return {"created": created, "skipped": skipped, "ids": ids,
+                "archived": archived}
 
     # ------------------------------------------------------------------ atoms
     def _new_atom(self, inp: AtomInput, at: datetime, supersedes: str | None = None,
@@ -884,7 +894,7 @@ class LedgerApp(Application[UUID]):
     def tombstone(self, atom_ids: Sequence[UUID], artifact_ids: Sequence[UUID], mode: str,
                   reason: str, reached: list[str], batch_id: str | None = None,
                   cascade: dict[str, dict[str, Any]] | None = None,
-                  actor: str | None = None) -> list[str]:
+                  actor: str | None = None, records: Sequence[UUID] = ()) -> list[str]:
         """Signed tombstones after a hard erasure or deletion reached every route."""
         if mode not in ("hard", "delete"):
             raise InputError(f"tombstones are for hard or delete, not {mode!r}")
@@ -902,6 +912,12 @@ class LedgerApp(Application[UUID]):
                 atom.trigger_event(Atom.Redacted, timestamp=at, mode=mode, reason=reason,
                                    batch_id=batch_id, reached=reached)
                 aggs.append(atom)
+            for rec in self.get_many(records):
+                if getattr(rec, "status", "active") in ("hard-redacted", "deleted"):
+                    continue
+                rec.trigger_event(Record.Erased, timestamp=at, mode=mode, reason=reason,
+                                  batch_id=batch_id, reached=reached)
+                aggs.append(rec)
             for rid in dict.fromkeys(artifact_ids):
                 art: Any = self.repository.get(rid)
                 if art.status == "deleted":
@@ -1107,6 +1123,13 @@ def _gc_paused(pause: bool) -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+def archived_by_policy(items: Sequence[Any]) -> list[str]:
+    """Ids of the atoms among ``items`` that this command archives (maxAtoms), before
+    their pending events are committed."""
+    return sorted(str(a.id) for a in items if isinstance(a, Atom) and any(
+        isinstance(e, Atom.Redacted) and e.mode == "archive" for e in a.pending_events))
 
 
 def _parse_atoms(items: Sequence[dict[str, Any]]) -> list[AtomInput]:

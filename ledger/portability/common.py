@@ -80,6 +80,11 @@ class Plan:
     tombstones: dict[str, int] = field(default_factory=dict)
     untrusted: list[str] = field(default_factory=list)
     manifest_signature: str | None = None
+    #: Portable records (ADR 0017): (kind, line) to keep; (kind, id, tombstone id) a
+    #: tombstone covers; (kind, id, tombstone id) a tombstone targets (placeholders).
+    record_lines: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    record_erase: list[tuple[str, str, str]] = field(default_factory=list)
+    record_placeholders: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def subject_ref(self) -> str:

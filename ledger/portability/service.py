@@ -95,6 +95,8 @@ def apply_plan(app: Any, plan: Plan, *, dry_run: bool = False, actor: str | None
         (extra_artifacts if kind == "artifact" else extra_atoms).append(data)
     artifacts = plan.artifacts + extra_artifacts
     atoms = plan.atoms + extra_atoms
+    rp = _plan_records(app, plan, apply_untrusted)
+    shred.extend(rp.shred)
 
     report: dict[str, Any] = {
         "format": plan.format, "subject": subject, "dry_run": dry_run,
@@ -107,6 +109,11 @@ def apply_plan(app: Any, plan: Plan, *, dry_run: bool = False, actor: str | None
                        "not_applied_untrusted": sorted(set(not_applied))},
         "warnings": list(plan.warnings),
     }
+    report["records"] = {"created": sum(c[2] is not None for c in rp.create),
+                         "placeholders": sum(c[2] is None for c in rp.create),
+                         "superseded": len(rp.supersede), "skipped": rp.skipped,
+                         "erased_existing": len(rp.shred),
+                         "by_kind": _by_kind(c[1] for c in rp.create if c[2] is not None)}
     if plan.manifest_signature is not None:
         report["manifest_signature"] = plan.manifest_signature
     if dry_run:
@@ -122,10 +129,13 @@ def apply_plan(app: Any, plan: Plan, *, dry_run: bool = False, actor: str | None
                     created[key] += 1
                 else:
                     skipped[key] += 1
-        report.update(created=created, skipped=skipped)
+        report.update(created=created, skipped=skipped, archived={"atoms": 0, "ids": []})
         return report
 
-    result = app.import_records([plan.subject], artifacts, atoms, actor=actor)
+    from ledger.portability import records
+
+    result = app.import_records([plan.subject], artifacts, atoms, actor=actor,
+                                records=lambda sid, at: records.build(app, sid, rp, at))
     ids = result["ids"]
     for item in extra_artifacts:
         shred.append(UUID(ids["artifacts"][item["ref"]]))
@@ -133,12 +143,36 @@ def apply_plan(app: Any, plan: Plan, *, dry_run: bool = False, actor: str | None
         shred.append(UUID(ids["atoms"][item["ref"]]))
     if shred:
         _shred(app, list(dict.fromkeys(shred)), actor)
-    report.update(created=result["created"], skipped=result["skipped"])
+    archived = result.get("archived", [])
+    report.update(created=result["created"], skipped=result["skipped"],
+                  archived={"atoms": len(archived), "ids": archived})
     log.info("portability.imported", format=plan.format,
              **{f"created_{k}": v for k, v in result["created"].items()},
              **{f"skipped_{k}": v for k, v in result["skipped"].items()},
              refused=len(plan.refused), shredded=len(shred))
     return report
+
+
+def _plan_records(app: Any, plan: Plan, apply_untrusted: bool) -> Any:
+    """Portable records (ADR 0017): what to create, supersede, skip and shred."""
+    from ledger.portability import records
+
+    untrusted = set(plan.untrusted)
+
+    def acts(tomb_id: str) -> bool:
+        return tomb_id not in untrusted or apply_untrusted
+
+    covered = {(k, i) for k, i, _ in plan.record_erase}
+    return records.plan(app, plan.subject_ref, plan.record_lines, covered,
+                        [(k, i, acts(t)) for k, i, t in plan.record_erase],
+                        [(k, i) for k, i, t in plan.record_placeholders if acts(t)])
+
+
+def _by_kind(kinds: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for k in kinds:
+        out[k] = out.get(k, 0) + 1
+    return dict(sorted(out.items()))
 
 
 def _erase_entries(plan: Plan) -> list[tuple[str, str, str, bool]]:

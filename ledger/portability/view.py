@@ -8,6 +8,7 @@ reaches the exporters. Nothing is written.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -21,7 +22,8 @@ from ledger.portability.common import FOREIGN, SIDECAR, WIRE, local_of, norm_ins
 
 log = structlog.get_logger("ledger.portability")
 
-_TOPICS = ("memory-ledger:subject.", "memory-ledger:artifact.", "memory-ledger:atom.")
+_TOPICS = ("memory-ledger:subject.", "memory-ledger:artifact.", "memory-ledger:atom.",
+           "memory-ledger:record.")
 GONE_ATOM = ("hard-redacted", "deleted")
 WITHHELD_ATOM = ("soft-redacted", "archived")
 
@@ -75,6 +77,20 @@ class AtomView:
 
 
 @dataclass(frozen=True)
+class RecordView:
+    """A portable record (ADR 0017): its kind and line; ``content`` None once erased."""
+
+    id: UUID
+    kind: str
+    content: dict[str, Any] | None
+    revisions: int
+
+    @property
+    def erased(self) -> bool:
+        return self.content is None
+
+
+@dataclass(frozen=True)
 class SubjectView:
     ledger_id: str
     id: UUID
@@ -83,6 +99,7 @@ class SubjectView:
     locale: str | None
     atoms: list[AtomView]
     artifacts: list[ArtifactView]
+    records: list[RecordView] = dataclasses.field(default_factory=list)
 
     def artifact(self, local_id: str) -> ArtifactView | None:
         for a in self.artifacts:
@@ -122,7 +139,7 @@ def subject_refs(aggs: dict[UUID, Any]) -> list[str]:
 
 def load(app: Any, subject: str | None) -> SubjectView:
     """The view of ``subject`` (a ref or id); without one, the ledger's only subject."""
-    from ledger.domain import Artifact, Atom, Subject
+    from ledger.domain import Artifact, Atom, Record, Subject
 
     aggs = fold(app)
     subjects = [a for a in aggs.values() if isinstance(a, Subject)]
@@ -151,7 +168,11 @@ def load(app: Any, subject: str | None) -> SubjectView:
         ledger_id=str(app.ledger_id), id=subj.id, ref=subj.ref,
         display_name=None if subj.content_erased else subj.display_name, locale=subj.locale,
         atoms=sorted(atoms, key=lambda v: v.local_id),
-        artifacts=sorted(artifacts.values(), key=lambda v: v.local_id))
+        artifacts=sorted(artifacts.values(), key=lambda v: v.local_id),
+        records=[RecordView(id=r.id, kind=r.kind,
+                            content=None if r.content_erased else r.content,
+                            revisions=r.revisions)
+                 for r in aggs.values() if isinstance(r, Record) and r.subject_id == sid])
     log.info("portability.view_loaded", subject_id=sid, atoms=len(atoms),
              artifacts=len(artifacts))
     return view
