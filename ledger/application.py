@@ -650,6 +650,7 @@ class LedgerApp(Application[UUID]):
             "privacy_class": inp.privacy_class, "consent_basis": inp.consent_basis,
             "session_id": inp.session_id, "supersedes": supersedes,
             "min_sources": inp.min_sources, "extensions": inp.extensions,
+            "source_data": inp.source_data,
         }
         # The frozen dataclass's __init__ only sets these attributes one by one; build the
         # event the way eventsourcing's Mapper.to_domain_event does (test_bulk_append.py

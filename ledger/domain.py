@@ -199,7 +199,7 @@ class Atom(Aggregate, _Erasable, _Copyable):
     """One remembered fact, preference or episode: the Konshus and Persona atom fields."""
 
     TOPIC = "memory-ledger:atom"
-    PERSONAL_STATE = ("text", "gist", "details", "tags")
+    PERSONAL_STATE = ("text", "gist", "details", "tags", "source_data")
 
     # Set from the Created event (see ATOM_FIELDS); declared here for type checkers.
     subject_id: str
@@ -232,7 +232,7 @@ class Atom(Aggregate, _Erasable, _Copyable):
 
     class Created(Event, Aggregate.Created):
         TOPIC = "memory-ledger:atom.created.v1"
-        PERSONAL: ClassVar[tuple[str, ...]] = ("text", "gist", "details", "tags")
+        PERSONAL: ClassVar[tuple[str, ...]] = ("text", "gist", "details", "tags", "source_data")
         subject_id: str
         ref: str | None
         kind: str
@@ -257,10 +257,14 @@ class Atom(Aggregate, _Erasable, _Copyable):
         supersedes: str | None
         min_sources: int
         extensions: dict[str, Any] | None
+        #: What an importer carried from the source (provider ``x-`` fields, foreign
+        #: fields, the source's own ids and metadata): sealed, erased with the atom.
+        source_data: dict[str, Any] | None
 
         def apply(self, aggregate: Any) -> None:
             for name in ATOM_FIELDS:
                 setattr(aggregate, name, getattr(self, name, None))
+            aggregate.source_data = getattr(self, "source_data", None)
             aggregate._note_erased(self)
 
     class Rehearsed(Event):
@@ -361,6 +365,7 @@ class Atom(Aggregate, _Erasable, _Copyable):
     def __init__(self) -> None:
         for name in ATOM_FIELDS:
             setattr(self, name, None)
+        self.source_data: dict[str, Any] | None = None
         self.rehearsal_count = 0
         self.last_rehearsed_at: str | None = None
         self.last_rehearsal_session: str | None = None

@@ -85,6 +85,8 @@ class Plan:
     record_lines: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     record_erase: list[tuple[str, str, str]] = field(default_factory=list)
     record_placeholders: list[tuple[str, str, str]] = field(default_factory=list)
+    #: Items of the input already in the ledger under a sealed source id (pasted text).
+    repeats: int = 0
 
     @property
     def subject_ref(self) -> str:

@@ -38,7 +38,7 @@ DEFAULTS: dict[str, Any] = {
     "salience": 0.5, "emotional_valence": 0, "decay_profile": None, "privacy_class": None,
     "consent_basis": None, "session_id": None, "min_sources": 1, "rehearsal_count": 0,
     "last_rehearsed_at": None, "status": "active", "source_sensitivity": None,
-    "episode": None, "foreign": None, "provider": None, "erased": False,
+    "episode": None, "foreign": None, "provider": None, "erased": False, "source_id": None,
 }
 REQUIRED = ("id", "kind", "text", "sensitivity", "derivation", "created_at")
 KEYS = frozenset(REQUIRED) | frozenset(DEFAULTS)
@@ -128,6 +128,10 @@ def from_view(v: AtomView) -> Record:
     if v.erased:
         for k in ("text", "gist", "details", "tags"):
             rec[k] = "" if k == "text" else None
+        # what the source carried is personal too: once erased it never leaves, even
+        # from an older log that kept it in the clear (issue 20 item 6)
+        for k in ("provider", "foreign", "episode"):
+            rec[k] = None
     return clean(rec)
 
 
@@ -165,8 +169,13 @@ def to_inputs(rec: Record, subject_ref: str, resolve: Callable[[str], str | None
         elif r not in resolved:
             resolved.append(r)
     sidecar: dict[str, Any] = {}
-    if not reversible:
-        sidecar["id"] = local
+    # What the source carried is sealed under the atom's data key (``source_data``):
+    # its own id when the ref cannot hold it, provider and foreign fields, its episode
+    # metadata. The plaintext sidecar keeps only the ledger's bookkeeping (times, counts,
+    # a status, a label, unresolved citation ids), which verification and erasure need.
+    source: dict[str, Any] = {}
+    if not reversible or rec.get("source_id"):
+        source["id"] = rec.get("source_id") or local
     sidecar["created_at"] = _instant(rec["created_at"], f"{where}: created_at")
     if unresolved:
         sidecar["unresolved"] = unresolved
@@ -185,19 +194,21 @@ def to_inputs(rec: Record, subject_ref: str, resolve: Callable[[str], str | None
         sidecar["status"] = status
     if rec.get("episode") is not None and not isinstance(rec["episode"], dict):
         raise InputError(f"{where}: the kept episode fields must be an object")
-    for key, name in (("source_sensitivity", "sensitivity"), ("episode", "episode")):
-        if rec.get(key) is not None:
-            sidecar[name] = rec[key]
+    if rec.get("source_sensitivity") is not None:
+        sidecar["sensitivity"] = rec["source_sensitivity"]
+    if rec.get("episode") is not None:
+        source["episode"] = rec["episode"]
     provider = rec.get("provider") or {}
     if not isinstance(provider, dict) or any(
             not isinstance(k, str) or not k.startswith("x-") or k in RESERVED for k in provider):
         raise InputError(f"{where}: provider fields must be x- keys other than {RESERVED}")
-    extensions: dict[str, Any] = dict(provider)
-    extensions[SIDECAR] = sidecar
+    if provider:
+        source["provider"] = dict(provider)
+    extensions: dict[str, Any] = {SIDECAR: sidecar}
     if rec.get("foreign"):
         if not isinstance(rec["foreign"], dict):
             raise InputError(f"{where}: foreign fields must be an object")
-        extensions[FOREIGN] = rec["foreign"]
+        source[FOREIGN] = rec["foreign"]
     sensitivity = rec["sensitivity"]
     if sensitivity not in SENSITIVITIES:
         raise InputError(f"{where}: sensitivity {sensitivity!r} is not one of "
@@ -209,6 +220,8 @@ def to_inputs(rec: Record, subject_ref: str, resolve: Callable[[str], str | None
         "sensitivity": sensitivity, "derivation": rec["derivation"],
         "artifact_ids": resolved, "extensions": extensions,
     }
+    if source:
+        data["source_data"] = source
     for key in ("gist", "details", "tags", "confidence", "valid_from", "valid_to",
                 "extractor", "human_reviewed", "salience", "emotional_valence",
                 "decay_profile", "privacy_class", "consent_basis", "session_id", "min_sources"):

@@ -129,6 +129,7 @@ def apply_plan(app: Any, plan: Plan, *, dry_run: bool = False, actor: str | None
                     created[key] += 1
                 else:
                     skipped[key] += 1
+        skipped["atoms"] += plan.repeats
         report.update(created=created, skipped=skipped, archived={"atoms": 0, "ids": []})
         return report
 
@@ -144,6 +145,7 @@ def apply_plan(app: Any, plan: Plan, *, dry_run: bool = False, actor: str | None
     if shred:
         _shred(app, list(dict.fromkeys(shred)), actor)
     archived = result.get("archived", [])
+    result["skipped"]["atoms"] += plan.repeats
     report.update(created=result["created"], skipped=result["skipped"],
                   archived={"atoms": len(archived), "ids": archived})
     log.info("portability.imported", format=plan.format,
@@ -229,7 +231,8 @@ def plan_file(app: Any, path: Path, fmt: str, *, subject: str | None,
     if fmt in adapters.ADAPTERS:
         return adapters.plan_import(fmt, path, subject=subject, max_bytes=max_bytes,
                                     artifact_exists=artifact_exists,
-                                    skip_unsupported=skip_unsupported)
+                                    skip_unsupported=skip_unsupported,
+                                    known_source_ids=lambda ref: _source_ids(app, ref))
     if fmt == "mem":
         bundle = membundle.verify_bundle(path, trusted,
                                          max_line_bytes=max_bytes or MAX_LINE_BYTES)
@@ -241,6 +244,16 @@ def plan_file(app: Any, path: Path, fmt: str, *, subject: str | None,
     if fmt == "konshus":
         return konshus.plan_import(data, subject=subject, artifact_exists=artifact_exists)
     return persona.plan_import(data, subject=subject, artifact_exists=artifact_exists)
+
+
+def _source_ids(app: Any, subject_ref: str) -> set[str]:
+    """The sealed source ids of a subject's atoms (empty for a new subject)."""
+    from ledger.portability import view
+
+    if _exists(app, "subject", subject_ref) is None:
+        return set()
+    return {str(a.sidecar["id"]) for a in view.load(app, subject_ref).atoms
+            if a.sidecar.get("id")}
 
 
 def write_document(out: Path, doc: dict[str, Any], signer: Any | None, payload_type: str

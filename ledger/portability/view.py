@@ -198,6 +198,14 @@ def _atom_view(a: Any, subject_ref: str, local_by_uuid: dict[str, str]) -> AtomV
     sidecar = dict(ext.pop(SIDECAR, None) or {})
     foreign = dict(ext.pop(FOREIGN, None) or {})
     ext.pop(WIRE, None)
+    # importer-carried source data, sealed (None once erased); older logs kept it in the
+    # clear in ``extensions`` and the sidecar, read above
+    source = dict(getattr(a, "source_data", None) or {})
+    ext.update(source.get("provider") or {})
+    foreign.update(source.get(FOREIGN) or {})
+    for key in ("id", "episode"):
+        if key in source:
+            sidecar[key] = source[key]
     fields = {name: getattr(a, name, None) for name in ATOM_FIELDS}
     mapped = [local_by_uuid.get(x, x) for x in (a.artifact_ids or [])]
     cited = mapped + [u for u in sidecar.get("unresolved", []) if u not in mapped]
