@@ -115,6 +115,14 @@ def decode_episode(ep: dict[str, Any], foreign_origin: bool) -> Record:
     }
     if foreign_origin:
         rec["episode"] = {k: ep[k] for k in EPISODE_KEEP if k in ep}
+        # numbers the format allows but an atom's 0..1 fields do not (portable-memory's
+        # own signed.mem has importance 3): the atom gets the nearest value, the
+        # episode's own number is kept (sealed) and written back on export
+        for key, field in (("importance", "salience"), ("confidence", "confidence")):
+            v = ep[key]
+            if not 0 <= v <= 1:
+                rec["episode"][key] = v
+                rec[field] = min(max(float(v), 0.0), 1.0)
     return clean(rec)
 
 
@@ -131,7 +139,8 @@ def encode_episode(rec: Record, subject_ref: str) -> tuple[dict[str, Any], dict[
         "summary": rec["text"], "details": rec.get("gist") or rec["text"],
         "sensitivity": rec.get("source_sensitivity") or rec["sensitivity"],
         "metadata": base.get("metadata", {}), "categories": rec.get("tags") or [],
-        "importance": rec.get("salience", 0.5), "confidence": rec.get("confidence", 1.0),
+        "importance": base.get("importance", rec.get("salience", 0.5)),
+        "confidence": base.get("confidence", rec.get("confidence", 1.0)),
         "lifecycleState": base.get("lifecycleState") or rec.get("status", "active"),
         "extractionState": base.get("extractionState", "done"),
         "accessCount": rec.get("rehearsal_count", 0), "pinned": base.get("pinned", False),
@@ -359,9 +368,6 @@ def _foreign_fit(ep: dict[str, Any]) -> str | None:
         return "its summary must have 1 to 500 characters to become an atom's text"
     if ep["details"] != ep["summary"] and len(ep["details"]) > 2000:
         return "its details are longer than the 2000 characters of an atom's gist"
-    for key in ("importance", "confidence"):
-        if not 0 <= ep[key] <= 1:
-            return f"its {key} {ep[key]} is outside 0..1"
     return None
 
 

@@ -51,6 +51,8 @@ _DECAY_ALIASES = {"half_life_days": "halfLifeDays", "rehearsal_boost": "rehearsa
                   "minimum_salience": "minimumSalience", "detail_decay_rate": "detailDecayRate"}
 
 Record = dict[str, Any]
+#: RFC 8785 (the signed bytes) holds whole numbers up to 2^53-1 (IEEE 754 doubles).
+MAX_SIGNED_INT = 2**53 - 1
 
 
 def clean(rec: Record) -> Record:
@@ -182,6 +184,10 @@ def to_inputs(rec: Record, subject_ref: str, resolve: Callable[[str], str | None
     count = rec.get("rehearsal_count", 0)
     if not isinstance(count, int) or isinstance(count, bool) or count < 0:
         raise InputError(f"{where}: rehearsal count {count!r} is not a whole number >= 0")
+    if count > MAX_SIGNED_INT:
+        raise InputError(f"{where}: rehearsal count (accessCount, rehearsalCount) {count} is "
+                         f"above {MAX_SIGNED_INT}, the largest whole number a signed event "
+                         "can hold (RFC 8785)", hint="fix the count in the source file")
     if count:
         sidecar["rehearsal_count"] = count
     if rec.get("last_rehearsed_at"):

@@ -26,6 +26,7 @@ from ledger.envelope import pae
 from ledger.errors import InputError, NotFound
 from ledger.inputs import ArtifactInput, AtomInput, SubjectInput, parse
 from ledger.portability.common import SIDECAR, Plan
+from ledger.portability.record import MAX_SIGNED_INT
 
 log = structlog.get_logger("ledger.portability")
 
@@ -63,6 +64,26 @@ def placeholder(kind: str, subject: str, ref: str, tomb: dict[str, Any] | None
             "derivation": "stated", "sensitivity": "private", "extensions": {SIDECAR: side}}
 
 
+#: Atom input fields the mapper seals (plaintext JSON under AEAD, any number kept).
+_SEALED = frozenset({"text", "gist", "details", "tags", "source_data"})
+
+
+def _signable(value: Any, where: str) -> None:
+    """Refuse a number the signed (RFC 8785) bytes cannot hold, naming where it is."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int) and abs(value) > MAX_SIGNED_INT:
+        raise InputError(f"{where} is {value}, outside the ±{MAX_SIGNED_INT} a signed event "
+                         "can hold in the clear (RFC 8785); nothing was imported",
+                         hint="fix the value in the source file")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _signable(v, f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _signable(v, f"{where}[{i}]")
+
+
 def apply_plan(app: Any, plan: Plan, *, dry_run: bool = False, actor: str | None = None,
                apply_untrusted: bool = False) -> dict[str, Any]:
     """Validate, then write the plan (unless ``dry_run``); return the import report."""
@@ -72,6 +93,9 @@ def apply_plan(app: Any, plan: Plan, *, dry_run: bool = False, actor: str | None
         _check(ArtifactInput, a, f"artifact {a.get('ref')!r}")
     for m in plan.atoms:
         _check(AtomInput, m, f"atom {m.get('ref')!r}")
+        for k, v in m.items():
+            if k not in _SEALED:
+                _signable(v, f"atom {m.get('ref')!r}: {k}")
 
     shred: list[UUID] = []
     not_applied: list[str] = []
@@ -221,7 +245,26 @@ def read_trusted_key(path: Path) -> bytes:
 def plan_file(app: Any, path: Path, fmt: str, *, subject: str | None,
               trusted: Sequence[bytes], max_bytes: int | None,
               skip_unsupported: bool) -> Plan:
-    """Check ``path`` (before touching the ledger) and plan its import."""
+    """Check ``path`` (before touching the ledger) and plan its import.
+
+    Every failure is an :class:`InputError` (exit 2) or, for a forged signature by a
+    trusted key, ``VerificationFailed``: an exception the checks did not foresee on this
+    untrusted input is reported as the input's problem, with its place, never as a
+    traceback (issue 19 item 6); nothing has been written by then."""
+    try:
+        return _plan_file(app, path, fmt, subject=subject, trusted=trusted,
+                          max_bytes=max_bytes, skip_unsupported=skip_unsupported)
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError,
+            RecursionError, UnicodeError, AssertionError) as e:
+        log.warning("portability.input_unreadable", format=fmt, error=type(e).__name__)
+        raise InputError(f"{path} could not be read as {fmt}: {type(e).__name__}: "
+                         f"{str(e)[:200]}; nothing was imported",
+                         hint="check the file against the format's schema") from e
+
+
+def _plan_file(app: Any, path: Path, fmt: str, *, subject: str | None,
+               trusted: Sequence[bytes], max_bytes: int | None,
+               skip_unsupported: bool) -> Plan:
     from ledger.portability import adapters, konshus, mem, membundle, persona
     from ledger.portability.common import MAX_DOCUMENT_BYTES, MAX_LINE_BYTES, read_capped
 
