@@ -668,6 +668,8 @@ class LedgerApp(Application[UUID]):
             return self._add_atoms(items, actor)
 
     def _add_atoms(self, items: Sequence[dict[str, Any]], actor: str | None) -> list[UUID]:
+        """Also sets ``last_archived``: the atoms this command's maxAtoms step archived."""
+        self.last_archived: list[str] = []
         inputs = _parse_atoms(items)
         signer = self.signer(actor)
         with self.writing(signer) as at:
@@ -681,8 +683,9 @@ class LedgerApp(Application[UUID]):
             # the aggregates are built for the policy's max-atoms step.
             atoms: list[Any] = (created if policy is None
                                 else [_aggregate_of(e) for e in created])
-            self.commit(*atoms, *policy_rules.over_limit(self, policy, atoms, at),
-                        event_ids=False)
+            loaded = policy_rules.over_limit(self, policy, atoms, at)
+            self.last_archived = archived_by_policy([*atoms, *loaded])
+            self.commit(*atoms, *loaded, event_ids=False)
         command_log = log.bind()  # bound once: the lazy module logger binds on every call
         if command_log.is_enabled_for(logging.INFO):  # else skip the per-atom id strings
             for e in created:
@@ -771,6 +774,31 @@ class LedgerApp(Application[UUID]):
             self.commit(old, new)
         log.info("atom.corrected", atom_id=str(old.id), new_atom_id=str(new.id))
         return new.id
+
+    def restore_statuses(self, items: Sequence[tuple[UUID, str, UUID | None, str | None]],
+                         actor: str | None = None) -> int:
+        """Give imported atoms the status their source recorded, in one command:
+        (atom, ``superseded`` or ``expired``, successor, valid_to). Atoms no longer
+        active are left alone, so a re-run changes nothing. Returns how many changed."""
+        todo: list[Atom] = []
+        with self.writing(self.signer(actor)) as at:
+            atoms = self.get_many([i for i, *_ in items])
+            for atom, (_, status, successor, valid_to) in zip(atoms, items, strict=True):
+                if atom.status != "active" or atom.content_erased:
+                    continue
+                until = valid_to or clock.format_instant(at)
+                if status == "superseded" and successor is not None:
+                    atom.trigger_event(Atom.Superseded, timestamp=at,
+                                       superseded_by=str(successor), valid_to=until,
+                                       reason="status restored on import")
+                else:
+                    atom.trigger_event(Atom.Expired, timestamp=at, valid_to=until,
+                                       reason="status restored on import")
+                todo.append(atom)
+            if todo:
+                self.commit(*todo)
+        log.info("import.statuses_restored", count=len(todo))
+        return len(todo)
 
     def rehearse_atom(self, atom_id: str, session_id: str | None = None,
                       reason: str | None = None, actor: str | None = None) -> int:
@@ -1130,7 +1158,8 @@ def archived_by_policy(items: Sequence[Any]) -> list[str]:
     """Ids of the atoms among ``items`` that this command archives (maxAtoms), before
     their pending events are committed."""
     return sorted(str(a.id) for a in items if isinstance(a, Atom) and any(
-        isinstance(e, Atom.Redacted) and e.mode == "archive" for e in a.pending_events))
+        isinstance(e, Atom.Redacted) and getattr(e, "rule", None) == "maxAtoms"
+        for e in a.pending_events))
 
 
 def _parse_atoms(items: Sequence[dict[str, Any]]) -> list[AtomInput]:

@@ -314,6 +314,9 @@ class Atom(Aggregate, _Erasable, _Copyable):
         reason: str
         batch_id: str | None
         reached: list[str] | None
+        #: The memoryPolicy rule that archived the atom (``maxAtoms``), in the clear so
+        #: that audits tell policy effects from redactions; None for a person's redaction.
+        rule: str | None = None
 
         def apply(self, aggregate: Any) -> None:
             aggregate.status = STATUS_BY_MODE[self.mode]

@@ -199,6 +199,14 @@ def test_redact_user_shreds_the_subjects_records(home: Path, tmp_path: Path) -> 
     r = run_cli("--home", str(home), "redact-user", "u_graph", "--reason", "GDPR Art. 17",
                 "--operator", "operator", "--json")
     assert r.code == 0, r.err
+    done = json.loads(r.out)
+    assert len(done["targets"]["records"]) == 2
+    # the batch's Evidence Pack names the records and verifies offline
+    pack = tmp_path / "pack"
+    r = run_cli("--home", str(home), "evidence-pack", done["batch_id"], "--out", str(pack))
+    assert r.code == 0, r.err
+    r = run_cli("verify-pack", str(pack), "--root-key", str(home / "keys" / "root.pub"))
+    assert r.code == 0, r.err
     app = open_app(home)
     try:
         from ledger.portability import records, view

@@ -39,6 +39,7 @@ DEFAULTS: dict[str, Any] = {
     "consent_basis": None, "session_id": None, "min_sources": 1, "rehearsal_count": 0,
     "last_rehearsed_at": None, "status": "active", "source_sensitivity": None,
     "episode": None, "foreign": None, "provider": None, "erased": False, "source_id": None,
+    "superseded_by": None,
 }
 REQUIRED = ("id", "kind", "text", "sensitivity", "derivation", "created_at")
 KEYS = frozenset(REQUIRED) | frozenset(DEFAULTS)
@@ -126,6 +127,7 @@ def from_view(v: AtomView) -> Record:
         "source_sensitivity": v.sidecar.get("sensitivity"),
         "episode": v.sidecar.get("episode"), "foreign": v.foreign or None,
         "provider": v.provider or None, "erased": v.erased,
+        "superseded_by": v.superseded_by,
     }
     if v.erased:
         for k in ("text", "gist", "details", "tags"):
@@ -135,6 +137,24 @@ def from_view(v: AtomView) -> Record:
         for k in ("provider", "foreign", "episode"):
             rec[k] = None
     return clean(rec)
+
+
+def tally(atoms: Any) -> dict[str, int]:
+    """What every format's export reports the same way (ADR 0018): atoms withheld as
+    archived or soft-redacted (they stay in the ledger, out of exports), and corrections
+    or expiries whose status rides in our extension (``x-memory-ledger``), since no
+    format has a field for the successor."""
+    out = {"withheld_archived": 0, "withheld_soft_redacted": 0, "statuses_in_extension": 0}
+    for v in atoms:
+        if v.erased:
+            continue
+        if v.status == "archived":
+            out["withheld_archived"] += 1
+        elif v.status == "soft-redacted":
+            out["withheld_soft_redacted"] += 1
+        elif v.status in ("superseded", "expired"):
+            out["statuses_in_extension"] += 1
+    return out
 
 
 # ------------------------------------------------------------------ record -> ledger input
@@ -198,6 +218,10 @@ def to_inputs(rec: Record, subject_ref: str, resolve: Callable[[str], str | None
         raise InputError(f"{where}: status {status!r} is not one of {', '.join(STATUSES)}")
     if status != "active":
         sidecar["status"] = status
+    if rec.get("superseded_by") is not None:
+        if not isinstance(rec["superseded_by"], str):
+            raise InputError(f"{where}: superseded_by must be an id")
+        sidecar["superseded_by"] = rec["superseded_by"]
     if rec.get("episode") is not None and not isinstance(rec["episode"], dict):
         raise InputError(f"{where}: the kept episode fields must be an object")
     if rec.get("source_sensitivity") is not None:

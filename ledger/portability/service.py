@@ -168,6 +168,9 @@ def apply_plan(app: Any, plan: Plan, *, dry_run: bool = False, actor: str | None
         shred.append(UUID(ids["atoms"][item["ref"]]))
     if shred:
         _shred(app, list(dict.fromkeys(shred)), actor)
+    restored = _restore_statuses(app, plan, ids, actor)
+    if restored:
+        report["statuses_restored"] = restored
     archived = result.get("archived", [])
     result["skipped"]["atoms"] += plan.repeats
     report.update(created=result["created"], skipped=result["skipped"],
@@ -177,6 +180,30 @@ def apply_plan(app: Any, plan: Plan, *, dry_run: bool = False, actor: str | None
              **{f"skipped_{k}": v for k, v in result["skipped"].items()},
              refused=len(plan.refused), shredded=len(shred))
     return report
+
+
+def _restore_statuses(app: Any, plan: Plan, ids: dict[str, dict[str, str]],
+                      actor: str | None) -> int:
+    """Corrections and expiries survive a round trip (issue 19 item 7): an atom the
+    source recorded as superseded or expired gets that status here too, by its own
+    signed event, after the atoms exist (a re-run of the import finishes it)."""
+    from ledger.portability.common import namespaced
+
+    items: list[tuple[UUID, str, UUID | None, str | None]] = []
+    for m in plan.atoms:
+        side = (m.get("extensions") or {}).get(SIDECAR) or {}
+        status = side.get("status")
+        if status not in ("superseded", "expired") or m["ref"] not in ids["atoms"]:
+            continue
+        successor = None
+        if status == "superseded" and side.get("superseded_by"):
+            successor = app._ref_id("atom", namespaced(plan.subject_ref,
+                                                       str(side["superseded_by"]))[0])
+        items.append((UUID(ids["atoms"][m["ref"]]), status, successor, m.get("valid_to")))
+    if not items:
+        return 0
+    n: int = app.restore_statuses(items, actor=actor)
+    return n
 
 
 def _plan_records(app: Any, plan: Plan, apply_untrusted: bool) -> Any:

@@ -66,6 +66,8 @@ class AtomView:
     provider: dict[str, Any]
     foreign: dict[str, Any]
     sidecar: dict[str, Any]
+    superseded_by: str | None = None
+    """The local id of the atom that replaced this one (a correction), if any."""
 
     def get(self, name: str) -> Any:
         return self.fields.get(name)
@@ -162,8 +164,13 @@ def load(app: Any, subject: str | None) -> SubjectView:
     for a in aggs.values():  # artifacts of other subjects an atom may cite
         if isinstance(a, Artifact) and str(a.id) not in local_by_uuid:
             local_by_uuid[str(a.id)] = a.ref or str(a.id)
-    atoms = [_atom_view(a, subj.ref, local_by_uuid) for a in aggs.values()
-             if isinstance(a, Atom) and a.subject_id == sid]
+    mine = [a for a in aggs.values() if isinstance(a, Atom) and a.subject_id == sid]
+    atoms = [_atom_view(a, subj.ref, local_by_uuid) for a in mine]
+    local_atom = {str(v.id): v.local_id for v in atoms}
+    atoms = [dataclasses.replace(v, superseded_by=local_atom.get(str(a.superseded_by),
+                                                                 v.sidecar.get("superseded_by"))
+                                 if a.superseded_by else v.sidecar.get("superseded_by"))
+             for v, a in zip(atoms, mine, strict=True)]
     view = SubjectView(
         ledger_id=str(app.ledger_id), id=subj.id, ref=subj.ref,
         display_name=None if subj.content_erased else subj.display_name, locale=subj.locale,
