@@ -97,3 +97,53 @@ class WitnessProcess:
                 self.proc.wait()
         if self.proc.stderr:
             self.proc.stderr.close()
+
+
+class InProcessWitness:
+    """A witness served by uvicorn in a thread of this process (for the ledger-side tests)."""
+
+    def __init__(self, home: Path, name: str | None = None) -> None:
+        import threading
+
+        import uvicorn
+
+        from ledger.witness.server import bind, make_app
+        from ledger.witness.state import Witness, init_home
+
+        if name is not None:
+            init_home(home, name)
+        self.home = home
+        self.witness = Witness(home)
+        self.vkey = self.witness.vkey
+        self.sock = bind("127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        config = uvicorn.Config(make_app(self.witness), log_level="warning", access_log=False)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
+                                       daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("in-process witness did not start")
+            time.sleep(0.01)
+
+    def follow(self, origin: str, vkey: str) -> None:
+        self.witness.add_log(origin, vkey)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.sock.close()
+        self.witness.close()
+
+
+def free_url() -> str:
+    """A loopback URL where nothing listens (a witness that is down)."""
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"http://127.0.0.1:{port}"
