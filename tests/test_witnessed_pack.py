@@ -61,7 +61,7 @@ def test_checkpoint_cosigned_and_a_dead_witness_does_not_block(
         cp = app.checkpoint()
         status = {r.url: r.status for r in app.last_witnessing}
         assert status == {witnesses[0].url: "cosigned", late_url: "unreachable"}
-        assert f"\u2014 w0.example/witness " in cp.note
+        assert "\u2014 w0.example/witness " in cp.note
         assert app.tlog.recorded(cp.size).note == cp.note  # the cosigned note is stored
         app.add_atom({"subject": "u1", "text": "a fact"})
         cp2 = app.checkpoint()  # the write went through; w0 moves on from its last size
@@ -190,7 +190,7 @@ def test_pack_quorum_not_met_fails_at_step_7_3(erased: dict[str, Any], tmp_path:
     app, pack, ws = erased["app"], erased["pack"], erased["ws"]
     policy = _policy(tmp_path, "group G all W0 W1 W2\nquorum G\n", ws, app)
     files = snapshot(pack)
-    with pytest.raises(PackInvalid, match="step 7.3: witness quorum not met") as e:
+    with pytest.raises(PackInvalid, match=r"step 7.3: witness quorum not met") as e:
         verify_pack(pack, app.root_public_key, parse_policy(policy.read_bytes()))
     assert e.value.step == "7.3"
     r = run_cli("verify-pack", str(pack), "--policy", str(policy))
@@ -204,8 +204,8 @@ def test_pack_cosignature_by_a_key_outside_the_policy_does_not_count(
     # The policy trusts only w2, which never cosigned; w0's and w1's lines are ignored.
     policy = tmp_path / "only-w2.policy"
     policy.write_text(f"witness W2 {ws[2].vkey}\nquorum W2\n")
-    with pytest.raises(PackInvalid, match="step 7.3.*outside the policy \\(ignored\\): "
-                                          "w0.example/witness"):
+    with pytest.raises(PackInvalid, match=r"step 7.3.*outside the policy \(ignored\): "
+                                          r"w0.example/witness"):
         verify_pack(pack, app.root_public_key, parse_policy(policy.read_bytes()))
 
 
@@ -221,11 +221,11 @@ def test_pack_cosignature_over_another_checkpoint_fails_at_step_7_2(
     for p in (pack / "proofs").iterdir():  # the proof files carry the after checkpoint
         p.write_text(p.read_text().replace(w0_after, w0_before))
     _resign(pack, app)
-    with pytest.raises(PackInvalid, match="step 7.2: after checkpoint .*w0.example/witness.* "
-                                          "does not verify over this checkpoint"):
+    with pytest.raises(PackInvalid, match=r"step 7.2: after checkpoint .*w0.example/witness.* "
+                                          r"does not verify over this checkpoint"):
         verify_pack(pack, app.root_public_key)
     policy = _policy(tmp_path, "quorum W1\n", ws, app)
-    with pytest.raises(PackInvalid, match="step 7.2"):
+    with pytest.raises(PackInvalid, match=r"step 7.2"):
         verify_pack(pack, app.root_public_key, parse_policy(policy.read_bytes()))
 
 
@@ -234,5 +234,5 @@ def test_pack_proof_file_swapped_fails_at_step_7_1(erased: dict[str, Any]) -> No
     first, second = sorted((pack / "proofs").iterdir())[:2]
     first.write_bytes(second.read_bytes())
     _resign(pack, app)
-    with pytest.raises(PackInvalid, match="step 7.1"):
+    with pytest.raises(PackInvalid, match=r"step 7.1"):
         verify_pack(pack, app.root_public_key)
