@@ -60,14 +60,18 @@ class Targets:
     artifacts: list[str] = field(default_factory=list)
     subjects: list[str] = field(default_factory=list)
     why: dict[str, str] = field(default_factory=dict)
+    records: list[str] = field(default_factory=list)  # portable records (ADR 0017)
 
     def as_json(self) -> dict[str, list[str]]:
-        return {"atoms": sorted(self.atoms), "artifacts": sorted(self.artifacts),
-                "subjects": sorted(self.subjects)}
+        out = {"atoms": sorted(self.atoms), "artifacts": sorted(self.artifacts),
+               "subjects": sorted(self.subjects)}
+        if self.records:
+            out["records"] = sorted(self.records)
+        return out
 
     @property
     def count(self) -> int:
-        return len(self.atoms) + len(self.artifacts) + len(self.subjects)
+        return len(self.atoms) + len(self.artifacts) + len(self.subjects) + len(self.records)
 
 
 def check_operator(app: Any, operator: str) -> None:
@@ -231,8 +235,9 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
             content, indexed = _content_of(proj, conn, targets)
             kept = successors(proj, conn, targets.atoms)
         notes = {"content": content, "indexed": indexed, "kept_by_successor": kept,
-                 "needles": sorted({n for texts in content.values() for t in texts
-                                    for n in content_needles(t)}),
+                 "needles": sorted({n for texts in [*content.values(),
+                                                    _record_texts(app, targets.records)]
+                                    for t in texts for n in content_needles(t)}),
                  "referring": sorted(referring), "cascade": cascade}
         try:
             app.datakeys.seal_note(str(batch_id), json.dumps(
@@ -243,7 +248,8 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
     content, indexed = notes["content"], notes["indexed"]
     needles, referring = notes["needles"], notes["referring"]
     cascade = notes.get("cascade")
-    ids = [UUID(i) for i in [*targets.atoms, *targets.artifacts, *targets.subjects]]
+    ids = [UUID(i) for i in [*targets.atoms, *targets.artifacts, *targets.subjects,
+                              *targets.records]]
     timer.lap("open")
     # The raw scan reads the files while the erasure runs (ADR 0012): the projections
     # file from now on, its changes held in its WAL until the probes are done, when a
@@ -305,6 +311,9 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
         app.tombstone([], [UUID(a) for a in targets.artifacts], mode, note, reached,
                       batch_id=str(batch_id), cascade=cascade, actor=operator)
         faults.point("tombstone", done + len(targets.artifacts))
+    if targets.records:  # portable records (ADR 0017)
+        app.tombstone([], [], mode, note, reached, batch_id=str(batch_id), actor=operator,
+                      records=[UUID(r) for r in targets.records])
     flag_ids = []
     for other in referring:
         fid = app.flag(UUID(other), "refers-to-erased", f"refers to memory erased by batch "
@@ -369,7 +378,7 @@ def _destroy_keys(app: Any, targets: Targets, batch_id: UUID, operator: str) -> 
     the caller (``finish_deferred``)."""
     note = f"erasure batch {batch_id}"
     done = 0
-    for chunk in _chunks([*targets.atoms, *targets.artifacts]):
+    for chunk in _chunks([*targets.atoms, *targets.artifacts, *targets.records]):
         app.shred([UUID(i) for i in chunk], note, actor=operator, defer=True)
         done += len(chunk)
         faults.point("key", done)
@@ -408,6 +417,14 @@ def _open_batch(app: Any, request_id: UUID | None, targets: Targets | None) -> A
         if request_id is not None or batch.status != "closed":
             return batch
     return None
+
+
+def _record_texts(app: Any, ids: Sequence[str]) -> list[str]:
+    """Free text of portable records, for the raw scan only (no read model holds them)."""
+    from ledger.portability.records import needles_of
+
+    return [t for r in app.get_many([UUID(i) for i in ids]) if r.content is not None
+            for t in needles_of(r.content, MIN_PROBE_CHARS)] if ids else []
 
 
 def _purge(proj: Projections, items: list[str], timer: _Timer) -> list[Any]:
@@ -578,6 +595,7 @@ def plan_user_erasure(app: Any, proj: Projections, subject: str,
                 t.artifacts.append(aid)
         if subj is not None and not subj.get("content_erased"):
             t.subjects.append(sid)
+        t.records = _records_of(app, sid)
         # Memories of others that refer to the erased ones: shared tags or session.
         target_set = set(t.atoms)
         tags = {tag for row in target_rows for tag in (row.get("tags") or [])}
@@ -591,6 +609,12 @@ def plan_user_erasure(app: Any, proj: Projections, subject: str,
     referring = sorted({row["atom_id"] for row in others
                         if row["atom_id"] not in target_set and row["status"] not in GONE})
     return t, referring
+
+
+def _records_of(app: Any, sid: str) -> list[str]:
+    from ledger.portability.records import live_of
+
+    return [str(r.id) for r in live_of(app, sid)]
 
 
 def redact_user(app: Any, proj: Projections, subject: str, *, reason: str, operator: str,
