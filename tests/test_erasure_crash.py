@@ -256,3 +256,38 @@ def test_requests_resume_and_redact_user_resume(tmp_path: Path,
     assert crash(second, "after-approval").returncode == -9
     r = run_cli("redact-user", "target", "--resume", "--operator", "operator", "--json")
     assert r.code == 0 and json.loads(r.out)["resumed"], r.err[-1500:]
+
+
+SCAN_CHILD = r"""
+import os, signal, sys
+from pathlib import Path
+import governance.scan as scan
+scan.PARALLEL_FROM = 0  # a pool even for this small folder
+t = scan.TreeScan(Path(sys.argv[1]), [b"needle-of-the-test"], workers=2)
+t.start([Path(sys.argv[1]) / "f"])
+print(" ".join(str(p) for p in t._pool._processes), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_scan_workers_die_with_a_killed_erasure(tmp_path: Path) -> None:
+    """A `kill -9` of an erasure whose raw scan had started its worker pool: the workers
+    end too (before, they waited on their task pipe for ever, holding the home's files
+    and the caller's stdout open, so `subprocess.run` of a killed erasure never
+    returned)."""
+    import time
+
+    (tmp_path / "f").write_bytes(b"x" * 4096)
+    child = subprocess.Popen([sys.executable, "-c", SCAN_CHILD, str(tmp_path)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, _err = child.communicate(timeout=60)  # EOF: no worker holds the pipes
+    assert child.returncode == -9
+    workers = [int(p) for p in out.split()]
+    assert len(workers) == 2
+    deadline = time.monotonic() + 10
+    alive = workers
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if Path(f"/proc/{p}").exists()
+                 and "State:\tZ" not in Path(f"/proc/{p}/status").read_text()]
+        time.sleep(0.1)
+    assert alive == []

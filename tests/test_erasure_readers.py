@@ -35,7 +35,8 @@ while not stop.exists():
         try:
             c = sqlite3.connect(f"file:{home / name}?mode=ro", uri=True, timeout=10)
             c.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            for (t,) in c.execute("SELECT name FROM sqlite_master WHERE type='table' LIMIT 3").fetchall():
+            tables = "SELECT name FROM sqlite_master WHERE type='table' LIMIT 3"
+            for (t,) in c.execute(tables).fetchall():
                 c.execute(f'SELECT count(*) FROM "{t}"').fetchone()
             if loops % 3 == 0:
                 b = sqlite3.connect(str(out / f"{name}.bak"))
