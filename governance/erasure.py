@@ -185,8 +185,12 @@ class _Timer:
 
 
 CHUNK = 100
-"""Items per commit of the key destructions and of the tombstones: each commit is a step
-boundary an interrupted erasure resumes after (ADR 0019)."""
+"""Fewest items per commit of the key destructions and of the tombstones: each commit
+is a step boundary an interrupted erasure resumes after (ADR 0019). A large erasure uses
+at most :data:`MAX_COMMITS` commits per phase (each commit costs a transaction and a
+Merkle tree extension)."""
+MAX_COMMITS = 4
+
 
 STEPS = ("start", "after-receipt", "after-approval", "keys-deleted", "key", "subject-key",
          "after-purge", "probes", "scan", "tombstone", "after-execute", "after-close")
@@ -198,7 +202,8 @@ and ``tombstone`` count items (``key:150`` stops after the commit that destroyed
 def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reason: str,
                operator: str, request_id: UUID | None = None,
                cascade: dict[str, dict[str, Any]] | None = None,
-               referring: Sequence[str] = (), batch: Any = None) -> dict[str, Any]:
+               referring: Sequence[str] = (), batch: Any = None,
+               fresh: bool = False) -> dict[str, Any]:
     """Destroy, purge, probe, tombstone, close: one resumable batch (ADR 0019).
 
     Each step is recorded (signed events, the keystore) before the next begins, and each
@@ -206,14 +211,15 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
     batch left open for the same targets (or ``batch``, the request's) is continued,
     never a second one opened. What the probes and the raw scan look for is taken before
     the first key is destroyed and kept sealed under the batch's data key, in the
-    keystore, until the batch closes (its key destroyed last). Returns batch id, event
-    ids and reach results."""
+    keystore, until the batch closes (its key destroyed last). ``fresh``: the request was
+    received just now, so it has no batch to look for. Returns batch id, event ids and
+    reach results."""
     if mode not in ("hard", "delete"):
         raise InputError(f"hard_erase takes mode hard or delete, not {mode!r}")
     check_operator(app, operator)
     timer = _Timer()
     proj.catch_up()
-    if batch is None:
+    if batch is None and not fresh:
         batch = _open_batch(app, request_id, targets)
     resumed = batch is not None
     notes: dict[str, Any] | None = None
@@ -263,7 +269,7 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
             if main is not None:
                 scan.start([main])
             earlier = resumed and app.datakeys.destroyed_among(items)
-            _destroy_keys(app, targets, batch_id, operator)
+            shred_ids = _destroy_keys(app, targets, batch_id, operator)
             # a key an interrupted run destroyed may have left its bytes in a page this
             # run cannot find them in (it never knew them): the keystore is rebuilt
             app.datakeys.finish_deferred(vacuum=bool(earlier))
@@ -302,18 +308,20 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
     reached = [*sorted(per_route), "raw-file-scan"]
     note = f"erasure batch {batch_id}"  # the reason itself is sealed in the batch
     done = 0
+    tomb_ids: list[str] = []
     for chunk in _chunks(targets.atoms):
-        app.tombstone([UUID(a) for a in chunk], [], mode, note, reached,
-                      batch_id=str(batch_id), actor=operator)
+        tomb_ids += app.tombstone([UUID(a) for a in chunk], [], mode, note, reached,
+                                  batch_id=str(batch_id), actor=operator)
         done += len(chunk)
         faults.point("tombstone", done)
     if targets.artifacts:
-        app.tombstone([], [UUID(a) for a in targets.artifacts], mode, note, reached,
-                      batch_id=str(batch_id), cascade=cascade, actor=operator)
+        tomb_ids += app.tombstone([], [UUID(a) for a in targets.artifacts], mode, note,
+                                  reached, batch_id=str(batch_id), cascade=cascade,
+                                  actor=operator)
         faults.point("tombstone", done + len(targets.artifacts))
     if targets.records:  # portable records (ADR 0017)
-        app.tombstone([], [], mode, note, reached, batch_id=str(batch_id), actor=operator,
-                      records=[UUID(r) for r in targets.records])
+        tomb_ids += app.tombstone([], [], mode, note, reached, batch_id=str(batch_id),
+                                  actor=operator, records=[UUID(r) for r in targets.records])
     flag_ids = []
     for other in referring:
         fid = app.flag(UUID(other), "refers-to-erased", f"refers to memory erased by batch "
@@ -331,11 +339,12 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
         reach["kept_by_successor"] = notes["kept_by_successor"]
     if resumed:
         reach["resumed"] = True
-    aggs = app.get_many(ids)
-    event_ids = [*(a.data_key_destroyed_event for a in aggs
-                   if getattr(a, "data_key_destroyed_event", None)),
-                 *(a.tombstone_event for a in aggs if getattr(a, "tombstone_event", None)),
-                 *flag_ids]
+    if resumed:  # some were recorded by the interrupted run: each item's own events
+        aggs = app.get_many(ids)
+        shred_ids = [a.data_key_destroyed_event for a in aggs
+                     if getattr(a, "data_key_destroyed_event", None)]
+        tomb_ids = [a.tombstone_event for a in aggs if getattr(a, "tombstone_event", None)]
+    event_ids = [*shred_ids, *tomb_ids, *flag_ids]
     app.execute_batch(operator, batch_id, event_ids, reach)
     faults.point("after-execute")
     out = _close(app, proj, batch_id, request_id, operator, timer, before, event_ids, reach,
@@ -367,24 +376,28 @@ def _close(app: Any, proj: Projections, batch_id: UUID, request_id: UUID | None,
 
 
 def _chunks(items: Sequence[str]) -> Iterator[list[str]]:
-    for i in range(0, len(items), CHUNK):
-        yield list(items[i:i + CHUNK])
+    size = max(CHUNK, -(-len(items) // MAX_COMMITS))
+    for i in range(0, len(items), size):
+        yield list(items[i:i + size])
 
 
-def _destroy_keys(app: Any, targets: Targets, batch_id: UUID, operator: str) -> None:
+def _destroy_keys(app: Any, targets: Targets, batch_id: UUID, operator: str) -> list[str]:
     """Step 3 in commits of :data:`CHUNK` items: atoms, artifacts, then the subject's key
     (last: until it goes, the subject is still there to resume). Each commit is the
     keystore's, then the items' signed events; the keystore is compacted and checked by
     the caller (``finish_deferred``)."""
     note = f"erasure batch {batch_id}"
     done = 0
+    ids: list[str] = []
     for chunk in _chunks([*targets.atoms, *targets.artifacts, *targets.records]):
-        app.shred([UUID(i) for i in chunk], note, actor=operator, defer=True)
+        ids += app.shred([UUID(i) for i in chunk], note, actor=operator, defer=True)
         done += len(chunk)
         faults.point("key", done)
     if targets.subjects:
-        app.shred([UUID(i) for i in targets.subjects], note, actor=operator, defer=True)
+        ids += app.shred([UUID(i) for i in targets.subjects], note, actor=operator,
+                         defer=True)
         faults.point("subject-key")
+    return ids
 
 
 def _read_notes(app: Any, batch_id: UUID) -> dict[str, Any] | None:
@@ -667,7 +680,7 @@ def redact_user(app: Any, proj: Projections, subject: str, *, reason: str, opera
                                      sessions=sessions)
     faults.point("after-receipt")
     result = hard_erase(app, proj, targets, mode="hard", reason=reason, operator=operator,
-                        request_id=request_id, referring=referring)
+                        request_id=request_id, referring=referring, fresh=True)
     result["seconds"] = {"gather": gathered, **result["seconds"]}
     return {"status": "completed", "request_id": str(request_id), **result, **plan}
 
