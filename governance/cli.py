@@ -13,16 +13,14 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Annotated, Any
-from uuid import UUID
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from governance.erasure import Targets, delete_artifact, hard_erase, redact_user
-from governance.pack import PackInvalid, build_pack, countersign, verify_pack
-from keys.keyring import read_public_key_file
 from ledger.errors import EXIT_VERIFY, ConflictError, InputError
-from projections.service import Projections
+
+if TYPE_CHECKING:  # each command imports what it uses: `ledger --help` stays light
+    from projections.service import Projections
 
 OpenApp = Callable[[], AbstractContextManager[Any]]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
@@ -49,6 +47,8 @@ def register(cli: typer.Typer, open_app: OpenApp, artifact_cli: typer.Typer) -> 
 @contextmanager
 def open_session(open_app: OpenApp) -> Iterator[tuple[Any, Projections]]:
     """The ledger and its read models, closed together (every governance command)."""
+    from projections.service import Projections
+
     with open_app() as app:
         proj = Projections(app)
         try:
@@ -81,6 +81,8 @@ def redact_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Redact one atom.  Example: ledger redact atom_001 --mode hard --reason "user request\""""
+    from governance.erasure import Targets, hard_erase
+
     with _session() as (app, proj):
         aid = app.resolve("atom", atom)
         if mode in ("soft", "archive"):
@@ -107,6 +109,8 @@ def unredact_command(atom: str, reason: ReasonOpt, operator: OperatorOpt = "oper
 def delete_command(atom: str, reason: ReasonOpt, operator: OperatorOpt = "operator",
                    as_json: JsonOpt = False) -> None:
     """Delete an atom (same mechanics as hard redaction).  Example: ledger delete atom_001"""
+    from governance.erasure import Targets, hard_erase
+
     with _session() as (app, proj):
         aid = app.resolve("atom", atom)
         data = hard_erase(app, proj, Targets(atoms=[str(aid)]), mode="delete", reason=reason,
@@ -125,6 +129,8 @@ def artifact_delete_command(
 
     Example: ledger artifact delete art_101 --reason "user removed the chat"
     """
+    from governance.erasure import delete_artifact
+
     with _session() as (app, proj):
         data = delete_artifact(app, proj, artifact, reason=reason, operator=operator,
                                flag_unsourced=flag_unsourced)
@@ -165,6 +171,7 @@ def redact_user_command(
     Example: ledger redact-user user_9f4e --reason "GDPR Art. 17" --operator operator \\
     --identifier "jane@example.org" --dry-run
     """
+    from governance.erasure import redact_user
     from governance.requests import sla_hours
 
     with _session() as (app, proj):
@@ -276,6 +283,8 @@ def review_resolve(
 
     Example: ledger review resolve 3f2a... --action reanonymise --text "A guest liked it"
     """
+    from governance.erasure import Targets, hard_erase
+
     with _session() as (app, proj):
         aid = app.resolve("atom", atom)
         if action == "reanonymise":
@@ -314,6 +323,10 @@ def evidence_pack_command(
 
     Example: ledger evidence-pack 3f2a... --out pack --zip; ledger evidence-pack sign pack --as dpo
     """
+    from uuid import UUID
+
+    from governance.pack import build_pack, countersign
+
     with _open[0]() as app:
         if target == "sign":
             if folder is None:
@@ -339,15 +352,29 @@ def verify_pack_command(
     pack: Annotated[Path, typer.Argument(help="Pack folder or .zip.")],
     root_key: Annotated[Path | None, typer.Option(
         help="Trusted root public key (default: the pack's own keys/root.pub).")] = None,
+    policy: Annotated[Path | None, typer.Option(
+        help="A witness policy (c2sp.org/tlog-policy): witness keys, groups, quorum; the "
+             "pack fails at step 7.3 when its checkpoints do not meet it.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Verify an Evidence Pack offline, with public keys only.
 
-    Example: ledger verify-pack pack.zip --root-key root.pub
+    Example: ledger verify-pack pack.zip --root-key root.pub --policy witnesses.policy
     """
+    from governance.pack import PackInvalid, verify_pack
+    from governance.witnessed import summary
+    from keys.keyring import read_public_key_file
+    from ledger.witness.policy import parse_policy
+
     root = read_public_key_file(root_key) if root_key else None
+    witness_policy = None
+    if policy is not None:
+        try:
+            witness_policy = parse_policy(policy.read_bytes())
+        except OSError as e:
+            raise InputError(f"cannot read policy file {policy}: {e}") from e
     try:
-        report = verify_pack(pack, root)
+        report = verify_pack(pack, root, witness_policy)
     except PackInvalid as e:
         _out({"ok": False, "step": e.step, "reason": str(e)}, as_json)
         _verdict(f"FAIL: {e}")
@@ -356,8 +383,8 @@ def verify_pack_command(
     trust = "the trusted root key" if root_key else "the pack's own root key (pin one with " \
                                                     "--root-key)"
     _verdict(f"OK: pack verified against {trust}: {report.events} signed events, signers "
-             f"{', '.join(report.signers)}; {report.flagged_for_review} memories of others "
-             f"flagged for review")
+             f"{', '.join(report.signers)}{summary(report.witnesses)}; "
+             f"{report.flagged_for_review} memories of others flagged for review")
 
 
 __all__ = ["ConflictError", "register"]

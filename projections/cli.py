@@ -16,16 +16,17 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ledger import clock
 from ledger.clock import parse_instant
-from ledger.domain import ERASED
 from ledger.errors import EXIT_VERIFY, InputError
-from projections.runner import Progress
-from projections.service import Projections
+
+if TYPE_CHECKING:  # each command imports what it uses: `ledger --help` stays light
+    from projections.runner import Progress
+    from projections.service import Projections
 
 __all__ = ["OpenApp", "Rehearse", "memory_cli", "memory_inspect_command",
            "memory_list_command", "projections_cli", "recall_command", "register",
@@ -76,6 +77,8 @@ def register(cli: typer.Typer, open_app: OpenApp, rehearse: Rehearse | None = No
 def _projections() -> Iterator[tuple[Any, Projections]]:
     if CONTEXT.open_app is None:
         raise RuntimeError("projections.cli.register() was not called")
+    from projections.service import Projections
+
     with CONTEXT.open_app() as app:
         proj = Projections(app)
         try:
@@ -98,6 +101,8 @@ def _verdict(message: str) -> None:
 def _erased(d: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
     """The CLI shows erased content as ``[erased]`` (as ``ledger atom show`` does)."""
     if d.get("content_erased"):
+        from ledger.domain import ERASED
+
         return {k: (ERASED if k in fields else v) for k, v in d.items()}
     return d
 

@@ -19,8 +19,6 @@ import typer
 
 from ledger import clock
 from ledger.errors import InputError
-from ledger.portability import konshus, mem, persona, service, view
-from ledger.portability.common import FORMATS, INGEST
 
 OpenApp = Callable[[], AbstractContextManager[Any]]
 
@@ -38,6 +36,8 @@ PAYLOAD_TYPES = {"konshus": "application/vnd.memory-ledger.konshus-export.v1+jso
 
 
 def _format(value: str, ingest: bool = False) -> str:
+    from ledger.portability.common import FORMATS, INGEST
+
     allowed = FORMATS + (INGEST if ingest else ())
     if value not in allowed:
         raise InputError(f"unknown format {value!r} for this command",
@@ -89,6 +89,8 @@ def make_import(open_app: OpenApp) -> Callable[..., None]:
 
         Example: ledger import export.json --format konshus --json
         """
+        from ledger.portability import service
+
         fmt = _format(fmt, ingest=True)
         trusted = [service.read_trusted_key(p) for p in trust or []]
         with open_app() as app:
@@ -132,6 +134,8 @@ def make_export(open_app: OpenApp) -> Callable[..., None]:
 
         Example: ledger export --format mem --subject user_9f4e --out user.mem --sign
         """
+        from ledger.portability import konshus, mem, persona, service, view
+
         fmt = _format(fmt)
         with open_app() as app:
             v = view.load(app, subject)
