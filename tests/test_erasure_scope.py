@@ -28,7 +28,8 @@ from ledger.errors import ConflictError, EnvironmentProblem, InputError
 from ledger.home import Config
 from projections.service import Projections
 
-from .conftest import RawStore, files_under, run_cli, snapshot
+from .conftest import RawStore, run_cli, snapshot
+from .test_governance import _in_files, _marker
 
 
 @pytest.fixture
@@ -36,15 +37,6 @@ def proj(app: LedgerApp):  # type: ignore[no-untyped-def]
     p = Projections(app)
     yield p
     p.close()
-
-
-def _marker() -> str:
-    return f"zq{uuid.uuid4().hex[:12]}"
-
-
-def _in_files(home: Path, needle: str) -> list[str]:
-    data = needle.encode()
-    return [str(p) for p in files_under(home) if data in p.read_bytes()]
 
 
 def _rows_of(raw: RawStore, atom_id: str) -> list[tuple[int, str, int, str, bytes]]:

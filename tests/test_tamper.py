@@ -98,14 +98,15 @@ def test_deleted_event_detected(home: Path, raw: RawStore) -> None:
     assert report["failure"]["step"] == "3"  # type: ignore[index]
 
 
-def _forge_rehearsal(home: Path, signer: Signer, atom_id: str) -> None:
-    """Append an event signed by ``signer`` without the application's authorization check."""
+def _forge_rehearsal(home: Path, signer: Signer, atom_id: str, seq: int | None = None) -> None:
+    """Append an event signed by ``signer`` without the application's authorization check
+    (its envelope's ``seq``: the next one, or ``seq``)."""
     app = LedgerApp(Config.load(home))
     try:
         atom = app.get_atom(atom_id)
-        seq, _ = app.head()
+        head, _ = app.head()
         atom.trigger_event(Atom.Rehearsed, timestamp=clock.now(), session_id=None, reason=None)
-        app.mapper.begin(signer, seq + 1)  # type: ignore[attr-defined]
+        app.mapper.begin(signer, head + 1 if seq is None else seq)  # type: ignore[attr-defined]
         try:
             app.save(atom)
         finally:
@@ -141,17 +142,7 @@ def _forge_at(home: Path, raw: RawStore, signer: Signer, atom_id: str, seq: int,
               after: int, kid: str | None = None) -> int:
     """Insert a forged event (``seq``, signed by ``signer``, its envelope naming ``kid``)
     into the log right after position ``after``; return the position it landed at."""
-    app = LedgerApp(Config.load(home))
-    try:
-        atom = app.get_atom(atom_id)
-        atom.trigger_event(Atom.Rehearsed, timestamp=clock.now(), session_id=None, reason=None)
-        app.mapper.begin(signer, seq)  # type: ignore[attr-defined]
-        try:
-            app.save(atom)
-        finally:
-            app.mapper.end()  # type: ignore[attr-defined]
-    finally:
-        app.close()
+    _forge_rehearsal(home, signer, atom_id, seq)
     rows = raw.rows()
     forged, tail = rows[-1], [r for r in rows[:-1] if r[0] > after]
     state = forged[4]
