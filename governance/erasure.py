@@ -67,14 +67,18 @@ class Targets:
     artifacts: list[str] = field(default_factory=list)
     subjects: list[str] = field(default_factory=list)
     why: dict[str, str] = field(default_factory=dict)
+    records: list[str] = field(default_factory=list)  # portable records (ADR 0017)
 
     def as_json(self) -> dict[str, list[str]]:
-        return {"atoms": sorted(self.atoms), "artifacts": sorted(self.artifacts),
-                "subjects": sorted(self.subjects)}
+        out = {"atoms": sorted(self.atoms), "artifacts": sorted(self.artifacts),
+               "subjects": sorted(self.subjects)}
+        if self.records:
+            out["records"] = sorted(self.records)
+        return out
 
     @property
     def count(self) -> int:
-        return len(self.atoms) + len(self.artifacts) + len(self.subjects)
+        return len(self.atoms) + len(self.artifacts) + len(self.subjects) + len(self.records)
 
 
 def check_operator(app: Any, operator: str) -> None:
@@ -160,9 +164,10 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
     batch_id = app.open_batch(operator, request_id, mode, reason, targets.as_json())
     with proj.store.engine.connect() as conn:
         content, indexed = _content_of(proj, conn, targets)
-    ids = [UUID(i) for i in [*targets.atoms, *targets.artifacts, *targets.subjects]]
-    needles = sorted({n for texts in content.values() for t in texts
-                      for n in content_needles(t)})
+    ids = [UUID(i) for i in [*targets.atoms, *targets.artifacts, *targets.subjects,
+                              *targets.records]]
+    needles = sorted({n for texts in [*content.values(), _record_texts(app, targets.records)]
+                      for t in texts for n in content_needles(t)})
     timer.lap("open")
     # The raw scan reads the files while the erasure runs (ADR 0012): the projections
     # file from now on, its changes held in its WAL until the probes are done, when a
@@ -209,7 +214,8 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
     reached = [*sorted(per_route), "raw-file-scan"]
     tomb_ids = app.tombstone([UUID(a) for a in targets.atoms],
                              [UUID(a) for a in targets.artifacts], mode, reason, reached,
-                             batch_id=str(batch_id), cascade=cascade, actor=operator)
+                             batch_id=str(batch_id), cascade=cascade, actor=operator,
+                             records=[UUID(r) for r in targets.records])
     flag_ids = []
     for other in referring:
         why = referring[other] if isinstance(referring, Mapping) else "refers to memory"
@@ -240,6 +246,14 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
             "repairs": raw.get("repair_steps", []),
             "targets": targets.as_json(), "reach": reach,
             "checkpoints": {"before": before.size, "after": after.size}}
+
+
+def _record_texts(app: Any, ids: Sequence[str]) -> list[str]:
+    """Free text of portable records, for the raw scan only (no read model holds them)."""
+    from ledger.portability.records import needles_of
+
+    return [t for r in app.get_many([UUID(i) for i in ids]) if r.content is not None
+            for t in needles_of(r.content, MIN_PROBE_CHARS)] if ids else []
 
 
 def _purge(proj: Projections, items: list[str], timer: _Timer) -> list[Any]:
@@ -497,6 +511,7 @@ def plan_user_erasure(app: Any, proj: Projections, subject: str,
         subj = store.subject(conn, sid)
         if subj is not None and not subj.get("content_erased"):
             t.subjects.append(sid)
+        t.records = _records_of(app, sid)
         target_set = set(t.atoms)
         if idents:
             atom_hits, art_hits = _identifier_matches(conn, store, idents)
@@ -545,6 +560,12 @@ def plan_user_erasure(app: Any, proj: Projections, subject: str,
                 f"(more than {broad}): it may name someone else too; check the dry run's "
                 "list before flagging them all for review")
     return plan
+
+
+def _records_of(app: Any, sid: str) -> list[str]:
+    from ledger.portability.records import live_of
+
+    return [str(r.id) for r in live_of(app, sid)]
 
 
 def redact_user(app: Any, proj: Projections, subject: str, *, reason: str, operator: str,

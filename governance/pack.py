@@ -60,12 +60,14 @@ PROOFS = "proofs"  # proofs/<seq>.tlog-proof: c2sp.org/tlog-proof of tombstones,
 PREDICATE_SCHEMA = "evidence-pack-predicate.v1.json"
 """JSON Schema of the statement's predicate, in the ``schemas`` package (step 1.1)."""
 
-TOMBSTONE_TOPICS = {"memory-ledger:atom.redacted.v1", "memory-ledger:artifact.deleted.v1"}
+TOMBSTONE_TOPICS = {"memory-ledger:atom.redacted.v1", "memory-ledger:artifact.deleted.v1",
+                    "memory-ledger:record.erased.v1"}
 SIGNER_ROLES = ("operator", "auditor")
 """Roles whose keys may sign (or countersign) an Evidence Pack's statement (step 4)."""
 KEY_TOPICS = {"memory-ledger:atom.data-key-destroyed.v1",
               "memory-ledger:artifact.data-key-destroyed.v1",
-              "memory-ledger:subject.data-key-destroyed.v1"}
+              "memory-ledger:subject.data-key-destroyed.v1",
+              "memory-ledger:record.data-key-destroyed.v1"}
 
 
 # ----------------------------------------------------------------------------- schema
