@@ -260,16 +260,11 @@ class LedgerApp(Application[UUID]):
                 raise InputError(f"{signer.name} ({signer.kid}) is not the roster's root key; "
                                  "nothing was written", hint="see `ledger keys list`")
             if wanted != (ROOT,):
-                state, problems = self.roster().state, []
-                for role in wanted:
-                    try:
-                        state.check(signer.kid, role, at)
-                        break
-                    except KeyNotAuthorized as e:
-                        problems.append(str(e))
-                else:
-                    raise InputError(f"{signer.name} may not sign this command: "
-                                     + "; ".join(problems), hint="see `ledger keys list`")
+                try:
+                    self.roster().state.holds(signer.kid, wanted, at)
+                except KeyNotAuthorized as e:
+                    raise InputError(f"{signer.name} may not sign this command: {e}",
+                                     hint="see `ledger keys list`") from None
             self.mapper.begin(signer, seq + 1)  # type: ignore[attr-defined]
             try:
                 yield at
