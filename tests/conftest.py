@@ -1,8 +1,10 @@
 """Shared fixtures. Every storage test runs on SQLite and on PostgreSQL.
 
-PostgreSQL is required, not optional: ``.ci/run`` starts the server on
-127.0.0.1:5432 and the tests fail (never skip) when it is not reachable.
-Each test gets its own schema, dropped afterwards.
+PostgreSQL is required, not optional, and never skipped. The tests use the server at
+``LEDGER_TEST_PG`` (default ``postgresql://postgres@127.0.0.1:5432/test``) when it
+answers; when nothing answers there, the session starts a throwaway server of its own
+(tests/pgserver.py, ADR 0025) and removes it at the end. ``LEDGER_TEST_PG_START=never``
+makes a missing server an error instead. Each test gets its own schema, dropped afterwards.
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ from ledger.application import LedgerApp
 from ledger.cli import main
 from ledger.home import Config
 
+from . import pgserver
+
 os.environ.setdefault("LEDGER_LOG_LEVEL", "debug")  # so capture_logs() sees every line
-PG_URL = os.environ.get("LEDGER_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+PG_URL, PG_THROWAWAY = pgserver.session_url()
+os.environ["LEDGER_TEST_PG"] = PG_URL  # the same server for tests that start processes
 BACKENDS = ["sqlite", "postgres"]
 
 
@@ -38,6 +43,18 @@ def pg_connect() -> psycopg.Connection:
 def drop_schema(schema: str) -> None:
     with pg_connect() as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if PG_THROWAWAY is None:
+        return f"postgresql: {PG_URL} (LEDGER_TEST_PG)"
+    return (f"postgresql: throwaway server {PG_URL} from {PG_THROWAWAY.binaries}, started in "
+            f"{PG_THROWAWAY.seconds:.1f} s (nothing answered at LEDGER_TEST_PG)")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if PG_THROWAWAY is not None:
+        PG_THROWAWAY.stop()
 
 
 @dataclass
