@@ -1017,13 +1017,13 @@ class LedgerApp(Application[UUID]):
             "memory-policy.json").read_text(encoding="utf-8"))
         validator = jsonschema.Draft202012Validator(
             schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
-        errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+        errors = list(validator.iter_errors(doc))
         if errors:
-            problems = "; ".join(
-                f"{'/'.join(str(p) for p in e.absolute_path) or '(top)'}: {e.message}"
-                for e in errors[:5])
-            raise InputError(f"invalid memoryPolicy: {problems}",
-                             hint="see schemas/memory-policy.json (Persona Schema §7)")
+            from ledger.schema_errors import summarize
+
+            raise InputError(f"invalid memoryPolicy:\n{summarize(errors, 'memoryPolicy')}",
+                             hint="examples in docs/examples/; every field in "
+                                  "schemas/memory-policy.json (Persona Schema §7)")
         with self.writing(self.signer(actor), OPERATOR) as at:
             pid = self.policy_id()
             if self.exists(pid):

@@ -29,6 +29,7 @@ from keys.errors import (
     KeyNotAuthorized,
     KeyringError,
     KeystoreError,
+    PublicKeyFileError,
 )
 from ledger.clock import parse_instant
 from ledger.errors import (
@@ -852,6 +853,9 @@ def main(argv: list[str] | None = None) -> int:
         if e.hint:
             verdict(f"hint: {e.hint}")
         return e.exit_code
+    except PublicKeyFileError as e:  # a file named on the command line: usage
+        verdict(f"error: {e}")
+        return EXIT_USAGE
     except (KeyringError, KeystoreError) as e:
         verdict(f"error: {e}")
         return EXIT_ENV

@@ -28,7 +28,7 @@ def test_demo_keeps_its_ledger_and_its_next_steps_work(tmp_path: Path,
     assert f"Its ledger stays in {folder}/" in shown
     for command in steps:
         assert f"  {command}\n" in shown
-        r = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=300,
+        r = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=300,  # noqa: S602 - the line a user pastes
                            check=False, cwd=os.getcwd(),
                            env={**os.environ, "PATH": f"{Path(sys.executable).parent}:"
                                                       f"{os.environ.get('PATH', '')}"})
