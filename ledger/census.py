@@ -19,7 +19,6 @@ from typing import Any
 
 import sqlalchemy as sa
 import structlog
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
 from ledger import envelope
@@ -98,5 +97,8 @@ class SubjectCensus:
 
     def _insert(self, table: sa.Table) -> Any:
         """The dialect's INSERT, which knows ON CONFLICT."""
-        dialect = postgresql if self.engine.dialect.name == "postgresql" else sqlite
+        if self.engine.dialect.name == "postgresql":  # imported by the ledger that uses it
+            from sqlalchemy.dialects import postgresql as dialect
+        else:
+            from sqlalchemy.dialects import sqlite as dialect
         return dialect.insert(table)
