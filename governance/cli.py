@@ -297,18 +297,29 @@ def verify_pack_command(
     pack: Annotated[Path, typer.Argument(help="Pack folder or .zip.")],
     root_key: Annotated[Path | None, typer.Option(
         help="Trusted root public key (default: the pack's own keys/root.pub).")] = None,
+    policy: Annotated[Path | None, typer.Option(
+        help="A witness policy (c2sp.org/tlog-policy): witness keys, groups, quorum; the "
+             "pack fails at step 7.3 when its checkpoints do not meet it.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Verify an Evidence Pack offline, with public keys only.
 
-    Example: ledger verify-pack pack.zip --root-key root.pub
+    Example: ledger verify-pack pack.zip --root-key root.pub --policy witnesses.policy
     """
     from governance.pack import PackInvalid, verify_pack
+    from governance.witnessed import summary
     from keys.keyring import read_public_key_file
+    from ledger.witness.policy import parse_policy
 
     root = read_public_key_file(root_key) if root_key else None
+    witness_policy = None
+    if policy is not None:
+        try:
+            witness_policy = parse_policy(policy.read_bytes())
+        except OSError as e:
+            raise InputError(f"cannot read policy file {policy}: {e}") from e
     try:
-        report = verify_pack(pack, root)
+        report = verify_pack(pack, root, witness_policy)
     except PackInvalid as e:
         _out({"ok": False, "step": e.step, "reason": str(e)}, as_json)
         _verdict(f"FAIL: {e}")
@@ -317,7 +328,7 @@ def verify_pack_command(
     trust = "the trusted root key" if root_key else "the pack's own root key (pin one with " \
                                                     "--root-key)"
     _verdict(f"OK: pack verified against {trust}: {report.events} signed events, signers "
-             f"{', '.join(report.signers)}")
+             f"{', '.join(report.signers)}{summary(report.witnesses)}")
 
 
 __all__ = ["ConflictError", "register"]

@@ -55,6 +55,7 @@ AFTER = "checkpoints/after.checkpoint"
 CONSISTENCY = "consistency.json"
 ROOT_PUB = "keys/root.pub"
 REPORT = "report.html"
+PROOFS = "proofs"  # proofs/<seq>.tlog-proof: c2sp.org/tlog-proof of tombstones, key destructions
 PREDICATE_SCHEMA = "evidence-pack-predicate.v1.json"
 """JSON Schema of the statement's predicate, in the ``schemas`` package (step 1.1)."""
 
@@ -153,7 +154,10 @@ def build_pack(app: Any, batch_id: str, out: Path, make_zip: bool = False,
                                          "proof": [b64(p) for p in consistency]},
                                         indent=2).encode()
         files[ROOT_PUB] = json.dumps(public_key_document("root", app.root_public_key)).encode()
+        proof_files = _proof_files(app, ordered, opened, proofs, after)
+        files.update(proof_files)
         predicate = _predicate(app, batch, request, opened, ordered, before, after)
+        predicate["witnesses"] = _witness_claims(app, before, after, sorted(proof_files))
         problems = predicate_problems(predicate)
         if problems:  # a bug in _predicate or in what it reads, never the user's input
             raise RuntimeError(f"the Evidence Pack predicate does not match schemas/"
@@ -194,7 +198,40 @@ def _checkpoint_before(app: Any, first_seq: int) -> Any:
         raise ConflictError("no checkpoint was taken before this batch",
                             hint="erasures take one automatically; this batch predates that")
     body, _ = parse_note(note)
-    return SignedCheckpoint(parse_body(body), note)
+    cp = parse_body(body)
+    return SignedCheckpoint(cp, app.tlog.with_cosignatures(cp.size, note))
+
+
+def _proof_files(app: Any, ordered: list[Any], opened: dict[Any, Any],
+                 proofs: dict[Any, list[bytes]], after: Any) -> dict[str, bytes]:
+    """One c2sp.org/tlog-proof file per tombstone and key destruction, against ``after``
+    with its cosignatures; ``extra`` holds the event id (docs/spec/evidence-pack.md)."""
+    from ledger.witness.wire import TlogProof
+
+    out = {}
+    for k in ordered:
+        topic = opened[k].envelope["topic"]
+        if topic in TOMBSTONE_TOPICS or topic in KEY_TOPICS:
+            seq = opened[k].envelope["seq"]
+            proof = TlogProof(seq - 1, tuple(proofs[k]), after.note,
+                              extra=envelope.event_id(k[0], k[1]).encode())
+            out[f"{PROOFS}/{seq}.tlog-proof"] = proof.text().encode()
+    return out
+
+
+def _witness_claims(app: Any, before: Any, after: Any, proof_names: list[str]
+                    ) -> dict[str, Any]:
+    """Which witnesses cosigned which checkpoint (the lines are in the checkpoint files)."""
+    def cosigners(cp: Any) -> list[dict[str, Any]]:
+        from ledger.witness.cosign import check_cosignatures, parse_witness_vkey
+
+        rows = app.tlog.cosignature_rows(cp.size)
+        keys = [parse_witness_vkey(vkey) for _, vkey in rows]
+        found = check_cosignatures(cp.note, keys).valid
+        return [{"witness": vkey, "timestamp": c.timestamp} for vkey, c in sorted(found.items())]
+
+    return {"asked": [vkey for _, vkey in app.config.witnesses],
+            "before": cosigners(before), "after": cosigners(after), "proofs": proof_names}
 
 
 def _predicate(app: Any, batch: Any, request: Any, opened: dict[Any, Any],
@@ -288,12 +325,28 @@ Reason: {e(p['batch']['reason'])}. Targets: {e(counts)}.</p>
 <p>Raw scan of {scan.get('files', 0)} files owned by the ledger:
 <span class="{'ok' if not scan.get('hits') else 'bad'}">{len(scan.get('hits', []))} hits</span>.</p>
 <h2>Flagged for review</h2><ul>{flagged}</ul>
+{_witness_html(p)}
 <h2>Proofs</h2><p>{len(p['events'])} signed events with inclusion proofs in the tree of size
 {p['checkpoints']['after']['size']}; the log before the batch (size
 {p['checkpoints']['before']['size']}) is proved to be a prefix of it.
 Verify offline: <code>ledger verify-pack PACK --root-key root.pub</code>.</p>
 </body></html>
 """
+
+
+def _witness_html(p: dict[str, Any]) -> str:
+    w = p.get("witnesses")
+    if not w:
+        return ""
+    e = html.escape
+
+    def names(rows: list[dict[str, Any]]) -> str:
+        return ", ".join(e(r["witness"].split("+", 1)[0]) for r in rows) or "none"
+
+    return (f"<h2>Witnesses</h2><p>Checkpoint before the erasure cosigned by: "
+            f"{names(w['before'])}. Checkpoint after: {names(w['after'])}. "
+            f"{len(w['asked'])} witnesses asked; {len(w['proofs'])} offline proof files "
+            "(c2sp.org/tlog-proof).</p>")
 
 
 # ----------------------------------------------------------------------------- verifying
@@ -313,13 +366,16 @@ class PackReport:
     signers: list[str] = field(default_factory=list)
     events: int = 0
     targets: dict[str, int] = field(default_factory=dict)
+    witnesses: dict[str, Any] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "step": self.step, "reason": self.reason,
-                "signers": self.signers, "events": self.events, "targets": self.targets}
+                "signers": self.signers, "events": self.events, "targets": self.targets,
+                "witnesses": self.witnesses}
 
 
-def verify_pack(folder: Path, root_public_key: bytes | None = None) -> PackReport:
+def verify_pack(folder: Path, root_public_key: bytes | None = None,
+                policy: Any = None) -> PackReport:
     """Verify a pack folder (or .zip); raise :class:`PackInvalid` at the first failing step."""
     files = _read_pack(folder)
     # Step 1: the statement is a DSSE envelope of an in-toto Statement v1 of our type.
@@ -396,8 +452,13 @@ def verify_pack(folder: Path, root_public_key: bytes | None = None) -> PackRepor
         raise PackInvalid("5", f"before -> after: {e}") from e
     # Step 6: the predicate says what the signed events say.
     _check_predicate(predicate, events)
+    # Steps 7.1-7.3: proof files, cosignatures, the witness policy (governance/witnessed.py).
+    from governance.witnessed import verify_witnessing
+
+    witnessing = verify_witnessing(files, predicate, events, v.leaves or [], before, after,
+                                   policy)
     return PackReport(True, None, None, verified.signers, len(events),
-                      {k: len(v) for k, v in predicate["targets"].items()})
+                      {k: len(v) for k, v in predicate["targets"].items()}, witnessing)
 
 
 @dataclass

@@ -330,8 +330,10 @@ class LedgerApp(Application[UUID]):
             log.warning("tlog.catch_up_failed", error=e.__class__.__name__)
 
     # ------------------------------------------------------------------ transparency log
-    def checkpoint(self) -> SignedCheckpoint:
-        """Bring the tree up to date and sign its head with the ledger's log key."""
+    def checkpoint(self, witnesses: Sequence[tuple[str, str]] | None = None
+                   ) -> SignedCheckpoint:
+        """Bring the tree up to date, sign its head with the ledger's log key, and have it
+        cosigned by the witnesses (``witnesses``, or those of config.toml)."""
         signer = self.signer("log")
         with self._write_lock():
             at = clock.now()
@@ -344,7 +346,47 @@ class LedgerApp(Application[UUID]):
             self.tlog.catch_up(self.recorder)
             cp = self.tlog.checkpoint(signer, at)
         log.info("checkpoint.signed", size=cp.size)
-        return cp
+        return self.witness(cp, witnesses)
+
+    def log_vkey(self) -> str:
+        """The C2SP verifier key of this ledger's checkpoints: origin as name, log key."""
+        from ledger.checkpoint import vkey_string
+
+        return vkey_string(self.config.origin, self.signer("log").public_key)
+
+    def log_vkeys(self) -> dict[str, str]:
+        """The vkey of every key that ever held the log role, by key id."""
+        from ledger.checkpoint import vkey_string
+
+        return {e.kid: vkey_string(self.config.origin, e.public_key)
+                for e in self.roster().state.entries.values()
+                if any(g.role == "log" for g in e.grants)}
+
+    def witness(self, cp: SignedCheckpoint,
+                witnesses: Sequence[tuple[str, str]] | None = None) -> SignedCheckpoint:
+        """Ask the witnesses (``(url, vkey)``; default: config.toml's) to cosign ``cp``.
+
+        Outside the write lock: a slow or dead witness never holds up a write. Witnesses that
+        already cosigned this size are not asked again; the others are asked every time, so
+        a witness that was down is retried by the next checkpoint. Results are recorded
+        (``tlog_witness_sizes``) and kept in :attr:`last_witnessing`.
+        """
+        from ledger.witness.client import WitnessTarget, ask_all
+
+        pairs = list(self.config.witnesses if witnesses is None else witnesses)
+        self.last_witnessing: list[Any] = []
+        if not pairs:
+            return cp
+        targets = [WitnessTarget.of(url, vkey) for url, vkey in pairs]
+        done = {vkey for _, vkey in self.tlog.cosignature_rows(cp.size)}
+        todo = [t for t in targets if t.key.vkey not in done]
+        results = ask_all(todo, cp.note, self.tlog.witness_sizes(), self.tlog.consistency)
+        self.tlog.record_witnessing(cp.size, results, clock.now().isoformat())
+        self.last_witnessing = results
+        for r in results:
+            log.info("checkpoint.witnessed", size=cp.size, status=r.status)
+        recorded = self.tlog.recorded(cp.size)
+        return recorded if recorded is not None else cp
 
     def seq_of(self, event_id: str) -> int:
         """The sequence number (leaf index + 1) of an event id ``<uuid>/<version>``."""

@@ -23,6 +23,7 @@ import typer
 from governance.audit_cli import register as register_audit
 from governance.cli import register as register_governance
 from governance.policy_cli import register as register_policy
+from governance.receipt_cli import register as register_receipt
 from keys.errors import (
     DataKeyUnavailable,
     KeyError_,
@@ -43,6 +44,7 @@ from ledger.errors import (
     VerificationFailed,
 )
 from ledger.portability.cli import register as register_portability
+from ledger.witness.cli import register as register_witness
 from projections.cli import register as register_projections
 
 if TYPE_CHECKING:
@@ -395,11 +397,15 @@ def keys_list(as_json: JsonOpt = False) -> None:
     with opened() as app:
         rows = app.roster().state.rows()
         local = set(app.keyring.names())
+        vkeys = app.log_vkeys()
     for r in rows:
         r["private_key_here"] = r["name"] in local
+        if r["role"] == "log" and r["kid"] in vkeys:
+            r["vkey"] = vkeys[r["kid"]]  # C2SP verifier key of the checkpoints it signs
     text = "\n".join(
         f"{r['kid']}  {r['name']:<12} {r['role']:<9} from {r['valid_from'] or '-'}"
-        + (f"  REVOKED from {r['revoked_from']}" if r["revoked_from"] else "") for r in rows)
+        + (f"  REVOKED from {r['revoked_from']}" if r["revoked_from"] else "")
+        + (f"\n    vkey {r['vkey']}" if r.get("vkey") else "") for r in rows)
     out(rows, as_json, text)
 
 
@@ -574,24 +580,44 @@ def verify(
 def checkpoint_cmd(
     out_file: Annotated[Path | None, typer.Option("--out", help="Also write the note here.")]
     = None,
+    witness: Annotated[list[str] | None, typer.Option(
+        "--witness", help="A witness URL to ask for a cosignature (repeatable; default: the "
+                          "[[witnesses]] of config.toml).")] = None,
+    witness_key: Annotated[list[str] | None, typer.Option(
+        "--witness-key", help="The vkey of each --witness not in config.toml, in order.")]
+    = None,
+    vkey: Annotated[bool, typer.Option(
+        "--vkey", help="Print the log's verifier key (C2SP vkey) and sign nothing.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Sign the current tree head (C2SP checkpoint) with the log key, record and print it.
+    """Sign the current tree head (C2SP checkpoint) with the log key, have the witnesses
+    cosign it, record and print it.
 
-    Example: ledger checkpoint --out today.checkpoint
+    Example: ledger checkpoint --out today.checkpoint --witness http://127.0.0.1:8411
     """
     from ledger.transparency import b64
+    from ledger.witness.cli import checkpoint_witnesses
 
     with opened() as app:
-        cp = app.checkpoint()
+        if vkey:
+            key = app.log_vkey()
+            out({"origin": app.config.origin, "vkey": key}, as_json, key)
+            return
+        cp = app.checkpoint(checkpoint_witnesses(witness, witness_key, app.config.witnesses))
+        results = [r.as_json() for r in getattr(app, "last_witnessing", [])]
     if out_file is not None:
         try:
             out_file.write_text(cp.note, encoding="utf-8")
         except OSError as e:
             raise InputError(f"cannot write {out_file}: {e}") from e
     out({"origin": cp.checkpoint.origin, "size": cp.size, "root": b64(cp.root),
-         "note": cp.note}, as_json, cp.note)
-    verdict(f"OK: checkpoint of size {cp.size} signed")
+         "note": cp.note, "witnesses": results}, as_json, cp.note)
+    for r in results:
+        verdict(f"{'OK' if r['status'] == 'cosigned' else 'WARN'}: witness {r['url']}: "
+                f"{r['status']}{' - ' + str(r['detail']) if r['detail'] else ''}")
+    verdict(f"OK: checkpoint of size {cp.size} signed"
+            + (f"; {sum(r['status'] == 'cosigned' for r in results)} of {len(results)} "
+               "witnesses cosigned" if results else ""))
 
 
 @cli.command()
@@ -662,16 +688,32 @@ def _load_json(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _checkpoint_from(note: str, key: Path, origin: str | None) -> Checkpoint:
+def _checkpoint_from(note: str, key: str, origin: str | None) -> Checkpoint:
+    """Verify under ``key``: a C2SP vkey (its name need not be the origin), a file holding
+    one, or the ledger's ``.pub`` file (whose checkpoints use the origin as key name)."""
     from keys.keyring import read_public_key_file
-    from ledger.checkpoint import verify_checkpoint
+    from ledger.checkpoint import parse_vkey, verify_checkpoint
 
+    text = key.strip()
+    if not text.startswith("{") and "+" not in text and Path(key).is_file():
+        try:
+            text = Path(key).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(f"cannot read key file {key}: {e}") from e
+    if "+" in text and not text.startswith("{"):
+        try:
+            name, public_key = parse_vkey(text)
+        except ValueError as e:
+            raise InputError(f"--key: {e}", hint="give a vkey as printed by `ledger checkpoint "
+                                                 "--vkey`, or the log's .pub file") from e
+        return verify_checkpoint(note, name, public_key, expected_origin=origin)
     body_origin = note.split("\n", 1)[0]
-    return verify_checkpoint(note, origin or body_origin, read_public_key_file(key),
+    return verify_checkpoint(note, origin or body_origin, read_public_key_file(Path(key)),
                              expected_origin=origin)
 
 
-KeyOpt = Annotated[Path, typer.Option("--key", help="The ledger's log public key (.pub).")]
+KeyOpt = Annotated[str, typer.Option("--key", help="The log's verifier key: C2SP vkey text "
+                                                   "(or a file holding it), or its .pub file.")]
 OriginOpt = Annotated[str | None, typer.Option(help="Expected origin line (log name).")]
 
 
@@ -685,7 +727,8 @@ def audit_verify_checkpoint(note_file: Path, key: KeyOpt, origin: OriginOpt = No
     from ledger.transparency import b64
 
     cp = _checkpoint_from(_read_note(note_file), key, origin)
-    out({"ok": True, "origin": cp.origin, "size": cp.size, "root": b64(cp.root)}, as_json)
+    out({"ok": True, "origin": cp.origin, "size": cp.size, "root": b64(cp.root),
+         "extensions": list(cp.extensions)}, as_json)
     verdict(f"OK: checkpoint {cp.origin} size {cp.size} root {b64(cp.root)}")
 
 
@@ -763,6 +806,8 @@ register_governance(cli, opened, artifact_cli)
 register_policy(cli, opened, policy_cli)
 register_audit(cli, opened)
 register_portability(cli, opened)
+register_witness(cli, opened)
+register_receipt(cli, opened, audit_cli)
 
 
 # ---------------------------------------------------------------------- entry point
