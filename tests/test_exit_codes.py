@@ -29,10 +29,12 @@ def _walk(group: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str,
 
 
 LEAVES = dict(_walk(command()))
-NO_HOME = {("init",), ("verify-pack",), ("audit-tools", "verify-checkpoint"),
-           ("audit-tools", "verify-inclusion"), ("audit-tools", "verify-consistency")}
+# Commands that work on files and public keys alone, or on a witness's own home.
+NO_HOME = {("init",), ("verify-pack",), *(p for p in LEAVES if p[0] == "audit-tools"),
+           *(p for p in LEAVES if p[0] == "witness" and p[1] not in ("use", "forget"))}
 VALUES = {"mode": "soft", "fmt": "konshus", "kind": "fact", "role": "operator",
-          "action": "dismiss", "as_of": "2026-01-01", "operator": "operator", "query": "tea"}
+          "action": "dismiss", "as_of": "2026-01-01", "operator": "operator", "query": "tea",
+          "url": "http://127.0.0.1:9"}
 
 
 def ids(path: tuple[str, ...]) -> str:
@@ -83,7 +85,12 @@ def test_no_ledger_home_is_an_environment_problem(path: tuple[str, ...], tmp_pat
     monkeypatch.delenv("LEDGER_HOME", raising=False)
     monkeypatch.chdir(tmp_path)  # no .ledger/ upward either
     missing = tmp_path / "no-home"
-    r = run_cli("--home", str(missing), *path, *_required_args(path, LEAVES[path], tmp_path))
+    args = _required_args(path, LEAVES[path], tmp_path)
+    if path == ("witness", "use"):  # a well-formed key, so that only the home is missing
+        w = run_cli("witness", "init", "--home", str(tmp_path / "w"), "--name", "w.example")
+        assert w.code == 0, w
+        args[args.index("--key") + 1] = w.out.strip().splitlines()[-1]
+    r = run_cli("--home", str(missing), *path, *args)
     assert r.code == 3, r
     assert "not a ledger home" in r.err and "hint:" in r.err
     assert not missing.exists()

@@ -113,10 +113,16 @@ def register(cli: typer.Typer, opened: Callable[[], Any]) -> None:
         """
         import dataclasses
 
+        from ledger.errors import InputError
         from ledger.home import Config, find_home
         from ledger.witness.client import WitnessTarget
+        from ledger.witness.cosign import CosignatureError
 
-        target = WitnessTarget.of(url, key)
+        try:
+            target = WitnessTarget.of(url, key)
+        except CosignatureError as e:  # a key typed wrong is a usage error (exit 2), not 1
+            raise InputError(f"--key: {e}", hint="give the vkey `ledger witness init` "
+                                                 "printed") from e
         with opened() as ledger:
             config: Config = ledger.config
         config = Config.load(find_home(config.home))
