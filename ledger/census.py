@@ -98,7 +98,9 @@ class SubjectCensus:
     def _insert(self, table: sa.Table) -> Any:
         """The dialect's INSERT, which knows ON CONFLICT."""
         if self.engine.dialect.name == "postgresql":  # imported by the ledger that uses it
-            from sqlalchemy.dialects import postgresql as dialect
-        else:
-            from sqlalchemy.dialects import sqlite as dialect
-        return dialect.insert(table)
+            from sqlalchemy.dialects import postgresql
+
+            return postgresql.insert(table)
+        from sqlalchemy.dialects import sqlite
+
+        return sqlite.insert(table)
