@@ -576,7 +576,10 @@ def verify(
     elif result.get("checkpoints"):
         extra_text = "; extends checkpoint(s) of size " + ", ".join(
             str(c["size"]) for c in result["checkpoints"])
-    verdict(f"OK: {report.events} events verified{extra_text}; head seq {report.head_seq} "
+    from ledger.text import plural
+
+    verdict(f"OK: {plural(report.events, 'events')} verified{extra_text}; head seq "
+            f"{report.head_seq} "
             f"at {report.head_time}")
 
 

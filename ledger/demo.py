@@ -118,7 +118,7 @@ def run(folder: str = "demo-ledger") -> None:
          note="Recall for a prompt (each recalled atom gets a signed rehearsal event)")
     erased = step(home, "redact-user", "user_9f4e", "--reason", "GDPR Art. 17 request",
                "--operator", "operator", "--legal-basis", "GDPR Art. 17(1)(a)",
-               "--session", "sess:1",
+               "--session", "sess:1", "--yes",
                note="Right to be forgotten: receipt, operator-signed batch, hard erasure "
                     "of every copy, probes and a raw scan of every file")
     batch = next(line.split()[1] for line in erased.splitlines()
