@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import signal
 import struct
 import threading
@@ -439,3 +440,41 @@ def test_witness_killed_between_storing_and_answering_recovers(witness_home: Pat
     assert all(len(roots) == 1 for roots in by_size.values())  # never two roots for a size
     assert [s for _, s, _, _ in history] == sorted(s for _, s, _, _ in history)
     assert [s for s, _ in given] == [7, 9] and (5, fork.tree.root(5)) not in given
+
+
+def test_slow_body_times_out_and_logs_hold_no_content(witness_home: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request body that never finishes gets 408; log lines carry no checkpoint text."""
+    import socket
+    import time
+
+    from structlog.testing import capture_logs
+
+    from ledger.witness import server
+    from tests.witness_support import InProcessWitness
+
+    monkeypatch.setattr(server, "BODY_TIMEOUT", 0.5)
+    log = MemoryLog()
+    log.grow(3)
+    w = InProcessWitness(witness_home)
+    w.follow(log.origin, log.vkey)
+    try:
+        port = int(w.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"POST /add-checkpoint HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"
+                      b"old 0\n")
+            start = time.monotonic()
+            answer = s.recv(4096)
+            assert answer.startswith(b"HTTP/1.1 408") and time.monotonic() - start < 5
+        body = log.request(0)
+        with capture_logs() as logs:
+            assert w.witness.add_checkpoint(body).status == 200
+            fork = MemoryLog()
+            fork.grow(3, tag=b"f")
+            assert w.witness.add_checkpoint(fork.request(3, 3)).status == 409
+        text = json.dumps(logs)
+        root = log.note().split("\n")[2]
+        assert logs and root not in text and log.origin not in text
+        assert {e["event"] for e in logs} >= {"witness.cosigned", "witness.fork_detected"}
+    finally:
+        w.stop()
