@@ -172,4 +172,8 @@ def checkpoint_witnesses(urls: list[str] | None, keys: list[str] | None,
                                   "`ledger witness use URL --key VKEY`")
     if extra:
         raise InputError("more --witness-key options than --witness URLs")
+    from ledger.witness.client import WitnessTarget
+
+    for url, vkey in pairs:
+        WitnessTarget.of(url, vkey)  # a usage error now, not a silent skip later
     return pairs

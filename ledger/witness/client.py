@@ -42,11 +42,15 @@ class WitnessTarget:
 
     @classmethod
     def of(cls, url: str, vkey: str) -> WitnessTarget:
-        if not url.startswith(("http://", "https://")):
-            from ledger.errors import InputError
+        from ledger.errors import InputError
 
+        if not url.startswith(("http://", "https://")):
             raise InputError(f"witness URL {url!r} is not http:// or https://")
-        return cls(url.rstrip("/"), parse_witness_vkey(vkey))
+        try:
+            return cls(url.rstrip("/"), parse_witness_vkey(vkey))
+        except CosignatureError as e:
+            raise InputError(f"witness key for {url}: {e}",
+                             hint="give the vkey printed by `ledger witness init`") from e
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,16 @@ class WitnessResult:
 def ask(client: object, target: WitnessTarget, note: str, known_size: int,
         consistency: Callable[[int, int], Sequence[bytes]]) -> WitnessResult:
     """One witness, at most two requests. Never raises for a network or protocol problem."""
+    try:
+        return _ask(client, target, note, known_size, consistency)
+    except Exception as e:  # a bug or a store error must not undo the caller's write
+        log.warning("witness.failed", error=e.__class__.__name__)
+        return WitnessResult(target.url, target.key.vkey, "refused", known_size,
+                             detail=f"{e.__class__.__name__}: {e}"[:200])
+
+
+def _ask(client: object, target: WitnessTarget, note: str, known_size: int,
+         consistency: Callable[[int, int], Sequence[bytes]]) -> WitnessResult:
     import httpx
 
     assert isinstance(client, httpx.Client)
