@@ -478,3 +478,32 @@ def test_slow_body_times_out_and_logs_hold_no_content(witness_home: Path,
         assert {e["event"] for e in logs} >= {"witness.cosigned", "witness.fork_detected"}
     finally:
         w.stop()
+
+
+def test_witness_cli_init_add_log_logs(tmp_path: Path) -> None:
+    from tests.conftest import run_cli
+
+    home = tmp_path / "w"
+    r = run_cli("witness", "init", "--home", str(home), "--name", "dpo.example/witness",
+                "--json")
+    assert r.code == 0, r.err
+    vkey = json.loads(r.out)["vkey"]
+    assert parse_witness_vkey(vkey).name == "dpo.example/witness"
+    assert (home / "witness.key").stat().st_mode & 0o777 == 0o600
+    again = run_cli("witness", "init", "--home", str(home), "--name", "x")
+    assert again.code == 2 and "already a witness home" in again.err
+    bad = run_cli("witness", "init", "--home", str(tmp_path / "b"), "--name", "has space")
+    assert bad.code == 2 and "--name" in bad.err and not (tmp_path / "b").exists()
+    log = MemoryLog()
+    files = snapshot(home)
+    r = run_cli("witness", "add-log", log.origin, "--key", vkey, "--home", str(home))
+    assert r.code == 2 and "--key" in r.err  # a witness key is not a log key
+    assert snapshot(home) == files
+    assert run_cli("witness", "add-log", log.origin, "--key", log.vkey, "--home",
+                   str(home)).code == 0
+    r = run_cli("witness", "logs", "--home", str(home), "--json")
+    assert json.loads(r.out)["logs"] == [{"origin": log.origin, "vkey": log.vkey, "size": None}]
+    r = run_cli("witness", "serve", "--home", str(home), "--listen", "nowhere")
+    assert r.code == 2 and "HOST:PORT" in r.err
+    r = run_cli("witness", "logs", "--home", str(tmp_path / "none"))
+    assert r.code == 3 and "ledger witness init" in r.err
