@@ -302,7 +302,12 @@ def atom_add(
     }
     with opened() as app:
         aid = app.add_atom(data, actor)
-    out({"atom_id": str(aid)}, as_json, str(aid))
+        archived = list(app.last_archived)
+    out({"atom_id": str(aid), "archived": {"atoms": len(archived), "ids": archived}},
+        as_json, str(aid))
+    if archived:
+        verdict(f"note: {len(archived)} atom(s) archived by the policy (maxAtoms): "
+                + ", ".join(archived[:5]))
 
 
 def _atom_text(d: dict[str, Any]) -> str:
