@@ -45,7 +45,7 @@ class AtomStore:
     """Read model ``atoms``: current atoms, subjects and artifacts."""
 
     name = "atoms"
-    version = "3"
+    version = "4"
     holds_content: ClassVar[bool] = True
 
     def __init__(self, store: Store) -> None:
@@ -92,6 +92,9 @@ class AtomStore:
             sa.Column("content_erased", sa.Boolean, nullable=False),
             sa.Column("data_key_destroyed_at", _TIME),
             sa.Index("proj_atoms_subject", "subject_id", "status"),
+            # recall's in-process index re-reads only a subject's atoms changed since
+            # it last looked (projections/recall.py)
+            sa.Index("proj_atoms_subject_seq", "subject_id", "last_seq"),
             sa.Index("proj_atoms_session", "session_id"),
             # memoryPolicy sweeps (governance/sweep.py, ADR 0014): retention due by class,
             # decay below minimumSalience, tombstone records past their retention.
