@@ -17,8 +17,8 @@ Printed, in one run, recall@5, recall@10 (the share of a question's answer memor
 the top k, averaged) and MRR (reciprocal rank of the first answer), overall and per kind,
 for: BM25 alone (``rank-bm25``, an independent baseline), each installed embedder alone
 (exact cosine over the person's memories), and the ledger's own recall end to end
-(``Projections.recall`` on a real ledger, one per embedder) with both fusions (ADR 0022)
-and relevance only (salience weight 0). Facts are recorded with higher salience than
+(``Projections.recall`` on a real ledger, one per embedder) with the default blend, the
+other fusions measured for ADR 0022, and relevance only (salience weight 0). Facts are recorded with higher salience than
 chatter (U(0.6, 0.9) vs U(0.2, 0.6)), as an extractor would; "relevance only" shows the
 ranking without that help.
 
@@ -317,9 +317,12 @@ def main() -> None:
         print(f"  [{e.id}: load {load:.2f}s, {rate:,.0f} memories/s embedded]")
         embedders.append(e)
         show(f"{e.id} alone (cosine)", score(people, embedder_ranker(people, e)))
-    weights = {"rrf": RecallWeights(fusion="rrf"), "linear": RecallWeights(fusion="linear"),
-               "rrf, relevance only": RecallWeights(fusion="rrf", salience=0.0, recency=0.0,
-                                                    relevance=1.0)}
+    weights = {"linear 0.3 (default)": RecallWeights(),
+               "linear 0.5": RecallWeights(fusion="linear", keyword_share=0.5),
+               "rrf k=60 0.5": RecallWeights(fusion="rrf", rrf_k=60, keyword_share=0.5),
+               "rrf k=5 0.7": RecallWeights(fusion="rrf", rrf_k=5, keyword_share=0.7),
+               "default, relevance only": RecallWeights(salience=0.0, recency=0.0,
+                                                        relevance=1.0)}
     with tempfile.TemporaryDirectory(prefix="recall-quality-") as tmp:
         for e in embedders:
             for label, res in ledger_rankers(people, Path(tmp), e, weights).items():

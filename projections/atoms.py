@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ledger.domain import STATUS_BY_MODE, Artifact, Atom, DataKeyDestroyedMixin, Subject
-from projections._rows import RowSet, contains, delete_ids, dump_table
+from projections._rows import RowSet, contains, delete_ids, dump_table, insert_rows
 from projections.entries import LogEntry, content_gone
 from projections.memory import DecayState, fades_at, profile_of
 from projections.routes import ProbeHit, ProbeResult
@@ -248,12 +248,12 @@ class AtomStore:
             by_table.setdefault(table.name, []).append(values)
         for table in self.content:
             if by_table.get(table.name):
-                conn.execute(table.insert(), by_table[table.name])
+                insert_rows(conn, table, by_table[table.name])
         digests = [{"item_id": item, "kind": kind, "digest": d}
                    for item, (_t, values) in content.items()
                    for kind, d in _digests_of(values)]
         if digests:
-            conn.execute(self.digests.insert(), digests)
+            insert_rows(conn, self.digests, digests)
         purged = purge if purge and self.route.purge_many(conn, purge) else []
         return Applied(purged=purged)
 

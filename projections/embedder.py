@@ -360,8 +360,9 @@ def from_spec(spec: str | Mapping[str, Any]) -> Embedder:
             return HttpEmbedder(str(opts["url"]), str(opts["model"]), int(opts["dim"]),
                                 opts.get("api_key_env"))
     except (KeyError, ValueError) as e:
-        raise InputError(f"bad embedder configuration for {name!r}: {e}",
-                         hint="http needs url, model and dim; dims are integers") from e
+        raise InputError(f"bad embedder configuration for {name!r} ({e.__class__.__name__}: "
+                         f"{e}): http needs url, model and dim, and dims are integers",
+                         hint="see docs/adr/0021 for the [projections] embedder options") from e
     raise InputError(f"unknown embedder {name!r}", hint=f"embedders: {', '.join(EMBEDDERS)}")
 
 

@@ -218,6 +218,7 @@ class RecallIndex:
 
     name = "recall-index"
     model = "recall-index"
+    in_process = True
 
     def __init__(self, atoms: Any, vectors: Any, maxsize: int = 32) -> None:
         self.atoms = atoms

@@ -8,7 +8,8 @@ Recall (ADR 0007, ADR 0022): the keyword and vector indexes propose the atoms th
 the query (the pool); candidates among them are active, not superseded, expired or
 erased, valid now, with current salience at least the retrieval threshold (0.15); they
 are ranked by ``w_s * salience(now) + w_r * relevance + w_c * recency``, where relevance
-fuses the keyword and vector ranks (reciprocal-rank fusion by default). With a dense
+blends the keyword and vector scores (a linear blend by default; reciprocal-rank
+fusion on request). With a dense
 embedder the candidates and vectors come from :mod:`projections.recall`'s in-process
 index (decoded once, salience vectorised); only the returned atoms' rows are read.
 Recall writes nothing: the caller records rehearsals for the returned atom ids.
@@ -66,9 +67,9 @@ class RecallWeights:
     relevance: float = 0.5
     recency: float = 0.15
     recency_half_life_days: float = 7.0
-    keyword_share: float = 0.5
+    keyword_share: float = 0.3
     """Share of the keyword side in relevance (both fusions)."""
-    fusion: str = "rrf"
+    fusion: str = "linear"
     """``rrf``: relevance = share-weighted ``1 / (rrf_k + rank)`` of each list, scaled so
     first in both is 1. ``linear``: share * keyword / max keyword + (1 - share) * cosine."""
     rrf_k: float = 60.0
@@ -348,6 +349,14 @@ class Projections:
         self.cache.put(key, position, result)
         return result
 
+    def _min_similarity(self) -> float:
+        """The cosine below which a vector match does not enter the pool: the hashing
+        space's noise floor (ADR 0006); none for a dense model, whose cosines have no
+        common scale (ADR 0022: its best ``pool_n`` enter, the fusion ranks them)."""
+        e = self.vectors.embedder
+        return float(getattr(e, "min_similarity", MIN_SIMILARITY if self.vectors.dense == 0
+                             else -1.0))
+
     def _positions(self, conn: Any) -> tuple[int, int]:
         t = self.runner.tracking
         got = dict(conn.execute(sa.select(t.c.name, t.c.position).where(
@@ -361,6 +370,7 @@ class Projections:
         pool_n = max(50, 10 * k)
         n = pool_n
         fast = self.index.usable()
+        floor = self._min_similarity()
         rows: dict[str, dict[str, Any]] = {}
         # per eligible atom: (salience, raw salience, created epoch)
         eligible: dict[str, tuple[float, float, float]] = {}
@@ -373,10 +383,10 @@ class Projections:
             while True:
                 kw = self.keyword.search(conn, sid, query, n)
                 if entry is not None:
-                    vec = [(a, s) for a, s in entry.vector_top(q, n) if s >= MIN_SIMILARITY]
+                    vec = [(a, s) for a, s in entry.vector_top(q, n) if s >= floor]
                 else:
                     vec = [(a, s) for a, s in self.vectors.search(conn, sid, qvec, n)
-                           if s >= MIN_SIMILARITY]
+                           if s >= floor]
                 pool = list(dict.fromkeys([a for a, _ in kw] + [a for a, _ in vec]))
                 if entry is not None:
                     known = [a for a in pool if a in entry.pos]

@@ -39,7 +39,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ledger.domain import Atom
-from projections._rows import dump_table
+from projections._rows import dump_table, insert_rows
 from projections.embedder import Embedder, HashingEmbedder, embed_matrix, to_bytes
 from projections.entries import LogEntry, content_gone, retrieval
 from projections.memory import index_text
@@ -323,7 +323,7 @@ class VectorIndex:
                 seg.seq = position
         self._flush(conn, list(segs.values()))
         if added:
-            conn.execute(self.slots.insert(), list(added.values()))
+            insert_rows(conn, self.slots, list(added.values()))
         for start in range(0, len(dropped), 500):
             conn.execute(self.slots.delete().where(
                 self.slots.c.atom_id.in_(dropped[start:start + 500])))
