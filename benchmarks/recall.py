@@ -115,10 +115,10 @@ def main() -> None:
         try:
             with Projections(app, embedder=embedder) as p:
                 if size == args.rebuild_size:
-                    count, raw = read_rate(app)
+                    _count, raw = read_rate(app)
                     last = [0.0]
 
-                    def progress(done: int, head: int) -> None:
+                    def progress(done: int, head: int, last: list[float] = last) -> None:
                         if time.perf_counter() - last[0] > 10:
                             last[0] = time.perf_counter()
                             print(f"  rebuild {done:,}/{head:,}", flush=True)

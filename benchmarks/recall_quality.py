@@ -18,9 +18,9 @@ the top k, averaged) and MRR (reciprocal rank of the first answer), overall and 
 for: BM25 alone (``rank-bm25``, an independent baseline), each installed embedder alone
 (exact cosine over the person's memories), and the ledger's own recall end to end
 (``Projections.recall`` on a real ledger, one per embedder) with the default blend, the
-other fusions measured for ADR 0022, and relevance only (salience weight 0). Facts are recorded with higher salience than
-chatter (U(0.6, 0.9) vs U(0.2, 0.6)), as an extractor would; "relevance only" shows the
-ranking without that help.
+other fusions measured for ADR 0022, and relevance only (salience weight 0). Facts are
+recorded with higher salience than chatter (U(0.6, 0.9) vs U(0.2, 0.6)), as an extractor
+would; "relevance only" shows the ranking without that help.
 
 Usage: python benchmarks/recall_quality.py [--people 6] [--memories 500] [--embedders
        hashing,wordllama,minilm]
@@ -251,8 +251,11 @@ def embedder_ranker(people: Sequence[Person], embedder: Embedder) -> Ranker:
     return rank
 
 
+Scores = dict[str, tuple[float, float, float, int]]
+
+
 def ledger_rankers(people: Sequence[Person], folder: Path, embedder: Embedder,
-                   weights: dict[str, RecallWeights]) -> dict[str, dict[str, tuple[float, float, float, int]]]:
+                   weights: dict[str, RecallWeights]) -> dict[str, Scores]:
     home = folder / "ledger"
     if not home.exists():
         LedgerApp.initialize(home)
@@ -307,7 +310,7 @@ def main() -> None:
             t0 = time.perf_counter()
             e.embed(["warm up"])
             load = time.perf_counter() - t0
-        except Exception as exc:  # noqa: BLE001 (an extra that is not installed is reported)
+        except Exception as exc:
             print(f"{name}: not available ({exc.__class__.__name__}: {exc})")
             continue
         texts = [m for p in people for m in p.memories]

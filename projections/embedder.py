@@ -28,7 +28,6 @@ import re
 import sys
 import tomllib
 import unicodedata
-import urllib.request
 import zlib
 from array import array
 from collections.abc import Mapping, Sequence
@@ -159,6 +158,8 @@ class HashingEmbedder:
 
     sparse = True
     """Few non-zero components (~25 of 256): the vector index stores them sparsely."""
+    min_similarity = 0.15
+    """Recall ignores vector matches below this cosine: the noise floor of 256 buckets."""
 
 
 def embed_matrix(embedder: Embedder, texts: Sequence[str]) -> Any:
@@ -194,6 +195,9 @@ class WordLlamaEmbedder:
     """
 
     sparse = False
+    min_similarity = 0.05
+    """Unrelated texts score about -0.1 to 0.1; answers to paraphrased questions as low as
+    0.1, so the floor only drops the clearly unrelated (ADR 0022)."""
 
     def __init__(self, dim: int = 256) -> None:
         if dim not in (64, 128, 256):
@@ -237,6 +241,7 @@ class SentenceTransformerEmbedder:
     sparse = False
     dim = 384
     id = "minilm-l6-384"
+    min_similarity = 0.05
 
     def __init__(self) -> None:
         self._model: Any = None
@@ -277,7 +282,7 @@ class HttpEmbedder:
     sparse = False
 
     def __init__(self, url: str, model: str, dim: int, api_key_env: str | None = None,
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, min_similarity: float = 0.0) -> None:
         if not url.startswith(("http://", "https://")):
             raise InputError(f"embedder url must be http(s), got {url!r}")
         if not 1 <= dim <= 65535:
@@ -288,8 +293,11 @@ class HttpEmbedder:
         self.id = f"http:{model}/{dim}"
         self.api_key_env = api_key_env
         self.timeout = timeout
+        self.min_similarity = min_similarity
 
     def embed_array(self, texts: Sequence[str]) -> Any:
+        import urllib.request
+
         import numpy as np
 
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
@@ -338,7 +346,7 @@ def _installed(module: str) -> bool:
 def from_spec(spec: str | Mapping[str, Any]) -> Embedder:
     """An embedder from its configuration: a name (``wordllama``, ``wordllama:128``,
     ``minilm``, ``hashing``, ``hashing:512``, ``auto``) or a table with ``name`` and
-    options (``http``: ``url``, ``model``, ``dim``, ``api_key_env``)."""
+    options (``http``: ``url``, ``model``, ``dim``, ``api_key_env``, ``min_similarity``)."""
     opts: dict[str, Any] = {}
     if isinstance(spec, str):
         name, _, arg = spec.strip().partition(":")
@@ -358,7 +366,8 @@ def from_spec(spec: str | Mapping[str, Any]) -> Embedder:
             return HashingEmbedder(int(opts.get("dim", 256)))
         if name == "http":
             return HttpEmbedder(str(opts["url"]), str(opts["model"]), int(opts["dim"]),
-                                opts.get("api_key_env"))
+                                opts.get("api_key_env"),
+                                min_similarity=float(opts.get("min_similarity", 0.0)))
     except (KeyError, ValueError) as e:
         raise InputError(f"bad embedder configuration for {name!r} ({e.__class__.__name__}: "
                          f"{e}): http needs url, model and dim, and dims are integers",

@@ -350,12 +350,10 @@ class Projections:
         return result
 
     def _min_similarity(self) -> float:
-        """The cosine below which a vector match does not enter the pool: the hashing
-        space's noise floor (ADR 0006); none for a dense model, whose cosines have no
-        common scale (ADR 0022: its best ``pool_n`` enter, the fusion ranks them)."""
-        e = self.vectors.embedder
-        return float(getattr(e, "min_similarity", MIN_SIMILARITY if self.vectors.dense == 0
-                             else -1.0))
+        """The cosine below which a vector match does not enter the pool: the embedder's
+        own (``min_similarity``: 0.15 for hashing's noise floor, ADR 0006; 0.05 for
+        wordllama, ADR 0022), else 0.15."""
+        return float(getattr(self.vectors.embedder, "min_similarity", MIN_SIMILARITY))
 
     def _positions(self, conn: Any) -> tuple[int, int]:
         t = self.runner.tracking
@@ -526,7 +524,7 @@ def _rank(kw: Sequence[tuple[str, float]], vec: Sequence[tuple[str, float]],
     else:
         raise InputError(f"unknown fusion {weights.fusion!r}", hint="rrf or linear")
     half_life = weights.recency_half_life_days * 86_400.0
-    out = []
+    out: list[tuple[float, str, tuple[float, ...], Any]] = []
     for atom_id, (sal, raw, created) in eligible.items():
         recency = math.pow(2.0, -max(0.0, at - created) / half_life)
         k_rel, v_rel = kw_rel.get(atom_id, 0.0), vec_rel.get(atom_id, 0.0)

@@ -343,7 +343,8 @@ class VectorIndex:
         s = self.segments
         cols = ", ".join(["subject_id", "segment", "seq", *_COLUMNS])
         if conn.dialect.name == "postgresql":
-            conds, params = [], []
+            conds: list[str] = []
+            params: list[Any] = []
             if subject_id is not None:
                 conds.append("subject_id = %s")
                 params.append(subject_id)
@@ -391,7 +392,7 @@ class VectorIndex:
                 raise RuntimeError("dense vectors need numpy")
             q32 = np.asarray(qvec, dtype=np.float32)
             vals = np.frombuffer(b"".join(r.vals for r in rows), dtype="<f4")
-            scores = vals.reshape(-1, self.dim) @ q32
+            scores = np.einsum("ij,j->i", vals.reshape(-1, self.dim), q32)  # one thread
             live = np.nonzero(np.isin(np.frombuffer(flags, dtype=np.uint8), list(wanted)))[0]
             if len(live) > k:
                 kth = float(np.partition(scores[live], len(live) - k)[len(live) - k])

@@ -172,7 +172,7 @@ def test_http_embedder_talks_to_an_openai_compatible_endpoint(
     seen: list[tuple[str | None, dict[str, object]]] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             seen.append((self.headers.get("Authorization"), body))
             data = [{"index": i, "embedding": [float(len(t)), 1.0, 0.0]}
