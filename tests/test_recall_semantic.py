@@ -202,3 +202,28 @@ def test_http_embedder_talks_to_an_openai_compatible_endpoint(
             bad.embed_array(["x"])
     finally:
         server.shutdown()
+
+
+def test_vectorised_salience_equals_the_decay_functions(
+        app: LedgerApp, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recall index's salience (log strength, rate, floor, at query time) is ADR 0005's
+    formula: the same values memory inspect computes row by row."""
+    clock = Clock(monkeypatch)
+    app.register_subject({"ref": "u1"})
+    ids = app.add_atoms([
+        {"subject": "u1", "text": "Sails a small boat on the lake", "salience": 0.9},
+        {"subject": "u1", "text": "Sails with her brother", "salience": 0.5,
+         "emotional_valence": -0.8},
+        {"subject": "u1", "text": "Sails badly in strong wind", "salience": 0.7,
+         "decay_profile": {"halfLifeDays": 3.0, "rehearsalBoost": 2.0}}])
+    clock.tick(days=2)
+    app.rehearse_atom(str(ids[2]))
+    app.rehearse_atom(str(ids[0]))
+    with projections(app, embedder=WordLlamaEmbedder()) as p:
+        for days in (0.5, 6.0, 30.0):
+            at = clock.tick(days=days)
+            result = p.recall("sailing", "u1", k=3, now=at, threshold=0.0)
+            assert sorted(result.atom_ids) == sorted(str(i) for i in ids)
+            for item in result.items:
+                want = p.memory_inspect(item.atom_id, now=at)["decay"]["salience_now"]
+                assert round(item.salience, 6) == pytest.approx(want, abs=1e-6)
