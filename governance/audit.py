@@ -156,6 +156,19 @@ def _short(topic: str) -> str:
     return re.sub(r"\.v\d+$", "", name)
 
 
+def policy_rule(payload: dict[str, Any]) -> str | None:
+    """The memoryPolicy rule an archive redaction carries out (``maxAtoms``), or None
+    for a person's redaction or a sweep. Older logs say it only in the reason."""
+    if payload.get("mode") != "archive":
+        return None
+    if payload.get("rule"):
+        return str(payload["rule"])
+    reason = payload.get("reason")
+    if isinstance(reason, str) and reason.startswith("memoryPolicy maxAtoms"):
+        return "maxAtoms"
+    return None
+
+
 def category(topic: str, payload: dict[str, Any]) -> str:
     """The activity category of an event (docs/adr/0013)."""
     if topic in ROSTER_TOPICS:
@@ -167,6 +180,8 @@ def category(topic: str, payload: dict[str, Any]) -> str:
         return "created"
     if topic == Atom.Rehearsed.TOPIC:
         return "recalled" if payload.get("reason") == RECALL_REASON else "rehearsed"
+    if topic == Atom.Redacted.TOPIC and policy_rule(payload) is not None:
+        return "lifecycle"  # a policy effect, reported under its own heading
     if topic in KEY_DESTROYED or topic in (Atom.Redacted.TOPIC, Atom.Unredacted.TOPIC,
                                            Artifact.Deleted.TOPIC):
         return "redacted"
@@ -499,6 +514,7 @@ def build_report(app: Any, period: Period, subject: str | None = None,
     keys_destroyed: Counter[str] = Counter()
     unredactions = artifact_deletions = 0
     sweeps: Counter[str] = Counter()
+    policy_archived: Counter[str] = Counter()
     packs: Counter[str] = Counter()
     first_seq = last_seq = None
     first_position = last_position = None
@@ -540,6 +556,8 @@ def build_report(app: Any, period: Period, subject: str | None = None,
                 recall_sessions.add(str(payload["session_id"]))
         elif cat == "rehearsed":
             rehearsed_atoms.add(oid)
+        elif topic == Atom.Redacted.TOPIC and policy_rule(payload) is not None:
+            policy_archived[str(policy_rule(payload))] += 1  # a policy effect, not a redaction
         elif topic == Atom.Redacted.TOPIC:
             mode = str(payload.get("mode"))
             modes[mode if mode in REDACTION_MODES else "other"] += 1
@@ -687,6 +705,8 @@ def build_report(app: Any, period: Period, subject: str | None = None,
                      "event), so packs built in the period cannot be listed; each closed batch "
                      "can have one built with `ledger evidence-pack BATCH`")},
         "sweeps": {"events": sum(sweeps.values()), "by_topic": dict(sorted(sweeps.items()))},
+        "policy_archiving": {"events": sum(policy_archived.values()),
+                             "by_rule": dict(sorted(policy_archived.items()))},
         "key_roster": {"changes": len(roster_changes), "items": roster_changes,
                        "keys": len(roster.entries) + (1 if roster.root_kid else 0)},
         "verification": verification,
@@ -842,6 +862,11 @@ def render_text(r: dict[str, Any]) -> str:
     sw = r["sweeps"]
     lines.append(f"SWEEPS (expiry / archive): {sw['events']} events")
     lines += _table(["topic", "events"], sw["by_topic"].items()) if sw["by_topic"] else []
+    lines.append("")
+    pa = r["policy_archiving"]
+    lines.append(f"POLICY ARCHIVING (atoms archived by memoryPolicy rules at creation): "
+                 f"{pa['events']} events")
+    lines += _table(["rule", "events"], pa["by_rule"].items()) if pa["by_rule"] else []
     lines.append("")
     pol = r["policy"]
     inf = pol["in_force"]
@@ -1214,6 +1239,14 @@ def render_html(r: dict[str, Any]) -> str:
         out.append("<table><tr><th>topic</th><th>events</th></tr>" + "".join(
             f"<tr>{_t(t)}{_n(n, 'sweeps', 'by_topic', t)}</tr>"
             for t, n in sw["by_topic"].items()) + "</table>")
+
+    pa = r["policy_archiving"]
+    out.append(f"<h2>Policy archiving (memoryPolicy rules at creation)</h2><p>"
+               f"{_n(pa['events'], 'policy_archiving', 'events', tag='span')} events.</p>")
+    if pa["by_rule"]:
+        out.append("<table><tr><th>rule</th><th>events</th></tr>" + "".join(
+            f"<tr>{_t(t)}{_n(n, 'policy_archiving', 'by_rule', t)}</tr>"
+            for t, n in pa["by_rule"].items()) + "</table>")
 
     # policy and keys
     pol = r["policy"]

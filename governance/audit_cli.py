@@ -17,14 +17,6 @@ from typing import Annotated, Any
 
 import typer
 
-from governance.audit import (
-    FORMATS,
-    VERIFY_SCOPES,
-    build_report,
-    parse_period,
-    render,
-    write_atomic,
-)
 from ledger import clock
 from ledger.errors import EXIT_VERIFY, InputError
 
@@ -65,6 +57,15 @@ def audit_command(
 
     Example: ledger audit --from 2026-01-01 --to 2026-01-31 --format html --out jan.html
     """
+    from governance.audit import (
+        FORMATS,
+        VERIFY_SCOPES,
+        build_report,
+        parse_period,
+        render,
+        write_atomic,
+    )
+
     if as_json:
         if fmt not in ("text", "json"):
             raise InputError(f"--json conflicts with --format {fmt}",

@@ -25,6 +25,7 @@ import html
 import json
 import shutil
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -38,9 +39,9 @@ from governance.dsse import (
     sign_envelope,
     verify_envelope,
 )
-from keys.errors import KeyError_
+from keys.errors import KeyError_, KeyNotAuthorized
 from keys.keyring import public_key_document
-from keys.roster import ROSTER_TOPICS
+from keys.roster import ROSTER_TOPICS, parse_time
 from ledger import clock, envelope
 from ledger.checkpoint import parse_body, parse_note
 from ledger.errors import ConflictError, InputError, NotFound, VerificationFailed
@@ -55,13 +56,18 @@ AFTER = "checkpoints/after.checkpoint"
 CONSISTENCY = "consistency.json"
 ROOT_PUB = "keys/root.pub"
 REPORT = "report.html"
+PROOFS = "proofs"  # proofs/<seq>.tlog-proof: c2sp.org/tlog-proof of tombstones, key destructions
 PREDICATE_SCHEMA = "evidence-pack-predicate.v1.json"
 """JSON Schema of the statement's predicate, in the ``schemas`` package (step 1.1)."""
 
-TOMBSTONE_TOPICS = {"memory-ledger:atom.redacted.v1", "memory-ledger:artifact.deleted.v1"}
+TOMBSTONE_TOPICS = {"memory-ledger:atom.redacted.v1", "memory-ledger:artifact.deleted.v1",
+                    "memory-ledger:record.erased.v1"}
+SIGNER_ROLES = ("operator", "auditor")
+"""Roles whose keys may sign (or countersign) an Evidence Pack's statement (step 4)."""
 KEY_TOPICS = {"memory-ledger:atom.data-key-destroyed.v1",
               "memory-ledger:artifact.data-key-destroyed.v1",
-              "memory-ledger:subject.data-key-destroyed.v1"}
+              "memory-ledger:subject.data-key-destroyed.v1",
+              "memory-ledger:record.data-key-destroyed.v1"}
 
 
 # ----------------------------------------------------------------------------- schema
@@ -153,7 +159,10 @@ def build_pack(app: Any, batch_id: str, out: Path, make_zip: bool = False,
                                          "proof": [b64(p) for p in consistency]},
                                         indent=2).encode()
         files[ROOT_PUB] = json.dumps(public_key_document("root", app.root_public_key)).encode()
+        proof_files = _proof_files(app, ordered, opened, proofs, after)
+        files.update(proof_files)
         predicate = _predicate(app, batch, request, opened, ordered, before, after)
+        predicate["witnesses"] = _witness_claims(app, before, after, sorted(proof_files))
         problems = predicate_problems(predicate)
         if problems:  # a bug in _predicate or in what it reads, never the user's input
             raise RuntimeError(f"the Evidence Pack predicate does not match schemas/"
@@ -194,7 +203,40 @@ def _checkpoint_before(app: Any, first_seq: int) -> Any:
         raise ConflictError("no checkpoint was taken before this batch",
                             hint="erasures take one automatically; this batch predates that")
     body, _ = parse_note(note)
-    return SignedCheckpoint(parse_body(body), note)
+    cp = parse_body(body)
+    return SignedCheckpoint(cp, app.tlog.with_cosignatures(cp.size, note))
+
+
+def _proof_files(app: Any, ordered: list[Any], opened: dict[Any, Any],
+                 proofs: dict[Any, list[bytes]], after: Any) -> dict[str, bytes]:
+    """One c2sp.org/tlog-proof file per tombstone and key destruction, against ``after``
+    with its cosignatures; ``extra`` holds the event id (docs/spec/evidence-pack.md)."""
+    from ledger.witness.wire import TlogProof
+
+    out = {}
+    for k in ordered:
+        topic = opened[k].envelope["topic"]
+        if topic in TOMBSTONE_TOPICS or topic in KEY_TOPICS:
+            seq = opened[k].envelope["seq"]
+            proof = TlogProof(seq - 1, tuple(proofs[k]), after.note,
+                              extra=envelope.event_id(k[0], k[1]).encode())
+            out[f"{PROOFS}/{seq}.tlog-proof"] = proof.text().encode()
+    return out
+
+
+def _witness_claims(app: Any, before: Any, after: Any, proof_names: list[str]
+                    ) -> dict[str, Any]:
+    """Which witnesses cosigned which checkpoint (the lines are in the checkpoint files)."""
+    def cosigners(cp: Any) -> list[dict[str, Any]]:
+        from ledger.witness.cosign import check_cosignatures, parse_witness_vkey
+
+        rows = app.tlog.cosignature_rows(cp.size)
+        keys = [parse_witness_vkey(vkey) for _, vkey in rows]
+        found = check_cosignatures(cp.note, keys).valid
+        return [{"witness": vkey, "timestamp": c.timestamp} for vkey, c in sorted(found.items())]
+
+    return {"asked": [vkey for _, vkey in app.config.witnesses],
+            "before": cosigners(before), "after": cosigners(after), "proofs": proof_names}
 
 
 def _predicate(app: Any, batch: Any, request: Any, opened: dict[Any, Any],
@@ -243,9 +285,19 @@ def zip_pack(folder: Path) -> Path:
 
 
 def countersign(folder: Path, signer: Any) -> None:
+    """Add ``signer``'s signature; refused, the pack unchanged, unless the pack still
+    verifies with it (the key must hold operator or auditor at the pack's time)."""
     path = folder / STATEMENT
-    dsse = json.loads(path.read_text(encoding="utf-8"))
+    original = path.read_bytes()
+    dsse = json.loads(original)
     path.write_text(json.dumps(add_signature(dsse, signer), indent=2) + "\n", encoding="utf-8")
+    try:
+        verify_pack(folder)
+    except PackInvalid as e:
+        path.write_bytes(original)
+        raise InputError(f"{signer.name} may not countersign this pack: {e}",
+                         hint="countersign with a key that held the operator or auditor "
+                              "role when the pack was built (`ledger keys list`)") from e
 
 
 # ----------------------------------------------------------------------------- report
@@ -258,8 +310,10 @@ def render_report(p: dict[str, Any]) -> str:
         f"<td>{e(str(r.get('checked_at', '')))}</td></tr>"
         for r in p.get("reach", {}).get("routes", []))
     scan = p.get("reach", {}).get("raw_scan", {})
-    flagged = "".join(f"<li><code>{e(a)}</code></li>"
-                      for a in p.get("reach", {}).get("flagged_for_review", [])) or "<li>none</li>"
+    flagged_ids = p.get("reach", {}).get("flagged_for_review", [])
+    review_arts = p.get("reach", {}).get("flags", {}).get("artifacts_for_review", [])
+    flagged = "".join(f"<li><code>{e(a)}</code></li>" for a in flagged_ids) + "".join(
+        f"<li>artifact <code>{e(a)}</code></li>" for a in review_arts) or "<li>none</li>"
     timeline = "".join(
         f"<tr><td>{e(label)}</td><td>{e(str(req.get(key) or '-'))}</td></tr>"
         for label, key in (("received", "received_at"), ("acknowledged", "acknowledged_at"),
@@ -287,13 +341,32 @@ Reason: {e(p['batch']['reason'])}. Targets: {e(counts)}.</p>
 {rows}</table>
 <p>Raw scan of {scan.get('files', 0)} files owned by the ledger:
 <span class="{'ok' if not scan.get('hits') else 'bad'}">{len(scan.get('hits', []))} hits</span>.</p>
-<h2>Flagged for review</h2><ul>{flagged}</ul>
+<h2>Flagged for review</h2>
+<p>{len(flagged_ids)} memories of other subjects flagged <code>refers-to-erased</code>,
+{len(review_arts)} of their artifacts listed for review; none of them erased.</p>
+<ul>{flagged}</ul>
+{_witness_html(p)}
 <h2>Proofs</h2><p>{len(p['events'])} signed events with inclusion proofs in the tree of size
 {p['checkpoints']['after']['size']}; the log before the batch (size
 {p['checkpoints']['before']['size']}) is proved to be a prefix of it.
 Verify offline: <code>ledger verify-pack PACK --root-key root.pub</code>.</p>
 </body></html>
 """
+
+
+def _witness_html(p: dict[str, Any]) -> str:
+    w = p.get("witnesses")
+    if not w:
+        return ""
+    e = html.escape
+
+    def names(rows: list[dict[str, Any]]) -> str:
+        return ", ".join(e(r["witness"].split("+", 1)[0]) for r in rows) or "none"
+
+    return (f"<h2>Witnesses</h2><p>Checkpoint before the erasure cosigned by: "
+            f"{names(w['before'])}. Checkpoint after: {names(w['after'])}. "
+            f"{len(w['asked'])} witnesses asked; {len(w['proofs'])} offline proof files "
+            "(c2sp.org/tlog-proof).</p>")
 
 
 # ----------------------------------------------------------------------------- verifying
@@ -313,13 +386,20 @@ class PackReport:
     signers: list[str] = field(default_factory=list)
     events: int = 0
     targets: dict[str, int] = field(default_factory=dict)
+    witnesses: dict[str, Any] = field(default_factory=dict)
+    flagged_for_review: int = 0  # memories of others flagged refers-to-erased
+    artifacts_for_review: int = 0
 
     def as_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "step": self.step, "reason": self.reason,
-                "signers": self.signers, "events": self.events, "targets": self.targets}
+                "signers": self.signers, "events": self.events, "targets": self.targets,
+                "witnesses": self.witnesses,
+                "flagged_for_review": self.flagged_for_review,
+                "artifacts_for_review": self.artifacts_for_review}
 
 
-def verify_pack(folder: Path, root_public_key: bytes | None = None) -> PackReport:
+def verify_pack(folder: Path, root_public_key: bytes | None = None,
+                policy: Any = None) -> PackReport:
     """Verify a pack folder (or .zip); raise :class:`PackInvalid` at the first failing step."""
     files = _read_pack(folder)
     # Step 1: the statement is a DSSE envelope of an in-toto Statement v1 of our type.
@@ -367,19 +447,26 @@ def verify_pack(folder: Path, root_public_key: bytes | None = None) -> PackRepor
             raise PackInvalid("3", f"event seq {doc['seq']}: step {f.step}: {f.reason}")
         events.append((doc, rec))
     roster = v.report.roster
-    # Step 4: the statement is signed by a key that holds the operator role.
-    operators = {e.kid: e.public_key for e in roster.entries.values()
-                 if any(g.role in ("operator", "auditor") for g in e.grants)}
+    # Step 4: every signature on the statement is by a key that holds the operator or
+    # auditor role at the pack's time, in the pack's roster (revoked keys refused).
+    at = pack_time(predicate, [rec for _doc, rec in events])
+    signers = _statement_signers(dsse, roster, at)
     try:
-        verified = verify_envelope(dsse, operators)
+        verified = verify_envelope(dsse, signers)
     except KeyError_ as e:
         raise PackInvalid("4", f"statement signature: {e}") from e
     if verified.payload != envelope.canonical(statement):
         raise PackInvalid("4", "the statement is not in canonical form")
-    # Step 5: checkpoints are signed by the log key; events are included; before -> after.
+    # Step 5: checkpoints are signed by a key holding the log role when they were signed
+    # (no earlier than the newest pack event they cover); events included; before -> after.
     origin = predicate["ledger"]["origin"]
-    before = verify_with_roster(files[BEFORE].decode(), origin, roster)
-    after = verify_with_roster(files[AFTER].decode(), origin, roster)
+    before_note, after_note = files[BEFORE].decode(), files[AFTER].decode()
+    try:
+        before = verify_with_roster(before_note, origin, roster,
+                                    _covered_time(before_note, events))
+        after = verify_with_roster(after_note, origin, roster, at)
+    except VerificationFailed as e:
+        raise PackInvalid("5", str(e)) from e
     for (doc, _rec), leaf in zip(events, v.leaves or [], strict=True):
         try:
             verify_inclusion(leaf, doc["seq"] - 1, after.size, [unb64(p) for p in doc["proof"]],
@@ -396,8 +483,57 @@ def verify_pack(folder: Path, root_public_key: bytes | None = None) -> PackRepor
         raise PackInvalid("5", f"before -> after: {e}") from e
     # Step 6: the predicate says what the signed events say.
     _check_predicate(predicate, events)
+    # Steps 7.1-7.3: proof files, cosignatures, the witness policy (governance/witnessed.py).
+    from governance.witnessed import verify_witnessing
+
+    witnessing = verify_witnessing(files, predicate, events, v.leaves or [], before, after,
+                                   policy)
+    reach = predicate["reach"]
     return PackReport(True, None, None, verified.signers, len(events),
-                      {k: len(v) for k, v in predicate["targets"].items()})
+                      {k: len(v) for k, v in predicate["targets"].items()}, witnessing,
+                      len(reach["flagged_for_review"]),
+                      len(reach.get("flags", {}).get("artifacts_for_review", [])))
+
+
+def pack_time(predicate: dict[str, Any], records: Sequence[Any]) -> datetime:
+    """The pack's time for step 4: its signed ``generated_at``, or the newest event in
+    it if later (a pack cannot predate the events it holds, revocations included)."""
+    times = [parse_time(predicate["generated_at"])]
+    for rec in records:
+        times.append(parse_time(envelope.open_state(rec.state).envelope["timestamp"]))
+    return max(times)
+
+
+def _statement_signers(dsse: dict[str, Any], roster: Any, at: datetime) -> dict[str, bytes]:
+    """Step 4's role check: every signature's key (the first and every countersignature)
+    must hold ``operator`` or ``auditor`` at ``at``; returns their public keys."""
+    sigs = dsse.get("signatures")
+    if not isinstance(sigs, list) or not sigs:
+        raise PackInvalid("4", "the statement carries no signature")
+    keys = {}
+    for sig in sigs:
+        kid = sig.get("keyid") if isinstance(sig, dict) else None
+        if not isinstance(kid, str):
+            raise PackInvalid("4", "a statement signature has no key id")
+        try:
+            keys[kid] = roster.holds(kid, SIGNER_ROLES, at)
+        except KeyNotAuthorized as e:
+            raise PackInvalid("4", f"statement signed by {kid}, which does not hold the "
+                                   f"operator or auditor role at the pack's time "
+                                   f"{clock.format_instant(at)}: {e}") from e
+    return keys
+
+
+def _covered_time(note: str, events: Sequence[tuple[dict[str, Any], Any]]) -> datetime | None:
+    """Time of the newest pack event a checkpoint covers (it was signed no earlier)."""
+    try:
+        size = parse_body(parse_note(note)[0]).size
+    except (ValueError, VerificationFailed):
+        return None  # verify_with_roster reports the malformed note
+    covered = [rec for doc, rec in events if doc["seq"] <= size]
+    if not covered:
+        return None
+    return parse_time(envelope.open_state(covered[-1].state).envelope["timestamp"])
 
 
 @dataclass

@@ -9,16 +9,15 @@ ledger.errors classes, mapped to exit codes by the ``ledger`` entry point.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from governance.cli import JsonOpt, OpenApp, _out, _verdict, open_session
-from governance.policy_check import check_policy
-from governance.requests import list_requests
-from governance.sweep import sweep
 from ledger.errors import EXIT_VERIFY
-from projections.service import Projections
+
+if TYPE_CHECKING:  # each command imports what it uses: `ledger --help` stays light
+    from projections.service import Projections
 
 requests_cli = typer.Typer(no_args_is_help=True,
                            help="Right-to-be-forgotten requests and their deadlines.")
@@ -49,6 +48,8 @@ def sweep_command(
 
     Example: LEDGER_NOW=2026-12-01T00:00:00Z ledger sweep --dry-run --json
     """
+    from governance.sweep import sweep
+
     with _session() as (app, proj):
         data = sweep(app, proj, operator=operator, dry_run=dry_run)
     lines = [f"{d['action']}  {d['atom_id']}  {d['rule']}  due {d['due_at']}"
@@ -83,6 +84,8 @@ def requests_list(
 
     Example: ledger requests list --overdue --json
     """
+    from governance.requests import list_requests
+
     with _open[0]() as app:
         rows = list_requests(app, overdue_only=overdue)
     _out(rows, as_json, "\n".join(
@@ -105,6 +108,8 @@ def policy_check_command(as_json: JsonOpt = False) -> None:
 
     Example: ledger policy check --json
     """
+    from governance.policy_check import check_policy
+
     with _session() as (app, proj):
         data = check_policy(app, proj)
     _out(data["warnings"], as_json, "\n".join(

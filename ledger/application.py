@@ -19,7 +19,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ from ledger.domain import (
     ErasureRequest,
     LedgerEvent,
     Policy,
+    Record,
     RedactionBatch,
     Subject,
 )
@@ -234,16 +235,11 @@ class LedgerApp(Application[UUID]):
                     hint=f"unset {clock.ENV} or set it to a later time; history is append-only")
             wanted = (roles,) if isinstance(roles, str) else roles
             if wanted != (ROOT,):
-                state, problems = self.roster().state, []
-                for role in wanted:
-                    try:
-                        state.check(signer.kid, role, at)
-                        break
-                    except KeyNotAuthorized as e:
-                        problems.append(str(e))
-                else:
-                    raise InputError(f"{signer.name} may not sign this command: "
-                                     + "; ".join(problems), hint="see `ledger keys list`")
+                try:
+                    self.roster().state.holds(signer.kid, wanted, at)
+                except KeyNotAuthorized as e:
+                    raise InputError(f"{signer.name} may not sign this command: {e}",
+                                     hint="see `ledger keys list`") from None
             self.mapper.begin(signer, seq + 1)  # type: ignore[attr-defined]
             try:
                 yield at
@@ -330,8 +326,10 @@ class LedgerApp(Application[UUID]):
             log.warning("tlog.catch_up_failed", error=e.__class__.__name__)
 
     # ------------------------------------------------------------------ transparency log
-    def checkpoint(self) -> SignedCheckpoint:
-        """Bring the tree up to date and sign its head with the ledger's log key."""
+    def checkpoint(self, witnesses: Sequence[tuple[str, str]] | None = None
+                   ) -> SignedCheckpoint:
+        """Bring the tree up to date, sign its head with the ledger's log key, and have it
+        cosigned by the witnesses (``witnesses``, or those of config.toml)."""
         signer = self.signer("log")
         with self._write_lock():
             at = clock.now()
@@ -344,7 +342,47 @@ class LedgerApp(Application[UUID]):
             self.tlog.catch_up(self.recorder)
             cp = self.tlog.checkpoint(signer, at)
         log.info("checkpoint.signed", size=cp.size)
-        return cp
+        return self.witness(cp, witnesses)
+
+    def log_vkey(self) -> str:
+        """The C2SP verifier key of this ledger's checkpoints: origin as name, log key."""
+        from ledger.checkpoint import vkey_string
+
+        return vkey_string(self.config.origin, self.signer("log").public_key)
+
+    def log_vkeys(self) -> dict[str, str]:
+        """The vkey of every key that ever held the log role, by key id."""
+        from ledger.checkpoint import vkey_string
+
+        return {e.kid: vkey_string(self.config.origin, e.public_key)
+                for e in self.roster().state.entries.values()
+                if any(g.role == "log" for g in e.grants)}
+
+    def witness(self, cp: SignedCheckpoint,
+                witnesses: Sequence[tuple[str, str]] | None = None) -> SignedCheckpoint:
+        """Ask the witnesses (``(url, vkey)``; default: config.toml's) to cosign ``cp``.
+
+        Outside the write lock: a slow or dead witness never holds up a write. Witnesses that
+        already cosigned this size are not asked again; the others are asked every time, so
+        a witness that was down is retried by the next checkpoint. Results are recorded
+        (``tlog_witness_sizes``) and kept in :attr:`last_witnessing`.
+        """
+        from ledger.witness.client import WitnessTarget, ask_all
+
+        pairs = list(self.config.witnesses if witnesses is None else witnesses)
+        self.last_witnessing: list[Any] = []
+        if not pairs:
+            return cp
+        targets = [WitnessTarget.of(url, vkey) for url, vkey in pairs]
+        done = {vkey for _, vkey in self.tlog.cosignature_rows(cp.size)}
+        todo = [t for t in targets if t.key.vkey not in done]
+        results = ask_all(todo, cp.note, self.tlog.witness_sizes(), self.tlog.consistency)
+        self.tlog.record_witnessing(cp.size, results, clock.now().isoformat())
+        self.last_witnessing = results
+        for r in results:
+            log.info("checkpoint.witnessed", size=cp.size, status=r.status)
+        recorded = self.tlog.recorded(cp.size)
+        return recorded if recorded is not None else cp
 
     def seq_of(self, event_id: str) -> int:
         """The sequence number (leaf index + 1) of an event id ``<uuid>/<version>``."""
@@ -540,11 +578,15 @@ class LedgerApp(Application[UUID]):
 
     def import_records(self, subjects: Sequence[dict[str, Any]],
                        artifacts: Sequence[dict[str, Any]], atoms: Sequence[dict[str, Any]],
-                       actor: str | None = None) -> dict[str, Any]:
+                       actor: str | None = None,
+                       records: Callable[[UUID, datetime], Sequence[Any]] | None = None
+                       ) -> dict[str, Any]:
         """Record subjects, artifacts and atoms in one command: all or nothing.
 
         Items whose ref already exists are skipped (so a repeated import is a no-op);
-        atoms may cite artifacts created in the same call. Returns counts and ids.
+        atoms may cite artifacts created in the same call. ``records(subject id, at)``
+        gives more aggregates (portable records, ADR 0017) for the same command.
+        Returns counts and ids, and the policy's archiving (``archived``).
         """
         sub_in = [parse(SubjectInput, d) for d in subjects]
         art_in = [parse(ArtifactInput, d) for d in artifacts]
@@ -592,11 +634,16 @@ class LedgerApp(Application[UUID]):
                 created["atoms"] += 1
             if len({a.id for a in new}) != len(new):
                 raise InputError("the import names one item twice (duplicate refs)")
+            if records is not None and sub_in:
+                new.extend(records(seen[("subject", sub_in[0].ref)], at))
+            loaded = policy_rules.over_limit(self, policy, new, at)
+            archived = archived_by_policy([*new, *loaded])
             if new:
-                self.commit(*new, *policy_rules.over_limit(self, policy, new, at))
+                self.commit(*new, *loaded)
         log.info("import.recorded", **{f"created_{k}": v for k, v in created.items()},
                  **{f"skipped_{k}": v for k, v in skipped.items()})
-        return {"created": created, "skipped": skipped, "ids": ids}
+        return {"created": created, "skipped": skipped, "ids": ids,
+                "archived": archived}
 
     # ------------------------------------------------------------------ atoms
     def _new_atom(self, inp: AtomInput, at: datetime, supersedes: str | None = None,
@@ -640,6 +687,7 @@ class LedgerApp(Application[UUID]):
             "privacy_class": inp.privacy_class, "consent_basis": inp.consent_basis,
             "session_id": inp.session_id, "supersedes": supersedes,
             "min_sources": inp.min_sources, "extensions": inp.extensions,
+            "source_data": inp.source_data,
         }
         # The frozen dataclass's __init__ only sets these attributes one by one; build the
         # event the way eventsourcing's Mapper.to_domain_event does (test_bulk_append.py
@@ -657,6 +705,8 @@ class LedgerApp(Application[UUID]):
             return self._add_atoms(items, actor)
 
     def _add_atoms(self, items: Sequence[dict[str, Any]], actor: str | None) -> list[UUID]:
+        """Also sets ``last_archived``: the atoms this command's maxAtoms step archived."""
+        self.last_archived: list[str] = []
         inputs = _parse_atoms(items)
         signer = self.signer(actor)
         with self.writing(signer) as at:
@@ -670,8 +720,9 @@ class LedgerApp(Application[UUID]):
             # the aggregates are built for the policy's max-atoms step.
             atoms: list[Any] = (created if policy is None
                                 else [_aggregate_of(e) for e in created])
-            self.commit(*atoms, *policy_rules.over_limit(self, policy, atoms, at),
-                        event_ids=False)
+            loaded = policy_rules.over_limit(self, policy, atoms, at)
+            self.last_archived = archived_by_policy([*atoms, *loaded])
+            self.commit(*atoms, *loaded, event_ids=False)
         command_log = log.bind()  # bound once: the lazy module logger binds on every call
         if command_log.is_enabled_for(logging.INFO):  # else skip the per-atom id strings
             for e in created:
@@ -760,6 +811,31 @@ class LedgerApp(Application[UUID]):
             self.commit(old, new)
         log.info("atom.corrected", atom_id=str(old.id), new_atom_id=str(new.id))
         return new.id
+
+    def restore_statuses(self, items: Sequence[tuple[UUID, str, UUID | None, str | None]],
+                         actor: str | None = None) -> int:
+        """Give imported atoms the status their source recorded, in one command:
+        (atom, ``superseded`` or ``expired``, successor, valid_to). Atoms no longer
+        active are left alone, so a re-run changes nothing. Returns how many changed."""
+        todo: list[Atom] = []
+        with self.writing(self.signer(actor)) as at:
+            atoms = self.get_many([i for i, *_ in items])
+            for atom, (_, status, successor, valid_to) in zip(atoms, items, strict=True):
+                if atom.status != "active" or atom.content_erased:
+                    continue
+                until = valid_to or clock.format_instant(at)
+                if status == "superseded" and successor is not None:
+                    atom.trigger_event(Atom.Superseded, timestamp=at,
+                                       superseded_by=str(successor), valid_to=until,
+                                       reason="status restored on import")
+                else:
+                    atom.trigger_event(Atom.Expired, timestamp=at, valid_to=until,
+                                       reason="status restored on import")
+                todo.append(atom)
+            if todo:
+                self.commit(*todo)
+        log.info("import.statuses_restored", count=len(todo))
+        return len(todo)
 
     def rehearse_atom(self, atom_id: str, session_id: str | None = None,
                       reason: str | None = None, actor: str | None = None) -> int:
@@ -884,7 +960,7 @@ class LedgerApp(Application[UUID]):
     def tombstone(self, atom_ids: Sequence[UUID], artifact_ids: Sequence[UUID], mode: str,
                   reason: str, reached: list[str], batch_id: str | None = None,
                   cascade: dict[str, dict[str, Any]] | None = None,
-                  actor: str | None = None) -> list[str]:
+                  actor: str | None = None, records: Sequence[UUID] = ()) -> list[str]:
         """Signed tombstones after a hard erasure or deletion reached every route."""
         if mode not in ("hard", "delete"):
             raise InputError(f"tombstones are for hard or delete, not {mode!r}")
@@ -902,6 +978,12 @@ class LedgerApp(Application[UUID]):
                 atom.trigger_event(Atom.Redacted, timestamp=at, mode=mode, reason=reason,
                                    batch_id=batch_id, reached=reached)
                 aggs.append(atom)
+            for rec in self.get_many(records):
+                if getattr(rec, "status", "active") in ("hard-redacted", "deleted"):
+                    continue
+                rec.trigger_event(Record.Erased, timestamp=at, mode=mode, reason=reason,
+                                  batch_id=batch_id, reached=reached)
+                aggs.append(rec)
             for rid in dict.fromkeys(artifact_ids):
                 art: Any = self.repository.get(rid)
                 if art.status == "deleted":
@@ -1107,6 +1189,14 @@ def _gc_paused(pause: bool) -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+def archived_by_policy(items: Sequence[Any]) -> list[str]:
+    """Ids of the atoms among ``items`` that this command archives (maxAtoms), before
+    their pending events are committed."""
+    return sorted(str(a.id) for a in items if isinstance(a, Atom) and any(
+        isinstance(e, Atom.Redacted) and getattr(e, "rule", None) == "maxAtoms"
+        for e in a.pending_events))
 
 
 def _parse_atoms(items: Sequence[dict[str, Any]]) -> list[AtomInput]:

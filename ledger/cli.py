@@ -8,17 +8,22 @@ environment. All errors are mapped to exit codes here, in :func:`main`.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+# Start-up is part of the interface: `ledger --help` and `ledger --version` import typer and
+# these light modules only; every command imports what it uses inside its body (issue 15,
+# ADR 0026). tests/test_startup.py fails when a heavy module comes back up here.
 from governance.audit_cli import register as register_audit
 from governance.cli import register as register_governance
 from governance.policy_cli import register as register_policy
+from governance.receipt_cli import register as register_receipt
 from keys.errors import (
     DataKeyUnavailable,
     KeyError_,
@@ -26,12 +31,7 @@ from keys.errors import (
     KeyringError,
     KeystoreError,
 )
-from keys.keyring import read_public_key_file
-from ledger import envelope, logs
-from ledger.application import LedgerApp
-from ledger.checkpoint import Checkpoint, verify_checkpoint
 from ledger.clock import parse_instant
-from ledger.domain import ERASED
 from ledger.errors import (
     EXIT_ENV,
     EXIT_OK,
@@ -42,17 +42,18 @@ from ledger.errors import (
     LedgerError,
     VerificationFailed,
 )
-from ledger.home import HOME_DIRNAME, Config, find_home
-from ledger.leaf import leaf_of
-from ledger.merkle import leaf_hash, verify_consistency, verify_inclusion
 from ledger.portability.cli import register as register_portability
-from ledger.transparency import b64, unb64, verify_since, verify_with_roster
-from ledger.verify import Failure, check_checkpoint, verify_log
+from ledger.witness.cli import register as register_witness
 from projections.cli import register as register_projections
 
+if TYPE_CHECKING:
+    from ledger.application import LedgerApp
+    from ledger.checkpoint import Checkpoint
+
 cli = typer.Typer(
-    name="ledger", no_args_is_help=True, add_completion=False,
+    name="ledger", no_args_is_help=True, add_completion=True,
     pretty_exceptions_enable=False, rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="memory-ledger: signed, event-sourced memory for AI assistants, with proofs of erasure.",
 )
 subject_cli = typer.Typer(no_args_is_help=True, help="Register and show subjects.")
@@ -76,15 +77,40 @@ class State:
 STATE = State()
 
 
+HOME_HELP = "Ledger home folder (default: LEDGER_HOME, or .ledger/ found upward)."
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        sys.stdout.write(f"ledger (memory-ledger) {version('memory-ledger')}\n")
+        raise typer.Exit()
+
+
 @cli.callback()
-def _root(home: Annotated[Path | None, typer.Option(
-        "--home", help="Ledger home folder (default: LEDGER_HOME, or .ledger/ found upward).",
-        envvar=None)] = None) -> None:
+def _root(
+    home: Annotated[Path | None, typer.Option("--home", metavar="DIR", help=HOME_HELP)] = None,
+    quiet: Annotated[bool, typer.Option(
+        "-q", "--quiet", help="No progress bars; verdicts and data only.")] = False,
+    verbose: Annotated[bool, typer.Option(
+        "-v", "--verbose", help="Per-event lines instead of summaries; info log lines.")]
+    = False,
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print the version and exit.")]
+    = False,
+) -> None:
+    from ledger import progress
+
+    progress.configure(quiet=quiet, verbose=verbose)
     STATE.home = home
 
 
 @contextmanager
 def opened() -> Iterator[LedgerApp]:
+    from ledger.application import LedgerApp
+    from ledger.home import Config, find_home
+
     app = LedgerApp(Config.load(find_home(STATE.home)))
     try:
         yield app
@@ -124,6 +150,9 @@ def init(
 
     Example: ledger --home /tmp/demo init
     """
+    from ledger.application import LedgerApp
+    from ledger.home import HOME_DIRNAME
+
     home = STATE.home or Path.cwd() / HOME_DIRNAME
     cfg = LedgerApp.initialize(home, db=db, keystore=keystore)
     out({"home": str(home), "ledger_id": cfg.ledger_id, "origin": cfg.origin,
@@ -152,6 +181,8 @@ def subject_add(
 @subject_cli.command("show")
 def subject_show(ref: str, as_json: JsonOpt = False) -> None:
     """Show a subject.  Example: ledger subject show user_9f4e"""
+    from ledger.domain import ERASED
+
     with opened() as app:
         s = app.get_subject(ref)
         data = {"subject_id": str(s.id), "ref": s.ref,
@@ -197,6 +228,8 @@ def artifact_add(
 @artifact_cli.command("show")
 def artifact_show(artifact: str, as_json: JsonOpt = False) -> None:
     """Show an artifact.  Example: ledger artifact show art_101"""
+    from ledger.domain import ERASED
+
     with opened() as app:
         a = app.get_artifact(artifact)
         data = {"artifact_id": str(a.id), "ref": a.ref, "subject_id": a.subject_id,
@@ -269,7 +302,12 @@ def atom_add(
     }
     with opened() as app:
         aid = app.add_atom(data, actor)
-    out({"atom_id": str(aid)}, as_json, str(aid))
+        archived = list(app.last_archived)
+    out({"atom_id": str(aid), "archived": {"atoms": len(archived), "ids": archived}},
+        as_json, str(aid))
+    if archived:
+        verdict(f"note: {len(archived)} atom(s) archived by the policy (maxAtoms): "
+                + ", ".join(archived[:5]))
 
 
 def _atom_text(d: dict[str, Any]) -> str:
@@ -284,6 +322,8 @@ def _atom_text(d: dict[str, Any]) -> str:
 @atom_cli.command("show")
 def atom_show(atom: str, as_json: JsonOpt = False) -> None:
     """Show an atom's current state.  Example: ledger atom show atom_001"""
+    from ledger.domain import ERASED
+
     with opened() as app:
         data = app.get_atom(atom).as_dict()
     if data["content_erased"]:
@@ -361,11 +401,15 @@ def keys_list(as_json: JsonOpt = False) -> None:
     with opened() as app:
         rows = app.roster().state.rows()
         local = set(app.keyring.names())
+        vkeys = app.log_vkeys()
     for r in rows:
         r["private_key_here"] = r["name"] in local
+        if r["role"] == "log" and r["kid"] in vkeys:
+            r["vkey"] = vkeys[r["kid"]]  # C2SP verifier key of the checkpoints it signs
     text = "\n".join(
         f"{r['kid']}  {r['name']:<12} {r['role']:<9} from {r['valid_from'] or '-'}"
-        + (f"  REVOKED from {r['revoked_from']}" if r["revoked_from"] else "") for r in rows)
+        + (f"  REVOKED from {r['revoked_from']}" if r["revoked_from"] else "")
+        + (f"\n    vkey {r['vkey']}" if r.get("vkey") else "") for r in rows)
     out(rows, as_json, text)
 
 
@@ -383,6 +427,8 @@ def keys_authorize(
 
     Example: ledger keys authorize dpo --role operator
     """
+    from keys.keyring import read_public_key_file
+
     pub = read_public_key_file(public_key) if public_key else None
     start = parse_instant(valid_from, "--from") if valid_from else None
     with opened() as app:
@@ -476,6 +522,11 @@ def verify(
 
     Example: ledger verify --root-key root.pub --checkpoint old.checkpoint
     """
+    from keys.keyring import read_public_key_file
+    from ledger import progress
+    from ledger.transparency import b64, verify_since, verify_with_roster
+    from ledger.verify import Failure, check_checkpoint, verify_log
+
     with opened() as app:
         root = read_public_key_file(root_key) if root_key else app.root_public_key
         if root is None:
@@ -486,8 +537,11 @@ def verify(
             result = {**report.as_json(), **extra}
         else:
             leaves: list[bytes] = []
-            report = verify_log(app.stored_records(), ledger_id=app.ledger_id,
-                                root_public_key=root, leaves=leaves)
+            with progress.bar("Verifying events", total=app.recorder.max_notification_id(),
+                              json=as_json) as bar:
+                report = verify_log(progress.tracked(app.stored_records(), bar),
+                                    ledger_id=app.ledger_id, root_public_key=root,
+                                    leaves=leaves)
             result = report.as_json()
             notes: list[tuple[str, str]] = []
             latest = app.tlog.recorded()
@@ -530,22 +584,44 @@ def verify(
 def checkpoint_cmd(
     out_file: Annotated[Path | None, typer.Option("--out", help="Also write the note here.")]
     = None,
+    witness: Annotated[list[str] | None, typer.Option(
+        "--witness", help="A witness URL to ask for a cosignature (repeatable; default: the "
+                          "[[witnesses]] of config.toml).")] = None,
+    witness_key: Annotated[list[str] | None, typer.Option(
+        "--witness-key", help="The vkey of each --witness not in config.toml, in order.")]
+    = None,
+    vkey: Annotated[bool, typer.Option(
+        "--vkey", help="Print the log's verifier key (C2SP vkey) and sign nothing.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Sign the current tree head (C2SP checkpoint) with the log key, record and print it.
+    """Sign the current tree head (C2SP checkpoint) with the log key, have the witnesses
+    cosign it, record and print it.
 
-    Example: ledger checkpoint --out today.checkpoint
+    Example: ledger checkpoint --out today.checkpoint --witness http://127.0.0.1:8411
     """
+    from ledger.transparency import b64
+    from ledger.witness.cli import checkpoint_witnesses
+
     with opened() as app:
-        cp = app.checkpoint()
+        if vkey:
+            key = app.log_vkey()
+            out({"origin": app.config.origin, "vkey": key}, as_json, key)
+            return
+        cp = app.checkpoint(checkpoint_witnesses(witness, witness_key, app.config.witnesses))
+        results = [r.as_json() for r in getattr(app, "last_witnessing", [])]
     if out_file is not None:
         try:
             out_file.write_text(cp.note, encoding="utf-8")
         except OSError as e:
             raise InputError(f"cannot write {out_file}: {e}") from e
     out({"origin": cp.checkpoint.origin, "size": cp.size, "root": b64(cp.root),
-         "note": cp.note}, as_json, cp.note)
-    verdict(f"OK: checkpoint of size {cp.size} signed")
+         "note": cp.note, "witnesses": results}, as_json, cp.note)
+    for r in results:
+        verdict(f"{'OK' if r['status'] == 'cosigned' else 'WARN'}: witness {r['url']}: "
+                f"{r['status']}{' - ' + str(r['detail']) if r['detail'] else ''}")
+    verdict(f"OK: checkpoint of size {cp.size} signed"
+            + (f"; {sum(r['status'] == 'cosigned' for r in results)} of {len(results)} "
+               "witnesses cosigned" if results else ""))
 
 
 @cli.command()
@@ -561,6 +637,11 @@ def prove(
 
     Example: ledger prove 3f2a...-.../1 --json > proof.json
     """
+    from ledger import envelope
+    from ledger.leaf import leaf_of
+    from ledger.merkle import leaf_hash, verify_consistency, verify_inclusion
+    from ledger.transparency import b64, verify_with_roster
+
     if (event_id is None) == (consistency is None):
         raise InputError("give an EVENT_ID or --consistency OLD_CHECKPOINT (one of them)")
     with opened() as app:
@@ -611,13 +692,32 @@ def _load_json(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _checkpoint_from(note: str, key: Path, origin: str | None) -> Checkpoint:
+def _checkpoint_from(note: str, key: str, origin: str | None) -> Checkpoint:
+    """Verify under ``key``: a C2SP vkey (its name need not be the origin), a file holding
+    one, or the ledger's ``.pub`` file (whose checkpoints use the origin as key name)."""
+    from keys.keyring import read_public_key_file
+    from ledger.checkpoint import parse_vkey, verify_checkpoint
+
+    text = key.strip()
+    if not text.startswith("{") and "+" not in text and Path(key).is_file():
+        try:
+            text = Path(key).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(f"cannot read key file {key}: {e}") from e
+    if "+" in text and not text.startswith("{"):
+        try:
+            name, public_key = parse_vkey(text)
+        except ValueError as e:
+            raise InputError(f"--key: {e}", hint="give a vkey as printed by `ledger checkpoint "
+                                                 "--vkey`, or the log's .pub file") from e
+        return verify_checkpoint(note, name, public_key, expected_origin=origin)
     body_origin = note.split("\n", 1)[0]
-    return verify_checkpoint(note, origin or body_origin, read_public_key_file(key),
+    return verify_checkpoint(note, origin or body_origin, read_public_key_file(Path(key)),
                              expected_origin=origin)
 
 
-KeyOpt = Annotated[Path, typer.Option("--key", help="The ledger's log public key (.pub).")]
+KeyOpt = Annotated[str, typer.Option("--key", help="The log's verifier key: C2SP vkey text "
+                                                   "(or a file holding it), or its .pub file.")]
 OriginOpt = Annotated[str | None, typer.Option(help="Expected origin line (log name).")]
 
 
@@ -628,12 +728,17 @@ def audit_verify_checkpoint(note_file: Path, key: KeyOpt, origin: OriginOpt = No
 
     Example: ledger audit-tools verify-checkpoint kept.checkpoint --key log.pub
     """
+    from ledger.transparency import b64
+
     cp = _checkpoint_from(_read_note(note_file), key, origin)
-    out({"ok": True, "origin": cp.origin, "size": cp.size, "root": b64(cp.root)}, as_json)
+    out({"ok": True, "origin": cp.origin, "size": cp.size, "root": b64(cp.root),
+         "extensions": list(cp.extensions)}, as_json)
     verdict(f"OK: checkpoint {cp.origin} size {cp.size} root {b64(cp.root)}")
 
 
 def _proof_list(doc: dict[str, Any], path: Path) -> list[bytes]:
+    from ledger.transparency import unb64
+
     try:
         return [unb64(p) for p in doc["proof"]]
     except (KeyError, TypeError, ValueError) as e:
@@ -651,6 +756,9 @@ def audit_verify_inclusion(
 
     Example: ledger audit-tools verify-inclusion proof.json --key log.pub
     """
+    from ledger.merkle import leaf_hash, verify_inclusion
+    from ledger.transparency import unb64
+
     doc = _load_json(proof_file)
     note = _read_note(checkpoint) if checkpoint else str(doc.get("checkpoint", ""))
     cp = _checkpoint_from(note, key, origin)
@@ -677,6 +785,8 @@ def audit_verify_consistency(
 
     Example: ledger audit-tools verify-consistency proof.json --key log.pub --old kept.checkpoint
     """
+    from ledger.merkle import verify_consistency
+
     doc = _load_json(proof_file)
     old_cp = _checkpoint_from(_read_note(old) if old else str(doc.get("old_checkpoint", "")),
                               key, origin)
@@ -700,14 +810,88 @@ register_governance(cli, opened, artifact_cli)
 register_policy(cli, opened, policy_cli)
 register_audit(cli, opened)
 register_portability(cli, opened)
+register_witness(cli, opened)
+register_receipt(cli, opened, audit_cli)
 
 
 # ---------------------------------------------------------------------- entry point
+def _set_home(ctx: Any, param: Any, value: Path | None) -> None:
+    if value is not None:
+        STATE.home = value
+
+
+def _leaves(group: Any) -> Iterator[Any]:
+    for sub in getattr(group, "commands", {}).values():
+        if getattr(sub, "commands", None) is not None:
+            yield from _leaves(sub)
+        else:
+            yield sub
+
+
+_COMMAND: list[Any] = []
+
+
+def _with_logs(callback: Any) -> Any:
+    """structlog is configured when a command runs, not to show help."""
+    import functools
+
+    @functools.wraps(callback)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        from ledger import logs, progress
+
+        logs.configure("info" if progress.verbose() and not os.environ.get("LEDGER_LOG_LEVEL")
+                       else None)
+        return callback(*args, **kwargs)
+
+    return run
+_PLACEHOLDERS = {"Path": "PATH", "int": "N", "float": "NUMBER", "str": "TEXT"}
+
+
+def _placeholder(param: Any) -> str | None:
+    """A readable placeholder (``--tag TEXT``, ``--salience NUMBER``) instead of the Python
+    type typer shows (``<list[str]>``); repeatable options say so in their help."""
+    import typing
+
+    if param.metavar is not None or getattr(param, "is_flag", False):
+        return None
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    while typing.get_args(annotation):
+        annotation = next((a for a in typing.get_args(annotation) if a is not type(None)),
+                          None)
+    return _PLACEHOLDERS.get(getattr(annotation, "__name__", ""), "VALUE")
+
+
+def command() -> Any:
+    """The click command tree, built once; every command also takes ``--home`` after its
+    name (``ledger verify --home X`` and ``ledger --home X verify`` mean the same)."""
+    if not _COMMAND:
+        import copy
+
+        root = typer.main.get_command(cli)
+        home = next(p for p in root.params if "--home" in p.opts)
+        for leaf in _leaves(root):
+            if not any("--home" in p.opts for p in leaf.params):
+                option = copy.copy(home)  # the root's own option, not passed to the command
+                option.expose_value, option.callback = False, _set_home
+                leaf.params.append(option)
+            leaf.callback = _with_logs(leaf.callback)
+            for param in leaf.params:
+                if not param.opts[0].startswith("-"):  # usage "ATOM", not "{ATOM} <str>"
+                    name = str(param.name).upper()
+                    shown = name if param.required else f"[{name}]"
+                    param._usage_display_name = lambda shown=shown: shown
+                    param.display_type_rich = lambda ctx: None
+                    param.metavar = name
+                else:
+                    param.metavar = _placeholder(param) or param.metavar
+        _COMMAND.append(root)
+    return _COMMAND[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map every error to its exit code in this one place."""
-    logs.configure()
-    try:
-        cli(args=argv, prog_name="ledger")  # standalone: usage errors exit 2 by themselves
+    try:  # standalone: usage errors exit 2 by themselves
+        command().main(args=argv, prog_name="ledger")
     except SystemExit as e:
         if e.code is None or isinstance(e.code, int):
             return int(e.code or 0)

@@ -199,7 +199,7 @@ class Atom(Aggregate, _Erasable, _Copyable):
     """One remembered fact, preference or episode: the Konshus and Persona atom fields."""
 
     TOPIC = "memory-ledger:atom"
-    PERSONAL_STATE = ("text", "gist", "details", "tags")
+    PERSONAL_STATE = ("text", "gist", "details", "tags", "source_data")
 
     # Set from the Created event (see ATOM_FIELDS); declared here for type checkers.
     subject_id: str
@@ -232,7 +232,7 @@ class Atom(Aggregate, _Erasable, _Copyable):
 
     class Created(Event, Aggregate.Created):
         TOPIC = "memory-ledger:atom.created.v1"
-        PERSONAL: ClassVar[tuple[str, ...]] = ("text", "gist", "details", "tags")
+        PERSONAL: ClassVar[tuple[str, ...]] = ("text", "gist", "details", "tags", "source_data")
         subject_id: str
         ref: str | None
         kind: str
@@ -257,10 +257,14 @@ class Atom(Aggregate, _Erasable, _Copyable):
         supersedes: str | None
         min_sources: int
         extensions: dict[str, Any] | None
+        #: What an importer carried from the source (provider ``x-`` fields, foreign
+        #: fields, the source's own ids and metadata): sealed, erased with the atom.
+        source_data: dict[str, Any] | None
 
         def apply(self, aggregate: Any) -> None:
             for name in ATOM_FIELDS:
                 setattr(aggregate, name, getattr(self, name, None))
+            aggregate.source_data = getattr(self, "source_data", None)
             aggregate._note_erased(self)
 
     class Rehearsed(Event):
@@ -310,6 +314,9 @@ class Atom(Aggregate, _Erasable, _Copyable):
         reason: str
         batch_id: str | None
         reached: list[str] | None
+        #: The memoryPolicy rule that archived the atom (``maxAtoms``), in the clear so
+        #: that audits tell policy effects from redactions; None for a person's redaction.
+        rule: str | None = None
 
         def apply(self, aggregate: Any) -> None:
             aggregate.status = STATUS_BY_MODE[self.mode]
@@ -361,6 +368,7 @@ class Atom(Aggregate, _Erasable, _Copyable):
     def __init__(self) -> None:
         for name in ATOM_FIELDS:
             setattr(self, name, None)
+        self.source_data: dict[str, Any] | None = None
         self.rehearsal_count = 0
         self.last_rehearsed_at: str | None = None
         self.last_rehearsal_session: str | None = None
@@ -387,6 +395,75 @@ class Atom(Aggregate, _Erasable, _Copyable):
             "flags": list(self.flags),
         })
         return out
+
+
+# --------------------------------------------------------------------------- Record
+
+
+class Record(Aggregate, _Erasable, _Copyable):
+    """A portable record of a subject that is not an atom or an artifact: a ``.mem``
+    entity, edge, fact, chunk, resource, procedure, context, an unsourced tombstone kept
+    for re-export, or a vendor kind (ADR 0017). The whole record (its id included) is
+    personal and sealed under the record's own data key; only the subject and the kind
+    are in the clear. Bi-temporal kinds are superseded, never overwritten: a
+    ``Superseded`` event carries the record as the newer bundle states it, and the
+    earlier content stays in the log until the key is destroyed."""
+
+    TOPIC = "memory-ledger:record"
+    PERSONAL_STATE = ("content",)
+
+    class Event(LedgerEvent):
+        pass
+
+    class Created(Event, Aggregate.Created):
+        TOPIC = "memory-ledger:record.imported.v1"
+        PERSONAL: ClassVar[tuple[str, ...]] = ("content",)
+        subject_id: str
+        kind: str
+        content: dict[str, Any] | None
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.subject_id = self.subject_id
+            aggregate.kind = self.kind
+            aggregate.content = self.content
+            aggregate._note_erased(self)
+
+    class Superseded(Event):
+        """A newer statement of the same record (``tValidTo``/``supersededBy`` set)."""
+
+        TOPIC = "memory-ledger:record.superseded.v1"
+        PERSONAL: ClassVar[tuple[str, ...]] = ("content",)
+        content: dict[str, Any] | None
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.content = self.content
+            aggregate.revisions += 1
+            aggregate._note_erased(self)
+
+    class DataKeyDestroyed(DataKeyDestroyedMixin, Event):
+        TOPIC = "memory-ledger:record.data-key-destroyed.v1"
+        key_id: str
+        reason: str
+
+    class Erased(Event):
+        """Tombstone of a record whose content a hard erasure or deletion destroyed."""
+
+        TOPIC = "memory-ledger:record.erased.v1"
+        SIGNER_ROLES = WRITER_OR_OPERATOR
+        mode: str
+        reason: str
+        batch_id: str | None
+        reached: list[str] | None
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.status = STATUS_BY_MODE[self.mode]
+
+    def __init__(self) -> None:
+        self.subject_id = ""
+        self.kind = ""
+        self.content: dict[str, Any] | None = None
+        self.status = "active"
+        self.revisions = 0
 
 
 # --------------------------------------------------------------------------- Governance
@@ -537,7 +614,7 @@ class Policy(Aggregate, _Copyable):
 
 
 MEMORY_AGGREGATES: tuple[type[Aggregate], ...] = (Subject, Artifact, Atom, ErasureRequest,
-                                                  RedactionBatch, Policy)
+                                                  RedactionBatch, Policy, Record)
 
 
 def event_classes() -> list[type[Any]]:

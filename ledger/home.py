@@ -130,6 +130,8 @@ class Config:
     events: StorageURL
     keystore: StorageURL
     projections: StorageURL
+    witnesses: tuple[tuple[str, str], ...] = ()
+    """``(url, vkey)`` of each witness asked to cosign every checkpoint (``[[witnesses]]``)."""
 
     @classmethod
     def load(cls, home: Path) -> Config:
@@ -142,6 +144,8 @@ class Config:
                 default_actor=led.get("default_actor", "writer"),
                 events=StorageURL(st["events"], home), keystore=StorageURL(st["keystore"], home),
                 projections=StorageURL(st["projections"], home),
+                witnesses=tuple((str(w["url"]), str(w["vkey"]))
+                                for w in doc.get("witnesses", [])),
             )
         except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as e:
             raise EnvironmentProblem(
@@ -166,7 +170,15 @@ class Config:
             f"projections = {_toml_value(self.projections.raw)}",
             "",
         ]
+        for url, vkey in self.witnesses:
+            lines += ["# A witness asked to cosign every checkpoint (c2sp.org/tlog-witness).",
+                      "[[witnesses]]", f"url = {_toml_value(url)}",
+                      f"vkey = {_toml_value(vkey)}", ""]
         path = self.home / CONFIG
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        tmp = path.with_name(CONFIG + ".tmp")  # written whole, then renamed: never half
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write("\n".join(lines))
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)

@@ -110,6 +110,8 @@ class AtomInput(_Input):
     session_id: str | None = Field(default=None, max_length=200)
     min_sources: int = Field(default=1, ge=1, le=1000)
     extensions: dict[str, Any] | None = None
+    #: Importer-carried source data (sealed under the atom's data key; ADR 0004).
+    source_data: dict[str, Any] | None = None
 
     _utc_valid = field_validator("valid_from", "valid_to")(_utc)
 

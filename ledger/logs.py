@@ -11,8 +11,6 @@ import logging
 import os
 import sys
 
-import structlog
-
 _configured = False
 
 
@@ -30,6 +28,8 @@ def configure(level: str | None = None) -> None:
     global _configured
     if _configured:
         return
+    import structlog  # here, not at the top: `ledger --help` does not pay for it
+
     name = (level or os.environ.get("LEDGER_LOG_LEVEL") or "warning").upper()
     numeric = logging.getLevelNamesMapping().get(name, logging.WARNING)
     renderer: structlog.typing.Processor

@@ -304,7 +304,8 @@ def over_limit(app: Any, policy: Mapping[str, Any] | None, new: Sequence[Any],
         chosen = choose_archived(limit, [_standing(a, at) for a in pool.values()])
         for aid in chosen:
             pool[aid].trigger_event(Atom.Redacted, timestamp=at, mode="archive",
-                                    reason=reason, batch_id=None, reached=None)
+                                    reason=reason, batch_id=None, reached=None,
+                                    rule="maxAtoms")
             if aid not in new_ids:
                 loaded.append(pool[aid])
         if chosen:

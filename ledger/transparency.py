@@ -75,6 +75,21 @@ class SqlTreeStore:
             sa.Column("note", sa.Text, nullable=False),
             sa.Column("created_at", sa.String(40), nullable=False),
         )
+        self.cosignatures = sa.Table(
+            "tlog_cosignatures", md,
+            sa.Column("size", sa.BigInteger, primary_key=True, autoincrement=False),
+            sa.Column("witness", sa.String(400), primary_key=True),
+            sa.Column("line", sa.Text, nullable=False),
+            sa.Column("timestamp", sa.BigInteger, nullable=False),
+        )
+        self.witness_sizes = sa.Table(
+            "tlog_witness_sizes", md,
+            sa.Column("witness", sa.String(400), primary_key=True),
+            sa.Column("size", sa.BigInteger, nullable=False),
+            sa.Column("status", sa.String(40), nullable=False),
+            sa.Column("detail", sa.Text, nullable=False),
+            sa.Column("updated_at", sa.String(40), nullable=False),
+        )
         md.create_all(engine)
         self.leaf_notifications: dict[int, int] = {}
         prep = engine.dialect.identifier_preparer
@@ -330,10 +345,20 @@ class SignedCheckpoint:
         return self.checkpoint.root
 
 
-def verify_with_roster(note: str, origin: str, roster: RosterState) -> SignedCheckpoint:
-    """A checkpoint note is valid if a key that ever held the ``log`` role signed it."""
-    log_keys = [e.public_key for e in roster.entries.values()
-                if any(g.role == "log" for g in e.grants)]
+def verify_with_roster(note: str, origin: str, roster: RosterState,
+                       at: datetime | None = None) -> SignedCheckpoint:
+    """A checkpoint note is valid if a key holding the ``log`` role signed it.
+
+    ``at``: a time the checkpoint was signed at or after (for example the time of the
+    newest event it covers): only keys that held the role then count
+    (:meth:`RosterState.holders`, the one role check), so a key revoked earlier is
+    refused. Without it (a checkpoint of unknown time), any key that ever held the role.
+    """
+    if at is not None:
+        log_keys = list(roster.holders(("log",), at).values())
+    else:
+        log_keys = [e.public_key for e in roster.entries.values()
+                    if any(g.role == "log" for g in e.grants)]
     last: CheckpointError | None = None
     for pub in log_keys:
         try:
@@ -462,7 +487,42 @@ class TransparencyLog:
         from ledger.checkpoint import parse_body, parse_note
 
         body, _ = parse_note(note)
-        return SignedCheckpoint(parse_body(body), note)
+        cp = parse_body(body)
+        return SignedCheckpoint(cp, self.with_cosignatures(cp.size, note))
+
+    # ------------------------------------------------------------------ witnesses
+    def with_cosignatures(self, size: int, note: str) -> str:
+        """``note`` with the witness cosignature lines recorded for its size appended."""
+        lines = [line for line, _ in self.cosignature_rows(size)]
+        return note + "".join(line for line in lines if line not in note)
+
+    def cosignature_rows(self, size: int) -> list[tuple[str, str]]:
+        """``(line, witness vkey)`` of each cosignature recorded for the checkpoint of size."""
+        t = self.store.cosignatures
+        with self.engine.connect() as conn:
+            return [(r.line, r.witness) for r in conn.execute(
+                sa.select(t.c.line, t.c.witness).where(t.c.size == size).order_by(t.c.witness))]
+
+    def witness_sizes(self) -> dict[str, int]:
+        t = self.store.witness_sizes
+        with self.engine.connect() as conn:
+            return {r.witness: int(r.size) for r in conn.execute(sa.select(t.c.witness,
+                                                                           t.c.size))}
+
+    def record_witnessing(self, size: int, results: Sequence[Any], at: str) -> None:
+        """Store each witness's outcome; a cosignature is kept with its checkpoint's size."""
+        cos, sizes = self.store.cosignatures, self.store.witness_sizes
+        with self.engine.begin() as conn:
+            for r in results:
+                if r.line is not None:
+                    conn.execute(cos.delete().where(cos.c.size == size,
+                                                    cos.c.witness == r.vkey))
+                    conn.execute(cos.insert(), [{"size": size, "witness": r.vkey,
+                                                 "line": r.line, "timestamp": r.timestamp}])
+                conn.execute(sizes.delete().where(sizes.c.witness == r.vkey))
+                conn.execute(sizes.insert(), [{"witness": r.vkey, "size": r.size,
+                                               "status": r.status, "detail": r.detail[:500],
+                                               "updated_at": at}])
 
     def latest(self) -> SignedCheckpoint:
         cp = self.recorded()

@@ -16,15 +16,17 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ledger import clock
 from ledger.clock import parse_instant
-from ledger.domain import ERASED
 from ledger.errors import EXIT_VERIFY, InputError
-from projections.runner import Progress
-from projections.service import Projections
+
+if TYPE_CHECKING:  # each command imports what it uses: `ledger --help` stays light
+    from projections.runner import Progress
+    from projections.service import Projections
 
 __all__ = ["OpenApp", "Rehearse", "memory_cli", "memory_inspect_command",
            "memory_list_command", "projections_cli", "recall_command", "register",
@@ -75,6 +77,8 @@ def register(cli: typer.Typer, open_app: OpenApp, rehearse: Rehearse | None = No
 def _projections() -> Iterator[tuple[Any, Projections]]:
     if CONTEXT.open_app is None:
         raise RuntimeError("projections.cli.register() was not called")
+    from projections.service import Projections
+
     with CONTEXT.open_app() as app:
         proj = Projections(app)
         try:
@@ -97,6 +101,8 @@ def _verdict(message: str) -> None:
 def _erased(d: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
     """The CLI shows erased content as ``[erased]`` (as ``ledger atom show`` does)."""
     if d.get("content_erased"):
+        from ledger.domain import ERASED
+
         return {k: (ERASED if k in fields else v) for k, v in d.items()}
     return d
 
@@ -294,8 +300,9 @@ def memory_inspect_command(
 
 # ---------------------------------------------------------------------- state
 def state_command(
-    as_of: Annotated[str, typer.Option("--as-of", help="Transaction time: what the ledger "
-                                                       "knew at this date or instant.")],
+    as_of: Annotated[str | None, typer.Option(
+        "--as-of", help="Transaction time: what the ledger knew at this date or instant "
+                        "(default: now, the ledger's current knowledge).")] = None,
     subject: Annotated[str | None, typer.Option(help="Only this subject (default: all "
                                                      "registered by then).")] = None,
     valid_at: Annotated[str | None, typer.Option("--valid-at", help="Valid time: facts true "
@@ -306,9 +313,10 @@ def state_command(
 
     Erased content stays erased in every historical view.
 
-    Example: ledger state --as-of 2026-03-01 --subject user_9f4e --valid-at 2025-12-31
+    Example: ledger state --as-of 2026-03-01 --subject user_9f4e --valid-at 2025-12-31;
+    ledger state --valid-at 2025-12-31 --subject user_9f4e (as the ledger knows it now)
     """
-    t = parse_instant(as_of, "--as-of")
+    t = parse_instant(as_of, "--as-of") if as_of else clock.now()
     v = parse_instant(valid_at, "--valid-at") if valid_at else None
     with _projections() as (_app, proj):
         views = ([proj.state_as_of(subject, t, v)] if subject is not None

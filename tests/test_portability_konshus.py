@@ -191,7 +191,9 @@ def test_provider_fields_are_kept_and_exported_again(app: Any) -> None:
     report = import_doc(app, "konshus", dumps(doc))
     assert any("$.x-provider" in w for w in report["warnings"])  # no place for it: reported
     atom = app.get_atom("user_9f4e...:atom_002")
-    assert atom.extensions["x-konshus-vault"] == {"slot": 7, "tags": ["a"]}
+    # kept sealed with the atom (issue 20 item 6), not in the plaintext extensions
+    assert "x-konshus-vault" not in atom.extensions
+    assert atom.source_data["provider"]["x-konshus-vault"] == {"slot": 7, "tags": ["a"]}
     out = export_doc(app, "konshus", None)
     assert out["atoms"][1]["x-konshus-vault"] == {"slot": 7, "tags": ["a"]}
     assert out["atoms"][1]["valid_to"] == "2026-03-01T00:00:00Z"

@@ -213,8 +213,8 @@ def test_bundle_written_by_portable_memory_imports_with_nothing_lost(
     assert a == b
 
 
-def test_kinds_the_ledger_cannot_keep_are_refused_unless_skipped(home: Path,
-                                                                  tmp_path: Path) -> None:
+def test_entities_are_kept_not_refused(home: Path, tmp_path: Path) -> None:
+    """Issue 19 item 2: a kind the ledger has no model for is kept (ADR 0017)."""
     store = InMemoryStore()
     store.import_entity(PortableEntity(id="e1", entity_type="person", canonical_name="R. Kim",
                                        aliases=[], summary="", sensitivity="low",
@@ -222,13 +222,11 @@ def test_kinds_the_ledger_cannot_keep_are_refused_unless_skipped(home: Path,
     store.import_episode(Mem0Adapter.parse_episodes(
         json.dumps([{"id": "m-1", "memory": "Likes tea"}]))[0], None)
     BundleExporter().export(store, tmp_path / "g.mem")
-    before = snapshot(home)
     r = _import(home, tmp_path / "g.mem", "--subject", "u1")
-    assert r.code == 2 and "cannot keep (1 entity)" in r.err and "--skip-unsupported" in r.err
-    assert snapshot(home) == before
-    r = _import(home, tmp_path / "g.mem", "--subject", "u1", "--skip-unsupported")
     assert r.code == 0, r.err
-    assert json.loads(r.out)["refused"]["other"] == 1
+    rep = json.loads(r.out)
+    assert rep["refused"] == {"artifacts": 0, "atoms": 0, "other": 0}
+    assert rep["records"]["by_kind"] == {"entity": 1}
 
 
 # --- tombstones: no resurrection, trusted keys only ----------------------------------------

@@ -10,6 +10,7 @@ artifact holding its visible turns, and nothing is claimed as a memory.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -97,8 +98,13 @@ def episodes_from(fmt: str, path: Path, limit: int | None) -> list[dict[str, Any
 
 
 def plan_import(fmt: str, path: Path, *, subject: str | None, max_bytes: int | None,
-                artifact_exists: Callable[[str], bool], skip_unsupported: bool) -> Plan:
-    """Plan an import from one of :data:`ADAPTERS`; nothing is written."""
+                artifact_exists: Callable[[str], bool], skip_unsupported: bool,
+                known_source_ids: Callable[[str], set[str]] | None = None) -> Plan:
+    """Plan an import from one of :data:`ADAPTERS`; nothing is written.
+
+    ``known_source_ids(subject)``: the source ids already kept (sealed) for the
+    subject's atoms; pasted text is matched against them (see :func:`_content_ids`).
+    """
     if subject is None:
         raise InputError(f"a {fmt} export names no ledger subject", hint="pass --subject REF")
     ref = check_subject_ref(subject, "--subject")
@@ -109,8 +115,43 @@ def plan_import(fmt: str, path: Path, *, subject: str | None, max_bytes: int | N
     ids = [r["id"] for r in records]
     if len(set(ids)) != len(ids):
         raise InputError(f"the {fmt} export maps two records to one id; nothing was imported")
-    return plan_records(plan, {"episode": records}, [], artifact_exists=artifact_exists,
+    original: dict[str, str] = {}
+    if fmt == "text":
+        records, original = _content_ids(records, known_source_ids(ref)
+                                         if known_source_ids else set(), plan)
+    plan = plan_records(plan, {"episode": records}, [], artifact_exists=artifact_exists,
                         skip_unsupported=skip_unsupported, source=f"import.{fmt}")
+    for atom in plan.atoms:
+        local = atom["ref"][len(ref) + 1:]
+        if local in original:
+            atom["source_data"] = {**(atom.get("source_data") or {}), "id": original[local]}
+    return plan
+
+
+def _content_ids(records: list[dict[str, Any]], known: set[str], plan: Plan
+                 ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Pasted text: portable-memory names each memory ``tx_`` + SHA-256(date + text), a
+    plain hash of the memory that anyone could test a guess against, so it never becomes
+    a ref (refs are signed, in the clear, for ever; ADR 0004). Each memory gets a random
+    id instead; the package's id is kept sealed with the atom (``source_data``) and
+    exported again, and a memory whose id is already kept for the subject is a repeat
+    (the package's "paste twice and it merges"), skipped. Returns the records and
+    {random id: package id}."""
+    out: list[dict[str, Any]] = []
+    original: dict[str, str] = {}
+    repeats = 0
+    for r in records:
+        if r["id"] in known:
+            repeats += 1
+            continue
+        new = f"tx.{uuid.uuid4().hex}"
+        original[new] = r["id"]
+        out.append({**r, "id": new})
+    if repeats:
+        plan.warnings.append(f"{repeats} pasted memor{'y' if repeats == 1 else 'ies'} "
+                             "already in the ledger for this subject were skipped")
+        plan.repeats = repeats
+    return out, original
 
 
 def _conversations(plan: Plan, records: list[dict[str, Any]]) -> Plan:

@@ -19,8 +19,6 @@ import typer
 
 from ledger import clock
 from ledger.errors import InputError
-from ledger.portability import konshus, mem, persona, service, view
-from ledger.portability.common import FORMATS, INGEST
 
 OpenApp = Callable[[], AbstractContextManager[Any]]
 
@@ -38,6 +36,8 @@ PAYLOAD_TYPES = {"konshus": "application/vnd.memory-ledger.konshus-export.v1+jso
 
 
 def _format(value: str, ingest: bool = False) -> str:
+    from ledger.portability.common import FORMATS, INGEST
+
     allowed = FORMATS + (INGEST if ingest else ())
     if value not in allowed:
         raise InputError(f"unknown format {value!r} for this command",
@@ -89,6 +89,8 @@ def make_import(open_app: OpenApp) -> Callable[..., None]:
 
         Example: ledger import export.json --format konshus --json
         """
+        from ledger.portability import service
+
         fmt = _format(fmt, ingest=True)
         trusted = [service.read_trusted_key(p) for p in trust or []]
         with open_app() as app:
@@ -99,9 +101,18 @@ def make_import(open_app: OpenApp) -> Callable[..., None]:
         verb = "would create" if dry_run else "created"
         _out(report, as_json, f"{verb}: {_counts(report['created'])}\n"
                               f"skipped: {_counts(report['skipped'])}\n"
-                              f"refused: {_counts(report['refused'])}")
+                              f"refused: {_counts(report['refused'])}\n"
+                              f"archived by policy: {report['archived']['atoms']} atoms")
         for w in report["warnings"]:
             _verdict(f"warning: {w}")
+        archived = report.get("archived", {}).get("atoms", 0)
+        if archived:
+            _verdict(f"note: {archived} atom{'s' if archived > 1 else ''} archived by the "
+                     "policy (maxAtoms): kept for audit, out of recall and exports; ids in "
+                     "--json")
+        if report.get("statuses_restored"):
+            _verdict(f"note: {report['statuses_restored']} correction or expiry statuses "
+                     "restored from the source")
         if report["tombstones"].get("not_applied_untrusted"):
             _verdict("warning: untrusted tombstones not applied to existing items: "
                      + ", ".join(report["tombstones"]["not_applied_untrusted"][:5]))
@@ -132,6 +143,9 @@ def make_export(open_app: OpenApp) -> Callable[..., None]:
 
         Example: ledger export --format mem --subject user_9f4e --out user.mem --sign
         """
+        from ledger.portability import konshus, mem, persona, service, view
+        from ledger.portability.record import tally
+
         fmt = _format(fmt)
         with open_app() as app:
             v = view.load(app, subject)
@@ -148,6 +162,7 @@ def make_export(open_app: OpenApp) -> Callable[..., None]:
                                            now=clock.now())
                 written = service.write_document(out, doc, signer if sign else None,
                                                  PAYLOAD_TYPES[fmt])
+        stats = {**stats, **tally(v.atoms)}
         report = {"format": fmt, "subject": v.ref, "written": written, "counts": stats}
         _out(report, as_json, "\n".join(written))
         _verdict(f"OK: exported subject {v.ref} as {fmt} ({_counts(stats)})")

@@ -80,6 +80,13 @@ class Plan:
     tombstones: dict[str, int] = field(default_factory=dict)
     untrusted: list[str] = field(default_factory=list)
     manifest_signature: str | None = None
+    #: Portable records (ADR 0017): (kind, line) to keep; (kind, id, tombstone id) a
+    #: tombstone covers; (kind, id, tombstone id) a tombstone targets (placeholders).
+    record_lines: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    record_erase: list[tuple[str, str, str]] = field(default_factory=list)
+    record_placeholders: list[tuple[str, str, str]] = field(default_factory=list)
+    #: Items of the input already in the ledger under a sealed source id (pasted text).
+    repeats: int = 0
 
     @property
     def subject_ref(self) -> str:

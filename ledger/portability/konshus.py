@@ -303,7 +303,7 @@ def export(view: SubjectView, *, include_private: bool, now: datetime
         "atoms": atoms, "artifacts": artifacts,
     }
     check_document(doc, "our own Konshus export")
-    return doc, omitted
+    return doc, {"atoms": len(atoms), "artifacts": len(artifacts), **omitted}
 
 
 __all__ = ["check_document", "export", "plan_import"]

@@ -27,6 +27,7 @@ from typing import Any
 
 from portable_memory import (
     BundleExporter,
+    MemKind,
     ConformanceLevel,
     DerivedRefs,
     PortableEpisode,
@@ -63,6 +64,7 @@ from ledger.portability.record import (
     wire_of,
     withheld,
 )
+from ledger.portability.records import DERIVED_KINDS, NOT_RECORDS, TOMBSTONE_KIND
 from ledger.portability.service import placeholder
 from ledger.portability.view import ArtifactView, SubjectView
 
@@ -113,6 +115,14 @@ def decode_episode(ep: dict[str, Any], foreign_origin: bool) -> Record:
     }
     if foreign_origin:
         rec["episode"] = {k: ep[k] for k in EPISODE_KEEP if k in ep}
+        # numbers the format allows but an atom's 0..1 fields do not (portable-memory's
+        # own signed.mem has importance 3): the atom gets the nearest value, the
+        # episode's own number is kept (sealed) and written back on export
+        for key, field in (("importance", "salience"), ("confidence", "confidence")):
+            v = ep[key]
+            if not 0 <= v <= 1:
+                rec["episode"][key] = v
+                rec[field] = min(max(float(v), 0.0), 1.0)
     return clean(rec)
 
 
@@ -129,7 +139,8 @@ def encode_episode(rec: Record, subject_ref: str) -> tuple[dict[str, Any], dict[
         "summary": rec["text"], "details": rec.get("gist") or rec["text"],
         "sensitivity": rec.get("source_sensitivity") or rec["sensitivity"],
         "metadata": base.get("metadata", {}), "categories": rec.get("tags") or [],
-        "importance": rec.get("salience", 0.5), "confidence": rec.get("confidence", 1.0),
+        "importance": base.get("importance", rec.get("salience", 0.5)),
+        "confidence": base.get("confidence", rec.get("confidence", 1.0)),
         "lifecycleState": base.get("lifecycleState") or rec.get("status", "active"),
         "extractionState": base.get("extractionState", "done"),
         "accessCount": rec.get("rehearsal_count", 0), "pinned": base.get("pinned", False),
@@ -253,6 +264,13 @@ def plan_records(plan: Plan, streams: dict[str, list[dict[str, Any]]],
             plan.untrusted.append(t.id)
         for i in ids:
             plan.erase.append(("any", namespaced(ref, i)[0], t.id))
+        plan.record_lines.append((TOMBSTONE_KIND, ct.raw))
+        if t.target_kind not in NOT_RECORDS:
+            plan.record_erase.append((t.target_kind, t.target_id, t.id))
+            plan.record_placeholders.append((t.target_kind, t.target_id, t.id))
+        for attr, rkind in DERIVED_KINDS.items():
+            for i in getattr(d, attr):
+                plan.record_erase.append((rkind, i, t.id))
         kind = _tombstone_kind(t)
         if kind is not None:
             target = namespaced(ref, t.target_id)[0]
@@ -265,8 +283,16 @@ def plan_records(plan: Plan, streams: dict[str, list[dict[str, Any]]],
             "by a key not given with --trust: they stop their items from being created, but "
             "erase nothing already in the ledger unless --apply-untrusted-tombstones")
 
-    unsupported = {k: len(v) for k, v in streams.items()
-                   if k not in ("episode", SUBJECT_KIND) and v}
+    covered_records = {(k, i) for k, i, _ in plan.record_erase}
+    for kind, lines in sorted(streams.items()):
+        if kind in ("episode", SUBJECT_KIND, "tombstone"):
+            continue
+        for line in lines:
+            if (kind, str(line.get("id"))) in covered_records:
+                plan.refused.append(Refusal(kind, str(line.get("id")),
+                                            "covered by a tombstone"))
+            else:
+                plan.record_lines.append((kind, line))
     episodes = streams.get("episode", [])
     artifacts_here: dict[str, str] = {}
     atom_lines: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = []
@@ -333,14 +359,6 @@ def plan_records(plan: Plan, streams: dict[str, list[dict[str, Any]]],
                                "private": True})
         plan.warnings.append("records from other tools were imported as atoms inferred by an "
                              f"unknown extractor, citing the artifact {source!r}")
-    if unsupported:
-        text = ", ".join(f"{n} {k}" for k, n in sorted(unsupported.items()))
-        if not skip_unsupported:
-            raise InputError(f"the bundle holds records the ledger cannot keep ({text}); "
-                             "nothing was imported",
-                             hint="pass --skip-unsupported to import the episodes only")
-        for k, n in sorted(unsupported.items()):
-            plan.refused.append(Refusal(k, f"{n} records", "kind the ledger cannot keep"))
     return plan
 
 
@@ -350,9 +368,6 @@ def _foreign_fit(ep: dict[str, Any]) -> str | None:
         return "its summary must have 1 to 500 characters to become an atom's text"
     if ep["details"] != ep["summary"] and len(ep["details"]) > 2000:
         return "its details are longer than the 2000 characters of an atom's gist"
-    for key in ("importance", "confidence"):
-        if not 0 <= ep[key] <= 1:
-            return f"its {key} {ep[key]} is outside 0..1"
     return None
 
 
@@ -361,11 +376,58 @@ class _Store(PortableMemoryStore):  # type: ignore[misc]  # the package ships no
     """What the portable-memory exporter reads: our episodes, ext, tombstones, subject."""
 
     def __init__(self, episodes: list[PortableEpisode], ext: dict[str, str],
-                 tombstones: list[Tombstone], subject_line: str) -> None:
+                 tombstones: list[Any], subject_line: str,
+                 records: dict[str, list[dict[str, Any]]] | None = None) -> None:
         self._episodes = episodes
         self._ext = ext
         self._tombstones = tombstones
         self._subject = subject_line
+        self._records = records or {}
+
+    def _kind(self, kind: str) -> list[Any]:
+        return [_Line(r) for r in self._records.get(kind, [])]
+
+    def export_entities(self) -> list[Any]:
+        return self._kind("entity")
+
+    def export_edges(self) -> list[Any]:
+        return self._kind("edge")
+
+    def export_facts(self) -> list[Any]:
+        return self._kind("fact")
+
+    def export_fact_links(self) -> list[Any]:
+        return self._kind("factLink")
+
+    def export_episode_links(self) -> list[Any]:
+        return self._kind("episodeLink")
+
+    def export_resources(self) -> list[Any]:
+        return self._kind("resource")
+
+    def export_chunks(self) -> list[Any]:
+        return self._kind("chunk")
+
+    def export_core_blocks(self) -> list[Any]:
+        return self._kind("core")
+
+    def export_procedures(self) -> list[Any]:
+        return self._kind("procedure")
+
+    def export_contexts(self) -> list[Any]:
+        return self._kind("context")
+
+    def export_communities(self) -> list[Any]:
+        return self._kind("community")
+
+    def export_categories(self) -> list[Any]:
+        return self._kind("category")
+
+    def export_preferences(self) -> list[Any]:
+        return self._kind("preference")
+
+    def export_secret_refs(self) -> list[Any]:
+        return self._kind("secretRef")
 
     def store_info(self) -> StoreInfo:
         return StoreInfo(generator=GENERATOR)
@@ -380,10 +442,26 @@ class _Store(PortableMemoryStore):  # type: ignore[misc]  # the package ships no
         return self._tombstones
 
     def export_passthrough_kinds(self) -> list[str]:
-        return [SUBJECT_KIND]
+        return [SUBJECT_KIND, *sorted(k for k in self._records if k not in _KNOWN_KINDS)]
 
     def export_passthrough_lines(self, kind: str) -> list[str]:
-        return [self._subject] if kind == SUBJECT_KIND else []
+        if kind == SUBJECT_KIND:
+            return [self._subject]
+        # vendor kinds verbatim: the line's own key order, as it was received
+        return sorted(json.dumps(r, ensure_ascii=False, separators=(",", ":"),
+                                 allow_nan=False) for r in self._records.get(kind, []))
+
+
+class _Line(dict[str, Any]):
+    """A kept record line, handed to the package's exporter as it is (``to_line`` takes a
+    plain value); attribute reads (the exporter's ``since`` filter, context ids) see the
+    line's keys, absent ones None."""
+
+    def __getattr__(self, name: str) -> Any:
+        return self.get(name)
+
+
+_KNOWN_KINDS = frozenset(k.value for k in MemKind)
 
 
 def tombstone_for(kind: str, local_id: str, at: str | None, deleted: bool, ledger_id: str,
@@ -401,7 +479,7 @@ def export(view: SubjectView, out: Path, *, include_private: bool, key: Portable
     """Write one subject's bundle to ``out`` (a new directory); return counts."""
     episodes: list[PortableEpisode] = []
     ext: dict[str, str] = {}
-    tombstones: list[Tombstone] = []
+    tombstones: list[Any] = []
     stats = {"atoms": 0, "artifacts": 0, "tombstones": 0, "withheld_redacted": 0,
              "private_withheld": 0}
     for a in view.artifacts:
@@ -431,6 +509,15 @@ def export(view: SubjectView, out: Path, *, include_private: bool, key: Portable
         episodes.append(_episode(native))
         ext[v.local_id] = canonical_json(extra)
         stats["atoms"] += 1
+    kept: dict[str, list[dict[str, Any]]] = {}
+    for r in view.records:
+        if r.content is None:
+            continue
+        kept.setdefault(r.kind, []).append(r.content)
+    seen_tombs = {str(t.get("id")) for t in kept.get(TOMBSTONE_KIND, [])}
+    tombstones = [t for t in tombstones if t.id not in seen_tombs]
+    tombstones += [_Line(t) for t in kept.pop(TOMBSTONE_KIND, [])]
+    stats["records"] = sum(len(v) for v in kept.values())
     ids = [e.id for e in episodes]
     if len(set(ids)) != len(ids):
         dup = sorted({i for i in ids if ids.count(i) > 1})
@@ -440,7 +527,7 @@ def export(view: SubjectView, out: Path, *, include_private: bool, key: Portable
     subject_line = canonical_json(drop_none({"subject_id": view.ref,
                                              "display_name": view.display_name,
                                              "locale": view.locale}))
-    store = _Store(episodes, ext, tombstones, subject_line)
+    store = _Store(episodes, ext, tombstones, subject_line, kept)
     _write_new_dir(out, lambda tmp: BundleExporter().export(
         store, tmp, level=ConformanceLevel.L3 if sign_manifest else ConformanceLevel.L2,
         signing_key=key if sign_manifest else None))

@@ -251,6 +251,8 @@ def export(view: SubjectView, *, include_private: bool, now: datetime
     cited_by: dict[str, list[str]] = {}
     stats = {"atoms": 0, "erased": 0, "consent_warnings": 0, "private_withheld": 0}
     for v in view.atoms:
+        if v.withheld and not v.erased:  # archived, soft-redacted: ADR 0018
+            continue
         rec = from_view(v)
         if rec.get("cited"):
             rec["cited"] = [c for c in rec["cited"] if c not in gone]

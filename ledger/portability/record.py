@@ -38,7 +38,8 @@ DEFAULTS: dict[str, Any] = {
     "salience": 0.5, "emotional_valence": 0, "decay_profile": None, "privacy_class": None,
     "consent_basis": None, "session_id": None, "min_sources": 1, "rehearsal_count": 0,
     "last_rehearsed_at": None, "status": "active", "source_sensitivity": None,
-    "episode": None, "foreign": None, "provider": None, "erased": False,
+    "episode": None, "foreign": None, "provider": None, "erased": False, "source_id": None,
+    "superseded_by": None,
 }
 REQUIRED = ("id", "kind", "text", "sensitivity", "derivation", "created_at")
 KEYS = frozenset(REQUIRED) | frozenset(DEFAULTS)
@@ -51,6 +52,8 @@ _DECAY_ALIASES = {"half_life_days": "halfLifeDays", "rehearsal_boost": "rehearsa
                   "minimum_salience": "minimumSalience", "detail_decay_rate": "detailDecayRate"}
 
 Record = dict[str, Any]
+#: RFC 8785 (the signed bytes) holds whole numbers up to 2^53-1 (IEEE 754 doubles).
+MAX_SIGNED_INT = 2**53 - 1
 
 
 def clean(rec: Record) -> Record:
@@ -124,11 +127,34 @@ def from_view(v: AtomView) -> Record:
         "source_sensitivity": v.sidecar.get("sensitivity"),
         "episode": v.sidecar.get("episode"), "foreign": v.foreign or None,
         "provider": v.provider or None, "erased": v.erased,
+        "superseded_by": v.superseded_by,
     }
     if v.erased:
         for k in ("text", "gist", "details", "tags"):
             rec[k] = "" if k == "text" else None
+        # what the source carried is personal too: once erased it never leaves, even
+        # from an older log that kept it in the clear (issue 20 item 6)
+        for k in ("provider", "foreign", "episode"):
+            rec[k] = None
     return clean(rec)
+
+
+def tally(atoms: Any) -> dict[str, int]:
+    """What every format's export reports the same way (ADR 0018): atoms withheld as
+    archived or soft-redacted (they stay in the ledger, out of exports), and corrections
+    or expiries whose status rides in our extension (``x-memory-ledger``), since no
+    format has a field for the successor."""
+    out = {"withheld_archived": 0, "withheld_soft_redacted": 0, "statuses_in_extension": 0}
+    for v in atoms:
+        if v.erased:
+            continue
+        if v.status == "archived":
+            out["withheld_archived"] += 1
+        elif v.status == "soft-redacted":
+            out["withheld_soft_redacted"] += 1
+        elif v.status in ("superseded", "expired"):
+            out["statuses_in_extension"] += 1
+    return out
 
 
 # ------------------------------------------------------------------ record -> ledger input
@@ -165,14 +191,23 @@ def to_inputs(rec: Record, subject_ref: str, resolve: Callable[[str], str | None
         elif r not in resolved:
             resolved.append(r)
     sidecar: dict[str, Any] = {}
-    if not reversible:
-        sidecar["id"] = local
+    # What the source carried is sealed under the atom's data key (``source_data``):
+    # its own id when the ref cannot hold it, provider and foreign fields, its episode
+    # metadata. The plaintext sidecar keeps only the ledger's bookkeeping (times, counts,
+    # a status, a label, unresolved citation ids), which verification and erasure need.
+    source: dict[str, Any] = {}
+    if not reversible or rec.get("source_id"):
+        source["id"] = rec.get("source_id") or local
     sidecar["created_at"] = _instant(rec["created_at"], f"{where}: created_at")
     if unresolved:
         sidecar["unresolved"] = unresolved
     count = rec.get("rehearsal_count", 0)
     if not isinstance(count, int) or isinstance(count, bool) or count < 0:
         raise InputError(f"{where}: rehearsal count {count!r} is not a whole number >= 0")
+    if count > MAX_SIGNED_INT:
+        raise InputError(f"{where}: rehearsal count (accessCount, rehearsalCount) {count} is "
+                         f"above {MAX_SIGNED_INT}, the largest whole number a signed event "
+                         "can hold (RFC 8785)", hint="fix the count in the source file")
     if count:
         sidecar["rehearsal_count"] = count
     if rec.get("last_rehearsed_at"):
@@ -183,21 +218,27 @@ def to_inputs(rec: Record, subject_ref: str, resolve: Callable[[str], str | None
         raise InputError(f"{where}: status {status!r} is not one of {', '.join(STATUSES)}")
     if status != "active":
         sidecar["status"] = status
+    if rec.get("superseded_by") is not None:
+        if not isinstance(rec["superseded_by"], str):
+            raise InputError(f"{where}: superseded_by must be an id")
+        sidecar["superseded_by"] = rec["superseded_by"]
     if rec.get("episode") is not None and not isinstance(rec["episode"], dict):
         raise InputError(f"{where}: the kept episode fields must be an object")
-    for key, name in (("source_sensitivity", "sensitivity"), ("episode", "episode")):
-        if rec.get(key) is not None:
-            sidecar[name] = rec[key]
+    if rec.get("source_sensitivity") is not None:
+        sidecar["sensitivity"] = rec["source_sensitivity"]
+    if rec.get("episode") is not None:
+        source["episode"] = rec["episode"]
     provider = rec.get("provider") or {}
     if not isinstance(provider, dict) or any(
             not isinstance(k, str) or not k.startswith("x-") or k in RESERVED for k in provider):
         raise InputError(f"{where}: provider fields must be x- keys other than {RESERVED}")
-    extensions: dict[str, Any] = dict(provider)
-    extensions[SIDECAR] = sidecar
+    if provider:
+        source["provider"] = dict(provider)
+    extensions: dict[str, Any] = {SIDECAR: sidecar}
     if rec.get("foreign"):
         if not isinstance(rec["foreign"], dict):
             raise InputError(f"{where}: foreign fields must be an object")
-        extensions[FOREIGN] = rec["foreign"]
+        source[FOREIGN] = rec["foreign"]
     sensitivity = rec["sensitivity"]
     if sensitivity not in SENSITIVITIES:
         raise InputError(f"{where}: sensitivity {sensitivity!r} is not one of "
@@ -209,6 +250,8 @@ def to_inputs(rec: Record, subject_ref: str, resolve: Callable[[str], str | None
         "sensitivity": sensitivity, "derivation": rec["derivation"],
         "artifact_ids": resolved, "extensions": extensions,
     }
+    if source:
+        data["source_data"] = source
     for key in ("gist", "details", "tags", "confidence", "valid_from", "valid_to",
                 "extractor", "human_reviewed", "salience", "emotional_valence",
                 "decay_profile", "privacy_class", "consent_basis", "session_id", "min_sources"):

@@ -26,6 +26,7 @@ from ledger.envelope import pae
 from ledger.errors import InputError, NotFound
 from ledger.inputs import ArtifactInput, AtomInput, SubjectInput, parse
 from ledger.portability.common import SIDECAR, Plan
+from ledger.portability.record import MAX_SIGNED_INT
 
 log = structlog.get_logger("ledger.portability")
 
@@ -63,6 +64,26 @@ def placeholder(kind: str, subject: str, ref: str, tomb: dict[str, Any] | None
             "derivation": "stated", "sensitivity": "private", "extensions": {SIDECAR: side}}
 
 
+#: Atom input fields the mapper seals (plaintext JSON under AEAD, any number kept).
+_SEALED = frozenset({"text", "gist", "details", "tags", "source_data"})
+
+
+def _signable(value: Any, where: str) -> None:
+    """Refuse a number the signed (RFC 8785) bytes cannot hold, naming where it is."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int) and abs(value) > MAX_SIGNED_INT:
+        raise InputError(f"{where} is {value}, outside the ±{MAX_SIGNED_INT} a signed event "
+                         "can hold in the clear (RFC 8785); nothing was imported",
+                         hint="fix the value in the source file")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _signable(v, f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _signable(v, f"{where}[{i}]")
+
+
 def apply_plan(app: Any, plan: Plan, *, dry_run: bool = False, actor: str | None = None,
                apply_untrusted: bool = False) -> dict[str, Any]:
     """Validate, then write the plan (unless ``dry_run``); return the import report."""
@@ -72,6 +93,9 @@ def apply_plan(app: Any, plan: Plan, *, dry_run: bool = False, actor: str | None
         _check(ArtifactInput, a, f"artifact {a.get('ref')!r}")
     for m in plan.atoms:
         _check(AtomInput, m, f"atom {m.get('ref')!r}")
+        for k, v in m.items():
+            if k not in _SEALED:
+                _signable(v, f"atom {m.get('ref')!r}: {k}")
 
     shred: list[UUID] = []
     not_applied: list[str] = []
@@ -95,6 +119,8 @@ def apply_plan(app: Any, plan: Plan, *, dry_run: bool = False, actor: str | None
         (extra_artifacts if kind == "artifact" else extra_atoms).append(data)
     artifacts = plan.artifacts + extra_artifacts
     atoms = plan.atoms + extra_atoms
+    rp = _plan_records(app, plan, apply_untrusted)
+    shred.extend(rp.shred)
 
     report: dict[str, Any] = {
         "format": plan.format, "subject": subject, "dry_run": dry_run,
@@ -107,6 +133,11 @@ def apply_plan(app: Any, plan: Plan, *, dry_run: bool = False, actor: str | None
                        "not_applied_untrusted": sorted(set(not_applied))},
         "warnings": list(plan.warnings),
     }
+    report["records"] = {"created": sum(c[2] is not None for c in rp.create),
+                         "placeholders": sum(c[2] is None for c in rp.create),
+                         "superseded": len(rp.supersede), "skipped": rp.skipped,
+                         "erased_existing": len(rp.shred),
+                         "by_kind": _by_kind(c[1] for c in rp.create if c[2] is not None)}
     if plan.manifest_signature is not None:
         report["manifest_signature"] = plan.manifest_signature
     if dry_run:
@@ -122,10 +153,14 @@ def apply_plan(app: Any, plan: Plan, *, dry_run: bool = False, actor: str | None
                     created[key] += 1
                 else:
                     skipped[key] += 1
-        report.update(created=created, skipped=skipped)
+        skipped["atoms"] += plan.repeats
+        report.update(created=created, skipped=skipped, archived={"atoms": 0, "ids": []})
         return report
 
-    result = app.import_records([plan.subject], artifacts, atoms, actor=actor)
+    from ledger.portability import records
+
+    result = app.import_records([plan.subject], artifacts, atoms, actor=actor,
+                                records=lambda sid, at: records.build(app, sid, rp, at))
     ids = result["ids"]
     for item in extra_artifacts:
         shred.append(UUID(ids["artifacts"][item["ref"]]))
@@ -133,12 +168,64 @@ def apply_plan(app: Any, plan: Plan, *, dry_run: bool = False, actor: str | None
         shred.append(UUID(ids["atoms"][item["ref"]]))
     if shred:
         _shred(app, list(dict.fromkeys(shred)), actor)
-    report.update(created=result["created"], skipped=result["skipped"])
+    restored = _restore_statuses(app, plan, ids, actor)
+    if restored:
+        report["statuses_restored"] = restored
+    archived = result.get("archived", [])
+    result["skipped"]["atoms"] += plan.repeats
+    report.update(created=result["created"], skipped=result["skipped"],
+                  archived={"atoms": len(archived), "ids": archived})
     log.info("portability.imported", format=plan.format,
              **{f"created_{k}": v for k, v in result["created"].items()},
              **{f"skipped_{k}": v for k, v in result["skipped"].items()},
              refused=len(plan.refused), shredded=len(shred))
     return report
+
+
+def _restore_statuses(app: Any, plan: Plan, ids: dict[str, dict[str, str]],
+                      actor: str | None) -> int:
+    """Corrections and expiries survive a round trip (issue 19 item 7): an atom the
+    source recorded as superseded or expired gets that status here too, by its own
+    signed event, after the atoms exist (a re-run of the import finishes it)."""
+    from ledger.portability.common import namespaced
+
+    items: list[tuple[UUID, str, UUID | None, str | None]] = []
+    for m in plan.atoms:
+        side = (m.get("extensions") or {}).get(SIDECAR) or {}
+        status = side.get("status")
+        if status not in ("superseded", "expired") or m["ref"] not in ids["atoms"]:
+            continue
+        successor = None
+        if status == "superseded" and side.get("superseded_by"):
+            successor = app._ref_id("atom", namespaced(plan.subject_ref,
+                                                       str(side["superseded_by"]))[0])
+        items.append((UUID(ids["atoms"][m["ref"]]), status, successor, m.get("valid_to")))
+    if not items:
+        return 0
+    n: int = app.restore_statuses(items, actor=actor)
+    return n
+
+
+def _plan_records(app: Any, plan: Plan, apply_untrusted: bool) -> Any:
+    """Portable records (ADR 0017): what to create, supersede, skip and shred."""
+    from ledger.portability import records
+
+    untrusted = set(plan.untrusted)
+
+    def acts(tomb_id: str) -> bool:
+        return tomb_id not in untrusted or apply_untrusted
+
+    covered = {(k, i) for k, i, _ in plan.record_erase}
+    return records.plan(app, plan.subject_ref, plan.record_lines, covered,
+                        [(k, i, acts(t)) for k, i, t in plan.record_erase],
+                        [(k, i) for k, i, t in plan.record_placeholders if acts(t)])
+
+
+def _by_kind(kinds: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for k in kinds:
+        out[k] = out.get(k, 0) + 1
+    return dict(sorted(out.items()))
 
 
 def _erase_entries(plan: Plan) -> list[tuple[str, str, str, bool]]:
@@ -185,7 +272,26 @@ def read_trusted_key(path: Path) -> bytes:
 def plan_file(app: Any, path: Path, fmt: str, *, subject: str | None,
               trusted: Sequence[bytes], max_bytes: int | None,
               skip_unsupported: bool) -> Plan:
-    """Check ``path`` (before touching the ledger) and plan its import."""
+    """Check ``path`` (before touching the ledger) and plan its import.
+
+    Every failure is an :class:`InputError` (exit 2) or, for a forged signature by a
+    trusted key, ``VerificationFailed``: an exception the checks did not foresee on this
+    untrusted input is reported as the input's problem, with its place, never as a
+    traceback (issue 19 item 6); nothing has been written by then."""
+    try:
+        return _plan_file(app, path, fmt, subject=subject, trusted=trusted,
+                          max_bytes=max_bytes, skip_unsupported=skip_unsupported)
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError,
+            RecursionError, UnicodeError, AssertionError) as e:
+        log.warning("portability.input_unreadable", format=fmt, error=type(e).__name__)
+        raise InputError(f"{path} could not be read as {fmt}: {type(e).__name__}: "
+                         f"{str(e)[:200]}; nothing was imported",
+                         hint="check the file against the format's schema") from e
+
+
+def _plan_file(app: Any, path: Path, fmt: str, *, subject: str | None,
+               trusted: Sequence[bytes], max_bytes: int | None,
+               skip_unsupported: bool) -> Plan:
     from ledger.portability import adapters, konshus, mem, membundle, persona
     from ledger.portability.common import MAX_DOCUMENT_BYTES, MAX_LINE_BYTES, read_capped
 
@@ -195,7 +301,8 @@ def plan_file(app: Any, path: Path, fmt: str, *, subject: str | None,
     if fmt in adapters.ADAPTERS:
         return adapters.plan_import(fmt, path, subject=subject, max_bytes=max_bytes,
                                     artifact_exists=artifact_exists,
-                                    skip_unsupported=skip_unsupported)
+                                    skip_unsupported=skip_unsupported,
+                                    known_source_ids=lambda ref: _source_ids(app, ref))
     if fmt == "mem":
         bundle = membundle.verify_bundle(path, trusted,
                                          max_line_bytes=max_bytes or MAX_LINE_BYTES)
@@ -207,6 +314,16 @@ def plan_file(app: Any, path: Path, fmt: str, *, subject: str | None,
     if fmt == "konshus":
         return konshus.plan_import(data, subject=subject, artifact_exists=artifact_exists)
     return persona.plan_import(data, subject=subject, artifact_exists=artifact_exists)
+
+
+def _source_ids(app: Any, subject_ref: str) -> set[str]:
+    """The sealed source ids of a subject's atoms (empty for a new subject)."""
+    from ledger.portability import view
+
+    if _exists(app, "subject", subject_ref) is None:
+        return set()
+    return {str(a.sidecar["id"]) for a in view.load(app, subject_ref).atoms
+            if a.sidecar.get("id")}
 
 
 def write_document(out: Path, doc: dict[str, Any], signer: Any | None, payload_type: str

@@ -8,6 +8,7 @@ reaches the exporters. Nothing is written.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -21,7 +22,8 @@ from ledger.portability.common import FOREIGN, SIDECAR, WIRE, local_of, norm_ins
 
 log = structlog.get_logger("ledger.portability")
 
-_TOPICS = ("memory-ledger:subject.", "memory-ledger:artifact.", "memory-ledger:atom.")
+_TOPICS = ("memory-ledger:subject.", "memory-ledger:artifact.", "memory-ledger:atom.",
+           "memory-ledger:record.")
 GONE_ATOM = ("hard-redacted", "deleted")
 WITHHELD_ATOM = ("soft-redacted", "archived")
 
@@ -64,6 +66,8 @@ class AtomView:
     provider: dict[str, Any]
     foreign: dict[str, Any]
     sidecar: dict[str, Any]
+    superseded_by: str | None = None
+    """The local id of the atom that replaced this one (a correction), if any."""
 
     def get(self, name: str) -> Any:
         return self.fields.get(name)
@@ -75,6 +79,20 @@ class AtomView:
 
 
 @dataclass(frozen=True)
+class RecordView:
+    """A portable record (ADR 0017): its kind and line; ``content`` None once erased."""
+
+    id: UUID
+    kind: str
+    content: dict[str, Any] | None
+    revisions: int
+
+    @property
+    def erased(self) -> bool:
+        return self.content is None
+
+
+@dataclass(frozen=True)
 class SubjectView:
     ledger_id: str
     id: UUID
@@ -83,6 +101,7 @@ class SubjectView:
     locale: str | None
     atoms: list[AtomView]
     artifacts: list[ArtifactView]
+    records: list[RecordView] = dataclasses.field(default_factory=list)
 
     def artifact(self, local_id: str) -> ArtifactView | None:
         for a in self.artifacts:
@@ -122,7 +141,7 @@ def subject_refs(aggs: dict[UUID, Any]) -> list[str]:
 
 def load(app: Any, subject: str | None) -> SubjectView:
     """The view of ``subject`` (a ref or id); without one, the ledger's only subject."""
-    from ledger.domain import Artifact, Atom, Subject
+    from ledger.domain import Artifact, Atom, Record, Subject
 
     aggs = fold(app)
     subjects = [a for a in aggs.values() if isinstance(a, Subject)]
@@ -145,13 +164,22 @@ def load(app: Any, subject: str | None) -> SubjectView:
     for a in aggs.values():  # artifacts of other subjects an atom may cite
         if isinstance(a, Artifact) and str(a.id) not in local_by_uuid:
             local_by_uuid[str(a.id)] = a.ref or str(a.id)
-    atoms = [_atom_view(a, subj.ref, local_by_uuid) for a in aggs.values()
-             if isinstance(a, Atom) and a.subject_id == sid]
+    mine = [a for a in aggs.values() if isinstance(a, Atom) and a.subject_id == sid]
+    atoms = [_atom_view(a, subj.ref, local_by_uuid) for a in mine]
+    local_atom = {str(v.id): v.local_id for v in atoms}
+    atoms = [dataclasses.replace(v, superseded_by=local_atom.get(str(a.superseded_by),
+                                                                 v.sidecar.get("superseded_by"))
+                                 if a.superseded_by else v.sidecar.get("superseded_by"))
+             for v, a in zip(atoms, mine, strict=True)]
     view = SubjectView(
         ledger_id=str(app.ledger_id), id=subj.id, ref=subj.ref,
         display_name=None if subj.content_erased else subj.display_name, locale=subj.locale,
         atoms=sorted(atoms, key=lambda v: v.local_id),
-        artifacts=sorted(artifacts.values(), key=lambda v: v.local_id))
+        artifacts=sorted(artifacts.values(), key=lambda v: v.local_id),
+        records=[RecordView(id=r.id, kind=r.kind,
+                            content=None if r.content_erased else r.content,
+                            revisions=r.revisions)
+                 for r in aggs.values() if isinstance(r, Record) and r.subject_id == sid])
     log.info("portability.view_loaded", subject_id=sid, atoms=len(atoms),
              artifacts=len(artifacts))
     return view
@@ -177,6 +205,14 @@ def _atom_view(a: Any, subject_ref: str, local_by_uuid: dict[str, str]) -> AtomV
     sidecar = dict(ext.pop(SIDECAR, None) or {})
     foreign = dict(ext.pop(FOREIGN, None) or {})
     ext.pop(WIRE, None)
+    # importer-carried source data, sealed (None once erased); older logs kept it in the
+    # clear in ``extensions`` and the sidecar, read above
+    source = dict(getattr(a, "source_data", None) or {})
+    ext.update(source.get("provider") or {})
+    foreign.update(source.get(FOREIGN) or {})
+    for key in ("id", "episode"):
+        if key in source:
+            sidecar[key] = source[key]
     fields = {name: getattr(a, name, None) for name in ATOM_FIELDS}
     mapped = [local_by_uuid.get(x, x) for x in (a.artifact_ids or [])]
     cited = mapped + [u for u in sidecar.get("unresolved", []) if u not in mapped]

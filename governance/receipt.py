@@ -1,0 +1,309 @@
+"""The erasure receipt for the data subject (docs/adr/0023, docs/spec/erasure-receipt.md).
+
+A DSSE envelope (payload type :data:`PAYLOAD_TYPE`) signed by the operator over the RFC
+8785 bytes of a small JSON document: the request id, what was erased (count and ids),
+when, and each tombstone and key destruction as a leaf of the transparency log with its
+inclusion proof (c2sp.org/tlog-proof) against one witnessed checkpoint. No memory
+content: ids, counts, times, hashes, signatures.
+
+The file is the canonical JSON of the envelope followed by one newline, so any changed
+byte fails verification (a re-serialized but equivalent envelope too: step R1).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import html
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from keys.errors import SignatureInvalid
+from keys.signing import key_id, verify_signature
+from ledger import clock, envelope
+from ledger.checkpoint import CheckpointError, parse_vkey, verify_checkpoint
+from ledger.errors import ConflictError, NotFound, VerificationFailed
+from ledger.leaf import LEAF_DOMAIN
+from ledger.merkle import leaf_hash, verify_inclusion
+
+PAYLOAD_TYPE = "application/vnd.memory-ledger.erasure-receipt.v1+json"
+RECEIPT_TYPE = "https://memory-ledger.dev/erasure-receipt/v1"
+TOMBSTONES = {"memory-ledger:atom.redacted.v1": "atoms",
+              "memory-ledger:artifact.deleted.v1": "artifacts"}
+KEY_DESTROYED = {"memory-ledger:atom.data-key-destroyed.v1": "atoms",
+                 "memory-ledger:artifact.data-key-destroyed.v1": "artifacts",
+                 "memory-ledger:subject.data-key-destroyed.v1": "subjects"}
+_HEAD = struct.Struct(">Q16sQH")
+MAX_RECEIPT_BYTES = 4 << 20
+
+STEPS = {"R1": "form", "R2": "operator signature", "R3": "content", "R4": "checkpoint",
+         "R5": "tombstone proofs", "R6": "witnesses"}
+
+
+class ReceiptInvalid(VerificationFailed):
+    def __init__(self, step: str, message: str) -> None:
+        super().__init__(f"receipt step {step} ({STEPS[step]}): {message}")
+        self.step = step
+
+
+# ----------------------------------------------------------------------------- building
+def build_receipt(app: Any, request_id: str, operator: str = "operator") -> bytes:
+    """The receipt file of a completed erasure request, against a fresh witnessed checkpoint."""
+    from governance.pack import _event_rows
+    from ledger.witness.cosign import check_cosignatures, parse_witness_vkey
+    from ledger.witness.wire import TlogProof
+
+    try:
+        req = app.repository.get(UUID(str(request_id)))
+    except Exception as e:
+        raise NotFound(f"no erasure request {request_id}",
+                       hint="see the request id printed by `ledger redact-user`") from e
+    if getattr(req, "completed_at", None) is None or not getattr(req, "batch_id", None):
+        raise ConflictError(f"request {request_id} is not completed; a receipt proves a "
+                            "completed erasure", hint="finish it with `ledger redact-user`")
+    batch = app.repository.get(UUID(req.batch_id))
+    rows = _event_rows(app, list(batch.event_ids))
+    cp = app.checkpoint()
+    entries = []
+    for r in rows:
+        if r.topic not in TOMBSTONES and r.topic not in KEY_DESTROYED:
+            continue
+        opened = envelope.open_state(r.state)
+        seq = int(opened.envelope["seq"])
+        from ledger.leaf import leaf_of
+
+        leaf = leaf_of(r, opened)
+        proof = app.tlog.inclusion(seq - 1, cp.size)
+        entries.append({
+            "event_id": envelope.event_id(r.originator_id, r.originator_version),
+            "topic": r.topic, "timestamp": opened.envelope["timestamp"],
+            "leaf": base64.b64encode(leaf).decode(),
+            "proof": TlogProof(seq - 1, tuple(proof), cp.note).text().split("\n\n", 1)[0]
+            + "\n",
+        })
+    keys = [parse_witness_vkey(v) for _, v in app.config.witnesses]
+    found = check_cosignatures(cp.note, keys).valid
+    signer = app.signer(operator)
+    erased = {kind: {"count": len(ids), "ids": sorted(ids)}
+              for kind, ids in sorted(batch.targets.items())}
+    document = {
+        "type": RECEIPT_TYPE,
+        "ledger": {"id": app.ledger_id, "origin": app.config.origin, "log_vkey": app.log_vkey()},
+        "request": {"id": str(req.id), "subject": req.subject_ref,
+                    "legal_basis": req.legal_basis, "received_at": req.received_at,
+                    "completed_at": req.completed_at},
+        "erased": erased,
+        "tombstones": entries,
+        "checkpoint": cp.note,
+        "witnesses": [{"witness": v, "timestamp": c.timestamp} for v, c in sorted(found.items())],
+        "operator": {"kid": signer.kid,
+                     "public_key": base64.b64encode(signer.public_key).decode()},
+        "issued_at": clock.format_instant(clock.now()),
+    }
+    payload = envelope.canonical(document)
+    env = {"payloadType": PAYLOAD_TYPE, "payload": base64.b64encode(payload).decode(),
+           "signatures": [{"keyid": signer.kid, "sig": base64.b64encode(
+               signer.sign(envelope.pae(PAYLOAD_TYPE, payload))).decode()}]}
+    return envelope.canonical(env) + b"\n"
+
+
+# ----------------------------------------------------------------------------- verifying
+@dataclass
+class ReceiptReport:
+    request_id: str
+    subject: str
+    completed_at: str
+    erased: dict[str, int]
+    tombstones: int
+    checkpoint_size: int
+    witnesses: list[str] = field(default_factory=list)
+    trusted: dict[str, bool] = field(default_factory=dict)
+    policy: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"ok": True, "request_id": self.request_id, "subject": self.subject,
+                "completed_at": self.completed_at, "erased": self.erased,
+                "tombstones": self.tombstones, "checkpoint_size": self.checkpoint_size,
+                "witnesses": self.witnesses, "trusted": self.trusted, "policy": self.policy}
+
+
+def _b64(text: Any, step: str, what: str) -> bytes:
+    try:
+        raw = base64.b64decode(str(text), validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise ReceiptInvalid(step, f"{what} is not base64") from e
+    if base64.b64encode(raw).decode() != text:
+        raise ReceiptInvalid(step, f"{what} is not canonical base64")
+    return raw
+
+
+def parse_leaf(leaf: bytes) -> tuple[int, str, int, str]:
+    """``(seq, originator id, version, topic)`` of leaf bytes (docs/spec/leaf.md)."""
+    if not leaf.startswith(LEAF_DOMAIN) or len(leaf) < len(LEAF_DOMAIN) + _HEAD.size + 96:
+        raise ValueError("not memory-ledger leaf bytes")
+    seq, oid, version, n = _HEAD.unpack_from(leaf, len(LEAF_DOMAIN))
+    start = len(LEAF_DOMAIN) + _HEAD.size
+    if len(leaf) != start + n + 32 + 64:
+        raise ValueError("leaf length does not match its topic length")
+    return seq, str(UUID(bytes=oid)), version, leaf[start:start + n].decode()
+
+
+def verify_receipt(data: bytes, operator_public_key: bytes | None = None,
+                   log_vkey: str | None = None, policy: Any = None) -> ReceiptReport:
+    """Steps R1-R6 (docs/spec/erasure-receipt.md); raises :class:`ReceiptInvalid`."""
+    from ledger.witness.cosign import CosignatureError, check_cosignatures, parse_witness_vkey
+    from ledger.witness.wire import WireError, parse_tlog_proof
+
+    # R1. Form: at most 4 MiB, canonical JSON of a DSSE envelope of our type, then LF.
+    if len(data) > MAX_RECEIPT_BYTES:
+        raise ReceiptInvalid("R1", f"{len(data)} bytes, limit {MAX_RECEIPT_BYTES}")
+    try:
+        env = json.loads(data)
+        canonical = envelope.canonical(env) + b"\n"
+    except (ValueError, TypeError, UnicodeDecodeError) as e:
+        raise ReceiptInvalid("R1", "not a JSON document") from e
+    if canonical != data:
+        raise ReceiptInvalid("R1", "the file is not the canonical form of its envelope (a byte "
+                                   "was changed, added or removed)")
+    if not isinstance(env, dict) or env.get("payloadType") != PAYLOAD_TYPE or \
+            set(env) != {"payloadType", "payload", "signatures"} or \
+            not isinstance(env["signatures"], list) or not env["signatures"]:
+        raise ReceiptInvalid("R1", f"not a DSSE envelope of type {PAYLOAD_TYPE}")
+    payload = _b64(env["payload"], "R1", "payload")
+    try:
+        doc = json.loads(payload)
+        if envelope.canonical(doc) != payload:
+            raise ValueError("payload is not canonical JSON")
+    except (ValueError, TypeError) as e:
+        raise ReceiptInvalid("R1", f"the payload: {e}") from e
+    if not isinstance(doc, dict) or doc.get("type") != RECEIPT_TYPE:
+        raise ReceiptInvalid("R1", f"the payload is not a {RECEIPT_TYPE} document")
+    # R2. The operator's signature: under the pinned key, else the key the receipt names.
+    try:
+        own = _b64(doc["operator"]["public_key"], "R2", "operator key")
+        pub = operator_public_key or own
+        kid = key_id(pub)
+        sigs = [s for s in env["signatures"] if isinstance(s, dict) and s.get("keyid") == kid]
+        if not sigs or len(sigs) != len(env["signatures"]) or set(sigs[0]) != {"keyid", "sig"}:
+            raise ReceiptInvalid("R2", f"no signature (or a foreign one) beside key {kid}")
+        verify_signature(pub, envelope.pae(PAYLOAD_TYPE, payload),
+                         _b64(sigs[0]["sig"], "R2", "signature"))
+    except (KeyError, TypeError, ValueError, SignatureInvalid) as e:
+        if isinstance(e, ReceiptInvalid):
+            raise
+        raise ReceiptInvalid("R2", f"the operator's signature does not verify: {e}") from e
+    # R3. Content: the fields a receipt has; every erased item id is a UUID.
+    try:
+        req, erased, items = doc["request"], doc["erased"], doc["tombstones"]
+        note, ledger = str(doc["checkpoint"]), doc["ledger"]
+        counts = {kind: int(v["count"]) for kind, v in erased.items()}
+        ids = {kind: [str(UUID(i)) for i in v["ids"]] for kind, v in erased.items()}
+        if any(len(ids[k]) != counts[k] for k in counts):
+            raise ValueError("a count differs from its list of ids")
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ReceiptInvalid("R3", f"malformed receipt document: {e}") from e
+    # R4. The checkpoint is signed by the log key (pinned, else the receipt's own).
+    try:
+        name, log_pub = parse_vkey(log_vkey or str(ledger["log_vkey"]))
+        cp = verify_checkpoint(note, name, log_pub, expected_origin=str(ledger["origin"]))
+    except (ValueError, CheckpointError) as e:
+        raise ReceiptInvalid("R4", f"the checkpoint does not verify: {e}") from e
+    # R5. Each tombstone / key destruction is a leaf included in that checkpoint, naming an
+    # erased id; every erased atom and artifact has a tombstone, every item a key destroyed.
+    covered: dict[str, set[tuple[str, str]]] = {}
+    for n, item in enumerate(items, start=1):
+        try:
+            leaf = _b64(item["leaf"], "R5", f"tombstone {n} leaf")
+            seq, oid, version, topic = parse_leaf(leaf)
+            proof = parse_tlog_proof(str(item["proof"]) + "\n" + note)
+        except (KeyError, TypeError, ValueError, WireError) as e:
+            if isinstance(e, ReceiptInvalid):
+                raise
+            raise ReceiptInvalid("R5", f"tombstone {n}: {e}") from e
+        kind = TOMBSTONES.get(topic) or KEY_DESTROYED.get(topic)
+        if kind is None or topic != item.get("topic") or \
+                item.get("event_id") != f"{oid}/{version}" or oid not in ids.get(kind, []):
+            raise ReceiptInvalid("R5", f"tombstone {n} ({topic}) does not name an erased "
+                                       f"{kind or 'item'}")
+        if proof.index != seq - 1:
+            raise ReceiptInvalid("R5", f"tombstone {n}: proof index {proof.index} is not leaf "
+                                       f"{seq - 1}")
+        try:
+            verify_inclusion(leaf_hash(leaf), seq - 1, cp.size, list(proof.proof), cp.root)
+        except VerificationFailed as e:
+            raise ReceiptInvalid("R5", f"tombstone {n}: {e}") from e
+        covered.setdefault(oid, set()).add(("tomb" if topic in TOMBSTONES else "key", kind))
+    for kind in ("atoms", "artifacts"):
+        for i in ids.get(kind, []):
+            if covered.get(i, set()) != {("tomb", kind), ("key", kind)}:
+                raise ReceiptInvalid("R5", f"erased {kind[:-1]} {i} has no tombstone and key "
+                                           "destruction in the log")
+    for i in ids.get("subjects", []):
+        if ("key", "subjects") not in covered.get(i, set()):
+            raise ReceiptInvalid("R5", f"erased subject {i} has no key destruction in the log")
+    # R6. Witnesses: the cosignatures the receipt claims verify; a policy's quorum is met.
+    try:
+        claimed = [parse_witness_vkey(str(w["witness"])) for w in doc["witnesses"]]
+        keys = list(policy.witnesses.values()) if policy is not None else claimed
+        valid = check_cosignatures(note, keys).valid
+    except (KeyError, TypeError, CosignatureError) as e:
+        raise ReceiptInvalid("R6", str(e)) from e
+    checked = {k.vkey for k in keys}
+    for w in doc["witnesses"]:
+        c = valid.get(w["witness"])
+        if w["witness"] in checked and (c is None or c.timestamp != w["timestamp"]):
+            raise ReceiptInvalid("R6", f"claimed cosignature by {w['witness']} is not on the "
+                                       "checkpoint")
+    described = None
+    if policy is not None:
+        names = {n for n, k in policy.witnesses.items() if k.vkey in valid}
+        if not policy.satisfied(names):
+            raise ReceiptInvalid("R6", f"witness quorum not met: {policy.describe()}; "
+                                       f"cosigned by {', '.join(sorted(names)) or 'none'}")
+        described = policy.describe() + ": met"
+    return ReceiptReport(str(req["id"]), str(req["subject"]), str(req["completed_at"]),
+                         counts, len(items), cp.size, sorted(valid),
+                         {"operator_key": operator_public_key is not None,
+                          "log_key": log_vkey is not None}, described)
+
+
+# ----------------------------------------------------------------------------- for people
+def render_html(data: bytes) -> str:
+    """One printable page for the person who asked to be forgotten (no scripts, no network)."""
+    env = json.loads(data)
+    doc = json.loads(base64.b64decode(env["payload"]))
+    e = html.escape
+    req, erased = doc["request"], doc["erased"]
+    labels = {"atoms": "memories", "artifacts": "source documents (chats, notes)",
+              "subjects": "profile"}
+    what = "".join(f"<li>{v['count']} {e(labels.get(k, k))}</li>" for k, v in erased.items())
+    ids = "".join(f"<tr><td>{e(labels.get(k, k))}</td><td><code>{e(i)}</code></td></tr>"
+                  for k, v in erased.items() for i in v["ids"])
+    witnesses = ", ".join(e(w["witness"].split("+", 1)[0]) for w in doc["witnesses"]) or \
+        "no independent witness"
+    size = doc["checkpoint"].split("\n")[1]
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Erasure receipt {e(req['id'])}</title>
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
+<style>body{{font-family:system-ui,sans-serif;max-width:44rem;margin:1.5rem auto;color:#222;
+font-size:11pt}}td{{padding:.1rem .5rem;font-size:9pt}}code{{font-size:8.5pt}}
+@page{{size:A4;margin:1.5cm}}</style></head><body>
+<h1>Your erasure receipt</h1>
+<p>You asked <b>{e(doc['ledger']['origin'])}</b> to forget you (request
+<code>{e(req['id'])}</code>, your reference <code>{e(str(req['subject']))}</code>,
+received {e(str(req['received_at']))}). It was completed on
+<b>{e(str(req['completed_at']))}</b>. Erased:</p><ul>{what}</ul>
+<p>The keys that could decrypt them were destroyed. The erasure is recorded as
+{len(doc['tombstones'])} signed entries in the ledger's public log (checkpoint of size
+{e(size)}), cosigned by: {e(witnesses)}, who check that the log is never rewritten.</p>
+<p>This receipt is signed by the operator and contains none of the erased content. Anyone
+can check it offline: <code>ledger audit-tools verify-receipt receipt.json</code>, or any
+DSSE verifier with the operator's public key.</p>
+<h2>Erased items</h2><table>{ids}</table>
+<p style="font-size:8pt">Issued {e(doc['issued_at'])}; operator key
+<code>{e(doc['operator']['kid'])}</code>; log key <code>{e(doc['ledger']['log_vkey'])}</code>.
+</p></body></html>
+"""

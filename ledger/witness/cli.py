@@ -1,0 +1,174 @@
+"""``ledger witness ...``: run a witness (init, add-log, serve), and tell a ledger which
+witnesses cosign its checkpoints (use, forget). Heavy imports stay inside the commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+HomeOpt = Annotated[Path, typer.Option(
+    "--home", envvar="LEDGER_WITNESS_HOME",
+    help="The witness's own home folder (not a ledger home).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+
+
+def _out(data: Any, as_json: bool, text: str) -> None:
+    sys.stdout.write((json.dumps(data, indent=2, sort_keys=True) if as_json else text) + "\n")
+
+
+def register(cli: typer.Typer, opened: Callable[[], Any]) -> None:
+    app = typer.Typer(no_args_is_help=True, help="A C2SP tlog-witness that cosigns other "
+                      "ledgers' checkpoints, and the witnesses this ledger asks.")
+    cli.add_typer(app, name="witness")
+
+    @app.command("init")
+    def witness_init(home: HomeOpt, name: Annotated[str, typer.Option(
+            help="The witness's name, a schema-less URL such as dpo.example/witness.")],
+            as_json: JsonOpt = False) -> None:
+        """Create a witness home with a new Ed25519 key; prints its verifier key.
+
+        Example: ledger witness init --home /srv/witness --name dpo.example/witness
+        """
+        from ledger.witness.state import init_home
+
+        vkey = init_home(home, name)
+        _out({"home": str(home), "name": name, "vkey": vkey}, as_json, vkey)
+        sys.stderr.write(f"OK: witness {name} created in {home}; give the logs its key\n")
+
+    @app.command("add-log")
+    def witness_add_log(origin: Annotated[str, typer.Argument(help="The log's origin line.")],
+                        key: Annotated[str, typer.Option(
+                            "--key", help="The log's verifier key (vkey), as printed by "
+                                          "`ledger checkpoint --vkey`.")],
+                        home: HomeOpt, as_json: JsonOpt = False) -> None:
+        """Follow a log: cosign its checkpoints once they verify under KEY.
+
+        Example: ledger witness add-log memory-ledger.example/log --key "$(cat log.vkey)"
+        """
+        from ledger.witness.state import Witness
+
+        w = Witness(home)
+        try:
+            w.add_log(origin, key)
+        finally:
+            w.close()
+        _out({"origin": origin, "vkey": key}, as_json, origin)
+        sys.stderr.write(f"OK: witness follows {origin}\n")
+
+    @app.command("logs")
+    def witness_logs(home: HomeOpt, as_json: JsonOpt = False) -> None:
+        """The logs this witness follows, the size it last cosigned, and the evidence it kept
+        (forks, failed proofs).  Example: ledger witness logs --home /srv/witness --json"""
+        from ledger.witness.state import Witness
+
+        w = Witness(home)
+        try:
+            data = {"vkey": w.vkey, "logs": w.logs(),
+                    "evidence": [{k: v for k, v in e.items() if k not in ("note", "stored_note")}
+                                 for e in w.evidence()]}
+        finally:
+            w.close()
+        text = "\n".join(f"{r['origin']}  size {r['size'] if r['size'] is not None else '-'}"
+                         for r in data["logs"])  # type: ignore[union-attr]
+        _out(data, as_json, text or "(no logs)")
+
+    @app.command("serve")
+    def witness_serve(home: HomeOpt, listen: Annotated[str, typer.Option(
+            help="HOST:PORT to listen on; port 0 picks a free one.")] = "127.0.0.1:0",
+            prefix: Annotated[str, typer.Option(help="Submission prefix path.")] = "",
+            port_file: Annotated[Path | None, typer.Option(
+                help="Write the port listened on to this file.")] = None) -> None:
+        """Serve the tlog-witness API (POST <prefix>/add-checkpoint) until interrupted.
+
+        Example: ledger witness serve --home /srv/witness --listen 127.0.0.1:8411
+        """
+        from ledger.errors import InputError
+        from ledger.witness.server import serve
+
+        host, sep, port = listen.rpartition(":")
+        if not sep or not port.isdigit() or not host:
+            raise InputError(f"--listen {listen!r} is not HOST:PORT")
+
+        def announce(url: str, vkey: str) -> None:
+            sys.stderr.write(f"OK: witness listening on {url} (key {vkey})\n")
+            sys.stderr.flush()
+
+        serve(home, host.strip("[]"), int(port), prefix, port_file, announce)
+
+    @app.command("use")
+    def witness_use(url: Annotated[str, typer.Argument(help="The witness's submission URL.")],
+                    key: Annotated[str, typer.Option(
+                        "--key", help="The witness's verifier key (type 0x04), from "
+                                      "`ledger witness init`.")],
+                    as_json: JsonOpt = False) -> None:
+        """Have this ledger's checkpoints (erasures included) cosigned by a witness; written
+        to config.toml's [[witnesses]].
+
+        Example: ledger witness use http://127.0.0.1:8411 --key dpo.example/witness+...
+        """
+        import dataclasses
+
+        from ledger.home import Config, find_home
+        from ledger.witness.client import WitnessTarget
+
+        target = WitnessTarget.of(url, key)
+        with opened() as ledger:
+            config: Config = ledger.config
+        config = Config.load(find_home(config.home))
+        pairs = [p for p in config.witnesses if p[1] != target.key.vkey]
+        dataclasses.replace(config, witnesses=(*pairs, (target.url, target.key.vkey))).write()
+        _out({"url": target.url, "vkey": target.key.vkey}, as_json, target.key.vkey)
+        sys.stderr.write(f"OK: checkpoints will be sent to {target.url}\n")
+
+    @app.command("forget")
+    def witness_forget(key: Annotated[str, typer.Argument(help="The witness's vkey or URL.")],
+                       as_json: JsonOpt = False) -> None:
+        """Stop asking a witness.  Example: ledger witness forget http://127.0.0.1:8411"""
+        import dataclasses
+
+        from ledger.errors import NotFound
+        from ledger.home import Config, find_home
+
+        with opened() as ledger:
+            config: Config = ledger.config
+        config = Config.load(find_home(config.home))
+        pairs = [p for p in config.witnesses if key not in (p[0], p[1], p[0].rstrip("/"))]
+        if len(pairs) == len(config.witnesses):
+            raise NotFound(f"no witness {key!r} in config.toml")
+        dataclasses.replace(config, witnesses=tuple(pairs)).write()
+        _out({"removed": key}, as_json, key)
+
+
+def checkpoint_witnesses(urls: list[str] | None, keys: list[str] | None,
+                         configured: tuple[tuple[str, str], ...]) -> list[tuple[str, str]] | None:
+    """The ``(url, vkey)`` pairs for ``ledger checkpoint --witness URL [--witness-key VKEY]``.
+
+    A URL configured in config.toml brings its key; others need a ``--witness-key`` each,
+    in the same order. None: use the configured witnesses.
+    """
+    from ledger.errors import InputError
+
+    if not urls:
+        if keys:
+            raise InputError("--witness-key needs a --witness URL")
+        return None
+    known = {url.rstrip("/"): vkey for url, vkey in configured}
+    extra = list(keys or [])
+    pairs = []
+    for url in urls:
+        if url.rstrip("/") in known and not extra:
+            pairs.append((url, known[url.rstrip("/")]))
+        elif extra:
+            pairs.append((url, extra.pop(0)))
+        else:
+            raise InputError(f"no key for witness {url}",
+                             hint="give --witness-key VKEY after it, or add it with "
+                                  "`ledger witness use URL --key VKEY`")
+    if extra:
+        raise InputError("more --witness-key options than --witness URLs")
+    return pairs

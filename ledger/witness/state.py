@@ -1,0 +1,270 @@
+"""A witness: its home, its key, the logs it follows and its durable per-origin state.
+
+The home (``ledger witness init --home DIR --name NAME``) holds
+
+    witness.toml   name, created_at
+    witness.key    the Ed25519 seed, base64 (mode 0600)
+    witness.vkey   the cosigner verifier key (type 0x04), to hand to the logs
+    witness.db     SQLite: logs (origin -> log vkeys), latest (the checkpoint last cosigned
+                   per origin), cosigned (every cosignature given), evidence (forks and
+                   failed proofs, kept verbatim)
+
+:meth:`Witness.add_checkpoint` implements tlog-witness ``add-checkpoint``
+(docs/spec/witness.md, steps W1-W8). Checking the old size against the stored one and
+storing the new checkpoint happen in one ``BEGIN IMMEDIATE`` transaction, committed with
+``synchronous=FULL`` before the answer is formed, so no crash or concurrent request can
+make the witness cosign a smaller tree or a second root for one size.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import sqlite3
+import threading
+import time
+import tomllib
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import nacl.signing
+import structlog
+
+from ledger.checkpoint import CheckpointError, parse_body, parse_note, parse_vkey, verify_note
+from ledger.errors import ConflictError, EnvironmentProblem, InputError, VerificationFailed
+from ledger.merkle import EMPTY_ROOT, verify_consistency
+from ledger.witness.cosign import cosign, witness_vkey
+from ledger.witness.wire import SIZE_CONTENT_TYPE, WireError, format_size, parse_add_checkpoint
+
+log = structlog.get_logger("witness")
+
+CONFIG = "witness.toml"
+KEY = "witness.key"
+VKEY = "witness.vkey"
+DB = "witness.db"
+FAULT_ENV = "LEDGER_WITNESS_FAULT"
+"""Fault injection for the crash tests only: ``kill-after-store`` SIGKILLs the process
+right after the new state is committed and before the answer is sent."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS logs (origin TEXT NOT NULL, vkey TEXT NOT NULL,
+                                 added_at TEXT NOT NULL, PRIMARY KEY (origin, vkey));
+CREATE TABLE IF NOT EXISTS latest (origin TEXT PRIMARY KEY, size INTEGER NOT NULL,
+                                   root BLOB NOT NULL, note TEXT NOT NULL,
+                                   cosigned_at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS cosigned (id INTEGER PRIMARY KEY, origin TEXT NOT NULL,
+                                     size INTEGER NOT NULL, root BLOB NOT NULL,
+                                     timestamp INTEGER NOT NULL, line TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS evidence (id INTEGER PRIMARY KEY, origin TEXT NOT NULL,
+                                     kind TEXT NOT NULL, received_at TEXT NOT NULL,
+                                     stored_size INTEGER, stored_note TEXT,
+                                     size INTEGER NOT NULL, note TEXT NOT NULL);
+"""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An HTTP answer: status, content type and body."""
+
+    status: int
+    content_type: str
+    body: bytes
+
+    @classmethod
+    def text(cls, status: int, message: str) -> Answer:
+        return cls(status, "text/plain; charset=utf-8", (message + "\n").encode())
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, timeout=30, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    return conn
+
+
+def init_home(home: Path, name: str) -> str:
+    """Create a witness home with a new key; returns the witness vkey."""
+    witness_vkey(name, bytes(32))  # validates the name before anything is written
+    if (home / CONFIG).exists():
+        raise ConflictError(f"{home} is already a witness home",
+                            hint="use it, or choose another --home")
+    home.mkdir(parents=True, exist_ok=True)
+    key = nacl.signing.SigningKey.generate()
+    fd = os.open(home / KEY, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(base64.b64encode(bytes(key)).decode() + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    vkey = witness_vkey(name, bytes(key.verify_key))
+    (home / VKEY).write_text(vkey + "\n", encoding="utf-8")
+    conn = _connect(home / DB)
+    conn.executescript(_SCHEMA)
+    conn.close()
+    created = datetime.now(UTC).isoformat(timespec="seconds")
+    (home / CONFIG).write_text(f'name = "{name}"\ncreated_at = "{created}"\n', encoding="utf-8")
+    return vkey
+
+
+class Witness:
+    """One witness home, opened. Thread-safe; several processes may share the home."""
+
+    def __init__(self, home: Path) -> None:
+        try:
+            doc = tomllib.loads((home / CONFIG).read_text(encoding="utf-8"))
+            self.name = str(doc["name"])
+            seed = base64.b64decode((home / KEY).read_text(encoding="utf-8").strip(),
+                                    validate=True)
+            self.key = nacl.signing.SigningKey(seed)
+        except (OSError, ValueError, KeyError, tomllib.TOMLDecodeError) as e:
+            raise EnvironmentProblem(f"{home} is not a usable witness home: {e}",
+                                     hint="create one with `ledger witness init --home DIR "
+                                          "--name NAME`") from e
+        self.home = home
+        self.vkey = witness_vkey(self.name, bytes(self.key.verify_key))
+        self._lock = threading.Lock()
+        self._db = _connect(home / DB)
+        self._db.executescript(_SCHEMA)
+        self._keys: dict[str, list[tuple[str, bytes]]] = {}
+        self._load_logs()
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _load_logs(self) -> None:
+        keys: dict[str, list[tuple[str, bytes]]] = {}
+        for origin, vkey in self._db.execute("SELECT origin, vkey FROM logs ORDER BY rowid"):
+            keys.setdefault(origin, []).append(parse_vkey(vkey))
+        self._keys = keys
+
+    # ------------------------------------------------------------------ configuration
+    def add_log(self, origin: str, vkey: str) -> None:
+        """Follow the log ``origin``, whose checkpoints ``vkey`` (type 0x01) signs."""
+        if not origin or "\n" in origin or any(ord(c) < 0x20 for c in origin):
+            raise InputError("the origin must be one non-empty line")
+        try:
+            parse_vkey(vkey)
+        except ValueError as e:
+            raise InputError(f"--key: {e}", hint="give the log's verifier key as printed by "
+                                                 "`ledger checkpoint --vkey`") from e
+        with self._lock:
+            self._db.execute("INSERT OR IGNORE INTO logs VALUES (?, ?, ?)",
+                             (origin, vkey, datetime.now(UTC).isoformat(timespec="seconds")))
+            self._load_logs()
+
+    def logs(self) -> list[dict[str, object]]:
+        rows = self._db.execute(
+            "SELECT l.origin, l.vkey, s.size FROM logs l LEFT JOIN latest s "
+            "ON s.origin = l.origin ORDER BY l.origin").fetchall()
+        return [{"origin": o, "vkey": v, "size": s} for o, v, s in rows]
+
+    def latest(self, origin: str) -> tuple[int, bytes] | None:
+        row = self._db.execute("SELECT size, root FROM latest WHERE origin = ?",
+                               (origin,)).fetchone()
+        return None if row is None else (int(row[0]), bytes(row[1]))
+
+    def evidence(self) -> list[dict[str, object]]:
+        rows = self._db.execute("SELECT origin, kind, received_at, stored_size, stored_note, "
+                                "size, note FROM evidence ORDER BY id").fetchall()
+        keys = ("origin", "kind", "received_at", "stored_size", "stored_note", "size", "note")
+        return [dict(zip(keys, r, strict=True)) for r in rows]
+
+    def cosigned(self) -> list[tuple[str, int, bytes, int]]:
+        return [(o, int(s), bytes(r), int(t)) for o, s, r, t in self._db.execute(
+            "SELECT origin, size, root, timestamp FROM cosigned ORDER BY id")]
+
+    # ------------------------------------------------------------------ add-checkpoint
+    def add_checkpoint(self, body: bytes) -> Answer:
+        """Steps W1-W8 of docs/spec/witness.md; the answer to send."""
+        # W1. Parse the request and the checkpoint it carries.
+        try:
+            req = parse_add_checkpoint(body)
+            text, _sigs = parse_note(req.note)
+            cp = parse_body(text)
+        except (WireError, CheckpointError) as e:
+            return Answer.text(400, f"malformed request: {e}")
+        # W2. The origin must be one this witness follows.
+        keys = self._keys.get(cp.origin)
+        if not keys:
+            return Answer.text(404, "unknown log origin")
+        # W3. A trusted key of that log must have signed it (other lines are ignored).
+        if not any(self._signed_by(req.note, name, pub) for name, pub in keys):
+            return Answer.text(403, "no signature by a trusted key of this log verifies")
+        # W4. The old size may not exceed the checkpoint's.
+        if req.old_size > cp.size:
+            return Answer.text(400, f"old size {req.old_size} is larger than the checkpoint "
+                                    f"size {cp.size}")
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                answer = self._check_and_store(req.old_size, req.proof, req.note, text, cp)
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        if answer.status == 200 and os.environ.get(FAULT_ENV) == "kill-after-store":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return answer
+
+    def _signed_by(self, note: str, name: str, pub: bytes) -> bool:
+        try:
+            verify_note(note, name, pub)
+            return True
+        except CheckpointError:
+            return False
+
+    def _evidence(self, kind: str, origin: str, stored: tuple[int, str] | None, size: int,
+                  note: str) -> None:
+        self._db.execute(
+            "INSERT INTO evidence (origin, kind, received_at, stored_size, stored_note, size, "
+            "note) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (origin, kind, datetime.now(UTC).isoformat(timespec="seconds"),
+             stored[0] if stored else None, stored[1] if stored else None, size, note))
+
+    def _check_and_store(self, old: int, proof: tuple[bytes, ...], note: str, text: str,
+                         cp: object) -> Answer:
+        from ledger.checkpoint import Checkpoint
+
+        assert isinstance(cp, Checkpoint)
+        row = self._db.execute("SELECT size, root, note FROM latest WHERE origin = ?",
+                               (cp.origin,)).fetchone()
+        size, root, stored_note = (int(row[0]), bytes(row[1]), str(row[2])) if row else \
+            (0, EMPTY_ROOT, "")
+        stored = (size, stored_note) if row else None
+        if cp.size == size and row is not None and cp.root != root:
+            # A second checkpoint of a size already cosigned, with another root: a fork.
+            # Both signed notes are kept, whatever old size the client claimed.
+            self._evidence("fork", cp.origin, stored, cp.size, note)
+            self._db.execute("COMMIT")
+            log.warning("witness.fork_detected", size=cp.size)
+            if old == size:  # W6
+                return Answer.text(409, f"fork: a checkpoint of size {size} with another root "
+                                        "was cosigned before; both are kept as evidence")
+            return Answer(409, SIZE_CONTENT_TYPE, format_size(size))
+        # W5. The old size must be the size last cosigned (0 if never).
+        if old != size:
+            self._db.execute("COMMIT")
+            return Answer(409, SIZE_CONTENT_TYPE, format_size(size))
+        # W7. The consistency proof from the stored tree to the new one.
+        try:
+            verify_consistency(size, cp.size, root, cp.root, list(proof))
+        except (VerificationFailed, ValueError) as e:
+            self._evidence("bad-consistency-proof", cp.origin, stored, cp.size, note)
+            self._db.execute("COMMIT")
+            log.warning("witness.consistency_failed", old_size=size, size=cp.size)
+            return Answer.text(422, f"the consistency proof from size {size} does not verify: "
+                                    f"{e}")
+        # W8. Cosign, store durably, then answer.
+        cosig = cosign(text, self.name, self.key, int(time.time()))
+        line = cosig.line()
+        self._db.execute(
+            "INSERT INTO latest VALUES (?, ?, ?, ?, ?) ON CONFLICT (origin) DO UPDATE SET "
+            "size = excluded.size, root = excluded.root, note = excluded.note, "
+            "cosigned_at = excluded.cosigned_at",
+            (cp.origin, cp.size, cp.root, note, cosig.timestamp))
+        self._db.execute("INSERT INTO cosigned (origin, size, root, timestamp, line) "
+                         "VALUES (?, ?, ?, ?, ?)",
+                         (cp.origin, cp.size, cp.root, cosig.timestamp, line))
+        self._db.execute("COMMIT")
+        log.info("witness.cosigned", old_size=size, size=cp.size)
+        return Answer(200, "text/plain; charset=utf-8", line.encode())

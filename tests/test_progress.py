@@ -1,0 +1,104 @@
+"""Progress bars (ledger/progress.py): drawn on a terminal, never on a pipe, nor with
+``--json`` or ``-q``. The terminal is a real pseudo-terminal (stdlib ``pty``), the command
+a real ``ledger`` process."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ledger import progress
+
+from .conftest import run_cli
+
+
+def on_terminal(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Run ``ledger ARGS`` with stdout and stderr on a new pseudo-terminal."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "ledger", *args], stdin=slave,
+                            stdout=slave, stderr=slave, close_fds=True,
+                            env={**os.environ, "COLUMNS": "100", **(env or {})})
+    os.close(slave)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if ready:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        elif proc.poll() is not None:
+            break
+    os.close(master)
+    return proc.wait(timeout=60), b"".join(chunks).decode("utf-8", "replace")
+
+
+def on_pipe(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ledger", *args], capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+@pytest.fixture
+def busy_home(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    assert run_cli("--home", str(home), "init").code == 0
+    assert run_cli("--home", str(home), "subject", "add", "u1").code == 0
+    for i in range(5):
+        assert run_cli("--home", str(home), "atom", "add", "--subject", "u1",
+                       "--text", f"fact {i}").code == 0
+    return home
+
+
+def test_verify_draws_a_bar_on_a_terminal(busy_home: Path) -> None:
+    code, screen = on_terminal("--home", str(busy_home), "verify")
+    assert code == 0, screen
+    assert "Verifying events" in screen
+    assert "100%" in screen and "\r" in screen  # redrawn in place, finished
+    assert "OK: " in screen
+
+
+def test_verify_draws_nothing_on_a_pipe(busy_home: Path) -> None:
+    r = on_pipe("--home", str(busy_home), "verify")
+    assert r.returncode == 0, r.stderr
+    assert "Verifying" not in r.stderr and "%" not in r.stderr and "\r" not in r.stderr
+    assert r.stderr.startswith("OK: ") and r.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("args", [("-q", "verify"), ("verify", "--json")])
+def test_quiet_and_json_draw_nothing_on_a_terminal(busy_home: Path,
+                                                   args: tuple[str, ...]) -> None:
+    code, screen = on_terminal("--home", str(busy_home), *args)
+    assert code == 0, screen
+    assert "Verifying events" not in screen
+    assert "%" not in screen
+
+
+def test_the_helper_is_silent_off_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    with progress.bar("Working", total=10) as bar:
+        for _ in range(10):
+            bar.advance()
+    assert not bar.drawn and bar.done == 10
+    assert capsys.readouterr().err == ""
+    assert list(progress.tracked(range(1000), bar, every=100)) == list(range(1000))
+    assert bar.done == 1010
+
+
+def test_always_draws_and_never_silences(monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("LEDGER_PROGRESS", "always")
+    with progress.bar("Working", total=3) as bar:
+        bar.update(3)
+    assert bar.drawn and "Working" in capsys.readouterr().err
+    monkeypatch.setenv("LEDGER_PROGRESS", "never")
+    assert not progress.enabled()

@@ -1,0 +1,441 @@
+"""The witness: cosignature bytes (checked against the spec text and C2SP examples), the
+tlog-witness wire format, policies, and attacks against a running witness on loopback."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import signal
+import struct
+import threading
+from pathlib import Path
+
+import nacl.signing
+import pytest
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from ledger.checkpoint import parse_body, parse_note
+from ledger.witness.cosign import (
+    CosignatureError,
+    WitnessKey,
+    check_cosignatures,
+    cosign,
+    parse_witness_vkey,
+    split_cosignature,
+    witness_vkey,
+)
+from ledger.witness.policy import PolicyError, parse_policy
+from ledger.witness.state import Witness, init_home
+from ledger.witness.wire import (
+    AddCheckpoint,
+    TlogProof,
+    WireError,
+    parse_add_checkpoint,
+    parse_cosignature_lines,
+    parse_tlog_proof,
+)
+from tests.conftest import snapshot
+from tests.witness_support import MemoryLog, WitnessProcess
+
+# ------------------------------------------------------------------ examples from the specs
+# c2sp.org/tlog-witness, "add-checkpoint": the example request and response bodies (CC BY 4.0).
+SPEC_REQUEST = (
+    "old 20852014\n"
+    "PlRNCrwHpqhGrupue0L7gxbjbMiKA9temvuZZDDpkaw=\n"
+    "jrJZDmY8Y7SyJE0MWLpLozkIVMSMZcD5kvuKxPC3swk=\n"
+    "5+pKlUdi2LeF/BcMHBn+Ku6yhPGNCswZZD1X/6QgPd8=\n"
+    "/6WVhPs2CwSsb5rYBH5cjHV/wSmA79abXAwhXw3Kj/0=\n"
+    "\n"
+    "example.com/behind-the-sofa\n"
+    "20852163\n"
+    "CsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=\n"
+    "\n"
+    "\u2014 example.com/behind-the-sofa Az3grlgtzPICa5OS8npVmf1Myq/5IZniMp+ZJurmRDeOoRDe4URYN7u5/"
+    "Zhcyv2q1gGzGku9nTo+zyWE+xeMcTOAYQ8=\n"
+    "\u2014 example.com/behind-the-sofa opLqBQsREYCgu6xQkYQwJr9fo45a62DN9EdmHXnZdXNqlcVGlCum2Wks+"
+    "49/V6267UEjw6QUXTS5Rovnzv++qbSzm9Q=\n").encode()
+SPEC_RESPONSE = (
+    "\u2014 witness.example/w1 CMp+6LWBU0anHGH5aNDTJkH/gj79sG+T6+iP2ThYN5krrDJbR1HDnucjL39QsZTSv"
+    "VjyQLrdk3DXDqI5G2HgLatVs0pWh6Up69HVOw==\n"
+    "\u2014 witness.example/w1 I7rEps0pvK2UqkS2gSpVUDhrhVtQV9lgF6pRrWAvjJHjyWpW7VcE3SiOlVlbQNt64v"
+    "WhO+DlkL0+UfzuOBMh9ChdMkP1vi/lCAsmlw==\n"
+    "\u2014 witness.example/w2 AWui8Sk55XjYLOijihBjhqEH6nS1ndDymE0a+6idX7pLcnoB+dhnz0854aLZgrrKbY"
+    "KA7nC3HNJhm/kWl7oJlqU3rXXvpysAdyP3wQ==\n").encode()
+# c2sp.org/tlog-cosignature: the example cosigned checkpoint and the message it signs.
+SPEC_COSIGNED = (
+    "example.com/behind-the-sofa\n20852163\nCsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=\n\n"
+    "\u2014 example.com/behind-the-sofa Az3grlgtzPICa5OS8npVmf1Myq/5IZniMp+ZJurmRDeOoRDe4URYN7u5/"
+    "Zhcyv2q1gGzGku9nTo+zyWE+xeMcTOAYQ8=\n"
+    "\u2014 witness.example.com/w1 jWbPPwAAAABkGFDLEZMHwSRaJNiIDoe9DYn/zXcrtPHeolMI5OWXEhZCB9dlrD"
+    "JsX3b2oyin1nPZqhf5nNo0xUe+mbIUBkBIfZ+qnA==\n")
+SPEC_MESSAGE = (b"cosignature/v1\ntime 1679315147\nexample.com/behind-the-sofa\n20852163\n"
+                b"CsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=\n")
+# transparency-dev/formats note/note_cosigv1_test.go (Apache-2.0): a native cosignature/v1
+# vkey, and a cosignature whose timestamp is 1727964367.
+TD_VKEY = "remora.n621.de+da77ade7+BOvN63jn/bLvkieywe8R6UYAtVtNbZpXh34x7onlmtw2"
+TD_SIG = ("ZGhGuQAAAABm/qTPeyKXD+R2rzyQsxPiP8mXum7qq/iF0u4vanlqJyocWODBt97w9uL+8qT7S5gxEHWWOwo"
+          "rDcFiEBYJXORmnFBOBA==")
+
+
+# ------------------------------------------------------------------ independent re-implementation
+def spec_key_id(name: str, public_key: bytes) -> bytes:
+    """tlog-cosignature: SHA-256(<name> || "\\n" || 0x04 || 32-byte key)[:4]."""
+    return hashlib.sha256(name.encode() + b"\n" + b"\x04" + public_key).digest()[:4]
+
+
+def spec_verify(note: str, name: str, public_key: bytes) -> int:
+    """Verify a cosignature line from the spec text alone (pyca/cryptography, not PyNaCl):
+    the line is '— <name> base64(keyid || u64 BE timestamp || sig)', the message two
+    newline-terminated lines then the note body. Returns the timestamp."""
+    body, _, sigs = note.rpartition("\n\n")
+    body += "\n"
+    for line in sigs.splitlines():
+        prefix = "\u2014 " + name + " "
+        if not line.startswith(prefix):
+            continue
+        raw = base64.b64decode(line[len(prefix):])
+        if raw[:4] != spec_key_id(name, public_key):
+            continue
+        assert len(raw) == 4 + 8 + 64
+        (ts,) = struct.unpack(">Q", raw[4:12])
+        message = b"cosignature/v1\n" + b"time " + str(ts).encode() + b"\n" + body.encode()
+        Ed25519PublicKey.from_public_bytes(public_key).verify(raw[12:], message)
+        return int(ts)
+    raise AssertionError("no cosignature line of that key")
+
+
+def test_cosignature_bytes_match_the_spec_construction() -> None:
+    log = MemoryLog()
+    log.grow(5)
+    note = log.note()
+    wkey = nacl.signing.SigningKey(b"W" * 32)
+    body, _ = parse_note(note)
+    cos = cosign(body, "witness.example/w1", wkey, 1679315147)
+    cosigned = note + cos.line()
+    pub = bytes(wkey.verify_key)
+    assert spec_verify(cosigned, "witness.example/w1", pub) == 1679315147
+    # The exact bytes: key id, big-endian timestamp, Ed25519 over the spec's message.
+    raw = base64.b64decode(cos.line().split(" ")[2])
+    message = b"cosignature/v1\ntime 1679315147\n" + body.encode()
+    assert raw == spec_key_id("witness.example/w1", pub) + struct.pack(">Q", 1679315147) + \
+        bytes(wkey.sign(message).signature)
+    # A cosignature is not a log signature: a type-0x01 key id never matches it.
+    with pytest.raises(InvalidSignature):
+        Ed25519PublicKey.from_public_bytes(pub).verify(raw[12:], body.encode())
+
+
+def test_extension_lines_are_cosigned() -> None:
+    wkey = nacl.signing.SigningKey(b"W" * 32)
+    body = "example.test/log\n3\n" + base64.b64encode(b"\x01" * 32).decode() + "\nExtendo\n"
+    cos = cosign(body, "w", wkey, 7)
+    key = WitnessKey("w", bytes(wkey.verify_key))
+    fake_note = body + "\n" + cos.line()
+    assert check_cosignatures(fake_note, [key]).valid[key.vkey].timestamp == 7
+    with pytest.raises(CosignatureError, match="does not verify"):
+        check_cosignatures(fake_note.replace("Extendo", "Extendx"), [key])
+
+
+def test_spec_example_cosignature_line_parses_to_its_message() -> None:
+    """The example in tlog-cosignature: its timestamp is the one of the example message."""
+    body, sigs = parse_note(SPEC_COSIGNED)
+    assert parse_body(body).size == 20852163
+    witness_line = sigs[1]
+    assert witness_line.key_name == "witness.example.com/w1"
+    ts, raw = split_cosignature(witness_line)
+    assert ts == 1679315147 and len(raw) == 64
+    from ledger.witness.cosign import signed_message
+
+    assert signed_message(body, ts) == SPEC_MESSAGE
+
+
+def test_transparency_dev_vectors() -> None:
+    key = parse_witness_vkey(TD_VKEY)
+    assert key.name == "remora.n621.de" and key.key_id.hex() == "da77ade7"
+    assert witness_vkey(key.name, key.public_key) == TD_VKEY
+    from ledger.checkpoint import NoteSignature
+
+    raw = base64.b64decode(TD_SIG)
+    ts, sig = split_cosignature(NoteSignature("x", raw[:4], raw[4:]))
+    assert ts == 1727964367 and len(sig) == 64
+
+
+@pytest.mark.parametrize("vkey, problem", [
+    ("remora.n621.de+da77ade8+BOvN63jn/bLvkieywe8R6UYAtVtNbZpXh34x7onlmtw2", "does not match"),
+    ("PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW", "log key"),
+    ("a+b", "not <name>"),
+])
+def test_witness_vkey_rejected(vkey: str, problem: str) -> None:
+    with pytest.raises(CosignatureError, match=problem):
+        parse_witness_vkey(vkey)
+
+
+def test_wire_format_matches_spec_examples_byte_for_byte() -> None:
+    req = parse_add_checkpoint(SPEC_REQUEST)
+    assert req.old_size == 20852014 and len(req.proof) == 4
+    assert req.note.startswith("example.com/behind-the-sofa\n20852163\n")
+    assert AddCheckpoint(req.old_size, req.proof, req.note).body() == SPEC_REQUEST
+    lines = parse_cosignature_lines(SPEC_RESPONSE)
+    assert len(lines) == 3 and "".join(lines).encode() == SPEC_RESPONSE
+    # The witness answers in that form: one signature line, ending in LF.
+    log = MemoryLog()
+    log.grow(3)
+    body, _ = parse_note(log.note())
+    line = cosign(body, "witness.example/w1", nacl.signing.SigningKey(b"W" * 32), 1).line()
+    assert parse_cosignature_lines(line.encode()) == [line]
+
+
+@pytest.mark.parametrize("body, problem", [
+    (b"old 01\n\nx", "leading zeros"),
+    (b"old 5\nnot-base64\n\nx", "proof line 1"),
+    (b"old 0\n" + base64.b64encode(b"a" * 32) + b"\n\nx", "must be empty"),
+    (b"new 5\n\nx", "first line"),
+    (b"old 5\n", "no empty line"),
+    (b"old 1\n" + b"".join(base64.b64encode(bytes([i]) * 32) + b"\n" for i in range(64)) +
+     b"\nx", "limit 63"),
+])
+def test_malformed_requests_rejected(body: bytes, problem: str) -> None:
+    with pytest.raises(WireError, match=problem):
+        parse_add_checkpoint(body)
+
+
+def test_tlog_proof_round_trip() -> None:
+    log = MemoryLog()
+    log.grow(9)
+    proof = TlogProof(4, tuple(log.tree.inclusion_proof(4, 9)), log.note(), extra=b"e1")
+    text = proof.text()
+    assert text.startswith("c2sp.org/tlog-proof@v1\nextra ZTE=\nindex 4\n")
+    assert parse_tlog_proof(text) == proof
+
+
+def _keys(n: int) -> list[nacl.signing.SigningKey]:
+    return [nacl.signing.SigningKey(bytes([65 + i]) * 32) for i in range(n)]
+
+
+def test_policy_groups_and_quorum() -> None:
+    log = MemoryLog()
+    ks = _keys(6)
+    v = [witness_vkey(f"w{i}.example", bytes(k.verify_key)) for i, k in enumerate(ks)]
+    text = (f"log {log.vkey}\n\n# X\nwitness X1 {v[0]}\nwitness X2 {v[1]}\nwitness X3 {v[2]}\n"
+            f"group X-witnesses 2 X1 X2 X3\n\twitness Y1 {v[3]} https://y1.example/\n"
+            f"witness Y2 {v[4]}\nwitness Y3 {v[5]}\ngroup Y-witnesses any Y1 Y2 Y3\n"
+            "group X-and-Y all X-witnesses Y-witnesses\nquorum X-and-Y\n")
+    p = parse_policy(text.encode())
+    assert p.logs[0][0] == log.origin
+    assert p.satisfied({"X1", "X3", "Y2"})
+    assert not p.satisfied({"X1", "Y1", "Y2"})
+    assert not p.satisfied({"X1", "X2"})
+    assert parse_policy(b"quorum none\n").satisfied(set())
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("witness A {v}\nquorum B\n", "not defined"),
+    ("witness A {v}\nwitness B {v}\nquorum A\n", "duplicate"),
+    ("witness A {v}\ngroup G 2 A\nquorum G\n", "threshold"),
+    ("witness A {v}\ngroup G any A\ngroup H any A\nquorum H\n", "already a member"),
+    ("witness A {v}\n", "no quorum"),
+    ("quorum none\nquorum none\n", "second quorum"),
+    ("witness A {v}\x01\nquorum A\n", "control character"),
+])
+def test_policy_rejected(text: str, problem: str) -> None:
+    v = witness_vkey("a.example", bytes(_keys(1)[0].verify_key))
+    with pytest.raises(PolicyError, match=problem):
+        parse_policy(text.format(v=v).encode())
+
+
+# ------------------------------------------------------------------ the witness, in process
+@pytest.fixture
+def witness_home(tmp_path: Path) -> Path:
+    home = tmp_path / "witness"
+    init_home(home, "witness.test/w1")
+    return home
+
+
+def _cosig_of(witness: Witness, note: str, answer_body: bytes) -> int:
+    key = parse_witness_vkey(witness.vkey)
+    return check_cosignatures(note + answer_body.decode(), [key]).valid[key.vkey].timestamp
+
+
+def test_concurrent_requests_never_roll_back(witness_home: Path) -> None:
+    """The race in tlog-witness: N and N+K checked at once must not end at N."""
+    log = MemoryLog()
+    log.grow(10)
+    w = Witness(witness_home)
+    w.add_log(log.origin, log.vkey)
+    assert w.add_checkpoint(log.request(0, 4)).status == 200
+    answers: list[int] = []
+
+    def submit(size: int) -> None:
+        answers.append(w.add_checkpoint(log.request(4, size)).status)
+
+    threads = [threading.Thread(target=submit, args=(s,)) for s in (6, 10, 8, 10, 6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    latest = w.latest(log.origin)
+    assert latest is not None and latest[0] in (6, 8, 10)
+    assert answers.count(200) >= 1
+    sizes = [s for _, s, _, _ in w.cosigned()]
+    assert sizes == sorted(sizes)  # every cosignature extends the previous one
+    w.close()
+
+
+# ------------------------------------------------------------------ attacks, over loopback
+@pytest.fixture
+def running(witness_home: Path):  # type: ignore[no-untyped-def]
+    log = MemoryLog()
+    w = Witness(witness_home)
+    w.add_log(log.origin, log.vkey)
+    w.close()
+    proc = WitnessProcess(witness_home)
+    yield proc, log
+    proc.stop()
+
+
+def _state(home: Path) -> tuple[object, object]:
+    w = Witness(home)
+    try:
+        return w.latest("example.test/log"), w.cosigned()
+    finally:
+        w.close()
+
+
+def _start(proc: WitnessProcess, log: MemoryLog, size: int) -> str:
+    log.grow(size - log.size)
+    resp = proc.post(log.request(0))
+    assert resp.status_code == 200, resp.text
+    return log.note()
+
+
+def test_rollback_refused(running) -> None:  # type: ignore[no-untyped-def]
+    proc, log = running
+    _start(proc, log, 8)
+    before = _state(proc.home)
+    resp = proc.post(log.request(8, 5))  # old size 8, a checkpoint of size 5
+    assert resp.status_code == 400 and "larger than the checkpoint" in resp.text
+    resp = proc.post(log.request(3, 5))  # pretending the witness was at 3
+    assert resp.status_code == 409 and resp.headers["content-type"] == "text/x.tlog.size"
+    assert resp.content == b"8\n"
+    assert _state(proc.home) == before
+
+
+def test_replayed_old_checkpoint_refused(running) -> None:  # type: ignore[no-untyped-def]
+    proc, log = running
+    old_note = _start(proc, log, 4)
+    log.grow(4)
+    assert proc.post(log.request(4)).status_code == 200
+    before = _state(proc.home)
+    for old in (0, 4, 8):
+        body = AddCheckpoint(old, (), old_note).body()
+        assert proc.post(body).status_code in (400, 409)
+    assert _state(proc.home) == before
+
+
+def test_fork_same_size_other_root_refused_and_kept(running) -> None:  # type: ignore[no-untyped-def]
+    proc, log = running
+    _start(proc, log, 6)
+    fork = MemoryLog()
+    fork.grow(6, tag=b"fork")
+    before = _state(proc.home)
+    resp = proc.post(fork.request(6, 6))
+    assert resp.status_code == 409 and "fork" in resp.text and "evidence" in resp.text
+    resp = proc.post(fork.request(0, 6))  # from 0: the size answer, but kept as evidence too
+    assert resp.status_code == 409 and resp.content == b"6\n"
+    assert _state(proc.home) == before
+    w = Witness(proc.home)
+    kinds = [(e["kind"], e["size"], e["stored_size"]) for e in w.evidence()]
+    forks = [e for e in w.evidence() if e["kind"] == "fork"]
+    w.close()
+    assert kinds == [("fork", 6, 6), ("fork", 6, 6)]
+    assert forks[0]["note"] == fork.note() and forks[0]["stored_note"] == log.note()
+    # The genuine checkpoint of that size is still cosigned (idempotent), the fork never.
+    assert proc.post(log.request(6, 6)).status_code == 200
+
+
+def test_bad_consistency_proof_refused(running) -> None:  # type: ignore[no-untyped-def]
+    proc, log = running
+    _start(proc, log, 5)
+    fork = MemoryLog()
+    fork.grow(9, tag=b"other")  # a tree of 9 that does not extend the cosigned 5
+    before = _state(proc.home)
+    bad = AddCheckpoint(5, tuple(fork.tree.consistency_proof(5, 9)), fork.note()).body()
+    resp = proc.post(bad)
+    assert resp.status_code == 422, resp.text
+    log.grow(4)
+    tampered = list(log.tree.consistency_proof(5, 9))
+    tampered[0] = bytes(32)
+    resp = proc.post(AddCheckpoint(5, tuple(tampered), log.note()).body())
+    assert resp.status_code == 422
+    assert _state(proc.home) == before
+    assert proc.post(log.request(5)).status_code == 200
+
+
+def test_unknown_origin_and_bad_signature_refused(running) -> None:  # type: ignore[no-untyped-def]
+    proc, log = running
+    _start(proc, log, 3)
+    files = snapshot(proc.home)
+    stranger = MemoryLog(origin="other.test/log")
+    stranger.grow(3)
+    assert proc.post(stranger.request(0)).status_code == 404
+    forged = log.note(key=nacl.signing.SigningKey(b"F" * 32))  # same name, another key
+    assert proc.post(AddCheckpoint(3, (), forged).body()).status_code == 403
+    assert proc.post(b"old 3\n\nnot a checkpoint").status_code == 400
+    assert proc.post(b"x" * (2 << 20)).status_code == 413
+    assert {k: v for k, v in snapshot(proc.home).items() if k != "port"} == \
+        {k: v for k, v in files.items() if k != "port"}
+
+
+def test_witness_killed_between_storing_and_answering_recovers(witness_home: Path) -> None:
+    log = MemoryLog()
+    w = Witness(witness_home)
+    w.add_log(log.origin, log.vkey)
+    w.close()
+    wkey = parse_witness_vkey((witness_home / "witness.vkey").read_text())
+    given: list[tuple[int, bytes]] = []  # every (size, root) the witness cosigned for us
+
+    def collect(note: str, body: bytes) -> None:
+        found = check_cosignatures(note + body.decode(), [wkey])
+        assert wkey.vkey in found.valid
+        cp = parse_body(found.body)
+        given.append((cp.size, cp.root))
+
+    proc = WitnessProcess(witness_home)
+    log.grow(4)
+    assert proc.post(log.request(0)).status_code == 200
+    proc.stop()
+    crashing = WitnessProcess(witness_home, env={"LEDGER_WITNESS_FAULT": "kill-after-store"})
+    log.grow(3)
+    import httpx
+
+    with pytest.raises(httpx.HTTPError):
+        crashing.post(log.request(4))
+    assert crashing.proc.wait(10) == -signal.SIGKILL
+    crashing.stop()
+    proc = WitnessProcess(witness_home)
+    try:
+        # The stored state survived the kill: the witness is at 7, not 4.
+        resp = proc.post(log.request(4))
+        assert resp.status_code == 409 and resp.content == b"7\n"
+        resp = proc.post(log.request(7))  # the client learns 7 and asks again: same tree
+        assert resp.status_code == 200
+        collect(log.note(), resp.content)
+        fork = MemoryLog()
+        fork.grow(7, tag=b"fork")
+        assert proc.post(fork.request(7, 7)).status_code == 409
+        assert proc.post(log.request(7, 5)).status_code == 400
+        log.grow(2)
+        resp = proc.post(log.request(7))
+        assert resp.status_code == 200
+        collect(log.note(), resp.content)
+    finally:
+        proc.stop()
+    w = Witness(witness_home)
+    history = w.cosigned()
+    w.close()
+    by_size: dict[int, set[bytes]] = {}
+    for _, size, root, _ in history:
+        by_size.setdefault(size, set()).add(root)
+    assert all(len(roots) == 1 for roots in by_size.values())  # never two roots for a size
+    assert [s for _, s, _, _ in history] == sorted(s for _, s, _, _ in history)
+    assert [s for s, _ in given] == [7, 9] and (5, fork.tree.root(5)) not in given
