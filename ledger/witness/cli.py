@@ -68,13 +68,14 @@ def register(cli: typer.Typer, opened: Callable[[], Any]) -> None:
 
         w = Witness(home)
         try:
-            data: dict[str, Any] = {"vkey": w.vkey, "logs": w.logs(),
+            logs = w.logs()
+            data = {"vkey": w.vkey, "logs": logs,
                     "evidence": [{k: v for k, v in e.items() if k not in ("note", "stored_note")}
                                  for e in w.evidence()]}
         finally:
             w.close()
         text = "\n".join(f"{r['origin']}  size {r['size'] if r['size'] is not None else '-'}"
-                         for r in data["logs"])
+                         for r in logs)
         _out(data, as_json, text or "(no logs)")
 
     @app.command("serve")
@@ -113,16 +114,10 @@ def register(cli: typer.Typer, opened: Callable[[], Any]) -> None:
         """
         import dataclasses
 
-        from ledger.errors import InputError
         from ledger.home import Config, find_home
         from ledger.witness.client import WitnessTarget
-        from ledger.witness.cosign import CosignatureError
 
-        try:
-            target = WitnessTarget.of(url, key)
-        except CosignatureError as e:  # a key typed wrong is a usage error (exit 2), not 1
-            raise InputError(f"--key: {e}", hint="give the vkey `ledger witness init` "
-                                                 "printed") from e
+        target = WitnessTarget.of(url, key)
         with opened() as ledger:
             config: Config = ledger.config
         config = Config.load(find_home(config.home))
@@ -177,4 +172,8 @@ def checkpoint_witnesses(urls: list[str] | None, keys: list[str] | None,
                                   "`ledger witness use URL --key VKEY`")
     if extra:
         raise InputError("more --witness-key options than --witness URLs")
+    from ledger.witness.client import WitnessTarget
+
+    for url, vkey in pairs:
+        WitnessTarget.of(url, vkey)  # a usage error now, not a silent skip later
     return pairs
