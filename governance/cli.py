@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ledger.errors import EXIT_VERIFY, ConflictError, InputError
+from ledger.text import event_lines, plural
 
 if TYPE_CHECKING:  # each command imports what it uses: `ledger --help` stays light
     from projections.service import Projections
@@ -93,7 +94,7 @@ def redact_command(
                               reason=reason, operator=operator)
         else:
             raise InputError(f"unknown mode {mode!r}", hint="use soft, archive or hard")
-    _out(data, as_json, "\n".join(data["event_ids"]))
+    _out(data, as_json, "\n".join(event_lines(data["event_ids"])))
     _verdict(f"OK: atom {aid} {mode}-redacted")
 
 
@@ -115,7 +116,7 @@ def delete_command(atom: str, reason: ReasonOpt, operator: OperatorOpt = "operat
         aid = app.resolve("atom", atom)
         data = hard_erase(app, proj, Targets(atoms=[str(aid)]), mode="delete", reason=reason,
                           operator=operator)
-    _out(data, as_json, "\n".join(data["event_ids"]))
+    _out(data, as_json, "\n".join(event_lines(data["event_ids"])))
     _verdict(f"OK: atom {aid} deleted; batch {data['batch_id']}")
 
 
@@ -135,8 +136,8 @@ def artifact_delete_command(
         data = delete_artifact(app, proj, artifact, reason=reason, operator=operator,
                                flag_unsourced=flag_unsourced)
     c = data["cascade"]
-    _out(data, as_json, "\n".join(data["event_ids"]))
-    _verdict(f"OK: artifact deleted; {len(c['deleted_atoms'])} atoms deleted, "
+    _out(data, as_json, "\n".join(event_lines(data["event_ids"])))
+    _verdict(f"OK: artifact deleted; {plural(len(c['deleted_atoms']), 'atoms')} deleted, "
              f"{len(c['kept_atoms'])} kept with other sources, "
              f"{len(c['flagged_unsourced'])} flagged unsourced")
 
@@ -196,7 +197,7 @@ def redact_user_command(
     for warning in data.get("warnings", []):
         _verdict(f"warning: {warning}")
     t = data["targets"]
-    counts = f"{len(t['atoms'])} atoms, {len(t['artifacts'])} artifacts"
+    counts = f"{plural(len(t['atoms']), 'atoms')}, {plural(len(t['artifacts']), 'artifacts')}"
     flagged = len(data["flag_for_review"])
     review = len(data.get("review_artifacts", []))
     if dry_run:
@@ -211,16 +212,17 @@ def redact_user_command(
                  f"{data['completed_at']}")
         return
     _out(data, as_json, "\n".join([f"request {data['request_id']}",
-                                   f"batch {data['batch_id']}", *data["event_ids"],
+                                   f"batch {data['batch_id']}",
+                                   *event_lines(data["event_ids"]),
                                    *(f"flagged {a} refers-to-erased"
                                      for a in data["flag_for_review"]),
                                    *(f"review artifact {a}" for a in
                                      data.get("review_artifacts", []))]))
     again = "; resumed an interrupted run" if data.get("resumed") else ""
     plan_note = f"; plan {data['plan_digest']}" if data.get("plan_digest") else ""
-    _verdict(f"OK: erased {counts}; {flagged} memories of others flagged for review "
-             f"(`ledger review list`); {review} artifacts of others to review; batch "
-             f"{data['batch_id']}{plan_note}{again}")
+    _verdict(f"OK: erased {counts}; {plural(flagged, 'memories')} of others flagged for "
+             f"review (`ledger review list`); {plural(review, 'artifacts')} of others to "
+             f"review; batch {data['batch_id']}{plan_note}{again}")
 
 
 def _plan_text(data: dict[str, Any]) -> str:
@@ -314,7 +316,7 @@ def review_resolve(
         else:
             raise InputError(f"unknown action {action!r}",
                              hint="use reanonymise, redact or dismiss")
-    _out(data, as_json, "\n".join(data["event_ids"]))
+    _out(data, as_json, "\n".join(event_lines(data["event_ids"])))
     _verdict(f"OK: {flag} on {aid} resolved ({action})")
 
 

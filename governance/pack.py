@@ -585,16 +585,19 @@ def _check_predicate(predicate: dict[str, Any], events: list[tuple[dict[str, Any
 
 def _read_pack(folder: Path) -> dict[str, bytes]:
     if folder.is_file() and folder.suffix == ".zip":
-        with zipfile.ZipFile(folder) as zf:
-            out = {}
-            for info in zf.infolist():
-                name = info.filename
-                if info.is_dir():
-                    continue
-                if name.startswith("/") or ".." in Path(name).parts:
-                    raise PackInvalid("2", f"zip entry {name!r} escapes the pack")
-                out[name] = zf.read(info)
-            return out
+        try:
+            with zipfile.ZipFile(folder) as zf:
+                out = {}
+                for info in zf.infolist():
+                    name = info.filename
+                    if info.is_dir():
+                        continue
+                    if name.startswith("/") or ".." in Path(name).parts:
+                        raise PackInvalid("2", f"zip entry {name!r} escapes the pack")
+                    out[name] = zf.read(info)
+                return out
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as e:
+            raise PackInvalid("2", f"{folder} is not a readable zip file: {e}") from e
     if not folder.is_dir():
         raise InputError(f"{folder} is not a pack folder or .zip")
     return {p.relative_to(folder).as_posix(): p.read_bytes()

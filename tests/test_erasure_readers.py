@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_cli
 from tests.test_erasure_crash import ATOMS, CHILD, build
 
 READER = r"""
@@ -64,7 +65,8 @@ def integrity(path: Path) -> str:
 
 
 @pytest.mark.slow
-def test_erasure_with_a_reader_in_another_process(tmp_path: Path) -> None:
+def test_erasure_with_a_reader_in_another_process(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     template = tmp_path / "template"
     build(template, None, ATOMS)
     env = {k: v for k, v in os.environ.items() if k not in ("LEDGER_NOW", "LEDGER_FAULT")}
@@ -93,9 +95,8 @@ def test_erasure_with_a_reader_in_another_process(tmp_path: Path) -> None:
         assert seen["errors"] == 0 and seen["loops"] > 0, (run, seen)
         for name in ("events.sqlite", "keystore.sqlite", "projections.sqlite"):
             assert integrity(home / name) == "ok", (run, name)
-        verify = subprocess.run([sys.executable, "-c", CHILD, "verify"],
-                                env={**env, "LEDGER_HOME": str(home)}, capture_output=True,
-                                text=True, timeout=300, check=False)
-        assert verify.returncode == 0, (run, verify.stderr[-2000:])
+        monkeypatch.setenv("LEDGER_HOME", str(home))
+        verify = run_cli("verify")
+        assert verify.code == 0, (run, verify.err[-2000:])
         shutil.rmtree(home)
         shutil.rmtree(out)
