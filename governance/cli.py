@@ -202,9 +202,10 @@ def redact_user_command(
     review = len(data.get("review_artifacts", []))
     if dry_run:
         _out(data, as_json, _plan_text(data))
-        _verdict(f"dry run: would erase {counts} of the subject and flag {flagged} memories "
-                 f"of others for review ({review} artifacts of others listed); nothing "
-                 f"changed; plan {data['plan_digest']}")
+        _verdict(f"dry run: would erase {counts} of the subject and flag "
+                 f"{plural(flagged, 'memories')} of others for review "
+                 f"({plural(review, 'artifacts')} of others listed); nothing changed; plan "
+                 f"{data['plan_digest']}")
         return
     if data.get("no_op"):
         _out(data, as_json, data["request_id"])
@@ -419,7 +420,7 @@ def verify_pack_command(
                                                     "--root-key)"
     _verdict(f"OK: pack verified against {trust}: {report.events} signed events, signers "
              f"{', '.join(report.signers)}{summary(report.witnesses)}; "
-             f"{report.flagged_for_review} memories of others flagged for review")
+             f"{plural(report.flagged_for_review, 'memories')} of others flagged for review")
 
 
 __all__ = ["ConflictError", "register"]
