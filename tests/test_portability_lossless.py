@@ -286,3 +286,25 @@ def test_tombstone_and_its_entity_in_one_bundle_creates_nothing_and_stays_erased
     out = _streams(_export(home, tmp_path / "out.mem"))
     assert out.get("entity", []) == []
     assert _markers_in_home(home, ["Zelda Quokkaworth", "Marker entity summary 5e1d"]) == []
+
+
+def test_received_tombstone_reason_is_sealed_not_kept_in_the_clear(home: Path,
+                                                                    tmp_path: Path) -> None:
+    """A tombstone's free-text reason may name a person: kept only sealed (issue 20 item 6),
+    and still exported verbatim, signature and all."""
+    key = PortableSigningKey()
+    reason = "Deleted at the request of Zelda Quokkaworth"
+    tomb = sign_tombstone(Tombstone(
+        id="tomb_ep_9", op=TombstoneOp.REDACT, target_kind="episode", target_id="ep_9",
+        deleted_at=datetime(2026, 2, 1, tzinfo=UTC), actor="user", reason=reason), key)
+    bundle = _graph_bundle(tmp_path, "t.mem", [tomb], rows=False)
+    trust = tmp_path / "trusted.hex"
+    trust.write_text(key.verifying_key.raw_representation.hex())
+    r = _import(home, bundle, "--subject", "u_t", "--trust", str(trust))
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["tombstones"]["placeholders"] == 1
+    assert _markers_in_home(home, [reason]) == []
+    out = _streams(_export(home, tmp_path / "out.mem"))
+    kept = [t for t in out["tombstone"] if t["targetID"] == "ep_9"]
+    assert len(kept) == 1 and kept[0]["reason"] == reason
+    assert kept[0]["signature"] == tomb.signature

@@ -274,7 +274,7 @@ def plan_records(plan: Plan, streams: dict[str, list[dict[str, Any]]],
         kind = _tombstone_kind(t)
         if kind is not None:
             target = namespaced(ref, t.target_id)[0]
-            plan.placeholders.append((kind, target, placeholder(kind, ref, target, ct.raw),
+            plan.placeholders.append((kind, target, placeholder(kind, ref, target, None),
                                       t.id))
     plan.tombstones = counts
     if counts["untrusted"] + counts["unsigned"]:
@@ -513,8 +513,13 @@ def export(view: SubjectView, out: Path, *, include_private: bool, key: Portable
     for r in view.records:
         if r.content is not None:
             records.setdefault(r.kind, []).append(r.content)
-    seen_tombs = {str(t.get("id")) for t in records.get(TOMBSTONE_KIND, [])}
-    tombstones = [t for t in tombstones if t.id not in seen_tombs]
+    # received tombstones are kept (sealed) as records and go out verbatim; the ledger's
+    # own tombstone for the same target (a placeholder's) is then not written twice
+    kept = records.get(TOMBSTONE_KIND, [])
+    seen_tombs = {str(t.get("id")) for t in kept}
+    seen_targets = {(str(t.get("targetKind")), str(t.get("targetID"))) for t in kept}
+    tombstones = [t for t in tombstones if t.id not in seen_tombs
+                  and (t.target_kind, t.target_id) not in seen_targets]
     tombstones += [_Line(t) for t in records.pop(TOMBSTONE_KIND, [])]
     stats["records"] = sum(len(x) for x in records.values())
     ids = [e.id for e in episodes]
