@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ledger.errors import EXIT_VERIFY, ConflictError, InputError
+from ledger.text import event_lines, plural
 
 if TYPE_CHECKING:  # each command imports what it uses: `ledger --help` stays light
     from projections.service import Projections
@@ -93,7 +94,7 @@ def redact_command(
                               reason=reason, operator=operator)
         else:
             raise InputError(f"unknown mode {mode!r}", hint="use soft, archive or hard")
-    _out(data, as_json, "\n".join(data["event_ids"]))
+    _out(data, as_json, "\n".join(event_lines(data["event_ids"])))
     _verdict(f"OK: atom {aid} {mode}-redacted")
 
 
@@ -115,7 +116,7 @@ def delete_command(atom: str, reason: ReasonOpt, operator: OperatorOpt = "operat
         aid = app.resolve("atom", atom)
         data = hard_erase(app, proj, Targets(atoms=[str(aid)]), mode="delete", reason=reason,
                           operator=operator)
-    _out(data, as_json, "\n".join(data["event_ids"]))
+    _out(data, as_json, "\n".join(event_lines(data["event_ids"])))
     _verdict(f"OK: atom {aid} deleted; batch {data['batch_id']}")
 
 
@@ -135,8 +136,8 @@ def artifact_delete_command(
         data = delete_artifact(app, proj, artifact, reason=reason, operator=operator,
                                flag_unsourced=flag_unsourced)
     c = data["cascade"]
-    _out(data, as_json, "\n".join(data["event_ids"]))
-    _verdict(f"OK: artifact deleted; {len(c['deleted_atoms'])} atoms deleted, "
+    _out(data, as_json, "\n".join(event_lines(data["event_ids"])))
+    _verdict(f"OK: artifact deleted; {plural(len(c['deleted_atoms']), 'atoms')} deleted, "
              f"{len(c['kept_atoms'])} kept with other sources, "
              f"{len(c['flagged_unsourced'])} flagged unsourced")
 
@@ -146,35 +147,58 @@ def redact_user_command(
     reason: ReasonOpt,
     operator: Annotated[str, typer.Option(help="Operator key that approves and signs.")],
     identifier: Annotated[list[str] | None, typer.Option(
-        help="Text that identifies the person in memories of others (repeatable).")] = None,
+        help="A name or e-mail that identifies the person (repeatable). It erases nothing: "
+             "memories of other subjects it matches (whole words, any case) are flagged "
+             "refers-to-erased for review.")] = None,
     session: Annotated[list[str] | None, typer.Option(
-        help="A session id of theirs (repeatable).")] = None,
+        help="A session id of theirs (repeatable); other subjects' memories in it are "
+             "flagged, not erased.")] = None,
     legal_basis: Annotated[str | None, typer.Option(help="e.g. GDPR Art. 17(1)(a).")] = None,
-    dry_run: Annotated[bool, typer.Option(help="Show what would be erased; change "
-                                               "nothing.")] = False,
+    dry_run: Annotated[bool, typer.Option(help="Show what would be erased and flagged, and "
+                                               "the plan's digest; change nothing.")] = False,
+    plan: Annotated[str | None, typer.Option(
+        help="The dry run's plan digest: refuse, writing nothing, if the plan changed.")]
+    = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation on a "
+                                                    "terminal.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Right to be forgotten: receipt, gather, operator-signed batch, hard erasure of
     every copy, review flags for referring memories, confirmation with event ids.
 
+    Only the subject's own memories are erased. Run --dry-run first, then the real run
+    with --plan DIGEST from it.
+
     Example: ledger redact-user user_9f4e --reason "GDPR Art. 17" --operator operator \\
-    --identifier "jane@example.org" --session sess:1
+    --identifier "jane@example.org" --dry-run
     """
     from governance.erasure import redact_user
     from governance.requests import sla_hours
 
     with _session() as (app, proj):
         ack_hours, completion_hours = sla_hours(app.policy())  # Persona §7 SLA in force
-        data = redact_user(app, proj, subject, reason=reason, operator=operator,
-                           identifiers=identifier or [], sessions=session or [],
-                           legal_basis=legal_basis, dry_run=dry_run, ack_hours=ack_hours,
-                           completion_hours=completion_hours)
+        common: dict[str, Any] = dict(
+            reason=reason, operator=operator, identifiers=identifier or [],
+            sessions=session or [], legal_basis=legal_basis, ack_hours=ack_hours,
+            completion_hours=completion_hours)
+        if not dry_run and plan is None and not yes and sys.stdin.isatty():
+            preview = redact_user(app, proj, subject, dry_run=True, **common)
+            sys.stderr.write(_plan_text(preview) + "\n")
+            if not typer.confirm("erase these memories for good?", err=True):
+                raise InputError("not confirmed; nothing was written")
+            plan = preview["plan_digest"]
+        data = redact_user(app, proj, subject, dry_run=dry_run, expect_plan=plan, **common)
+    for warning in data.get("warnings", []):
+        _verdict(f"warning: {warning}")
     t = data["targets"]
-    counts = f"{len(t['atoms'])} atoms, {len(t['artifacts'])} artifacts"
+    counts = f"{plural(len(t['atoms']), 'atoms')}, {plural(len(t['artifacts']), 'artifacts')}"
+    flagged = len(data["flag_for_review"])
+    review = len(data.get("review_artifacts", []))
     if dry_run:
-        _out(data, as_json, json.dumps(data, indent=2))
-        _verdict(f"dry run: would erase {counts} and flag {len(data['flag_for_review'])} "
-                 "memories of others for review; nothing changed")
+        _out(data, as_json, _plan_text(data))
+        _verdict(f"dry run: would erase {counts} of the subject and flag {flagged} memories "
+                 f"of others for review ({review} artifacts of others listed); nothing "
+                 f"changed; plan {data['plan_digest']}")
         return
     if data.get("no_op"):
         _out(data, as_json, data["request_id"])
@@ -182,9 +206,42 @@ def redact_user_command(
                  f"{data['completed_at']}")
         return
     _out(data, as_json, "\n".join([f"request {data['request_id']}",
-                                   f"batch {data['batch_id']}", *data["event_ids"]]))
-    _verdict(f"OK: erased {counts}; {len(data['flag_for_review'])} memories flagged for "
-             f"review; batch {data['batch_id']}")
+                                   f"batch {data['batch_id']}",
+                                   *event_lines(data["event_ids"]),
+                                   *(f"flagged {a} refers-to-erased"
+                                     for a in data["flag_for_review"]),
+                                   *(f"review artifact {a}" for a in
+                                     data.get("review_artifacts", []))]))
+    _verdict(f"OK: erased {counts}; {plural(flagged, 'memories')} of others flagged for "
+             f"review (`ledger review list`); {plural(review, 'artifacts')} of others to "
+             f"review; batch "
+             f"{data['batch_id']}; plan {data['plan_digest']}")
+
+
+def _plan_text(data: dict[str, Any]) -> str:
+    """A dry run for people: ids, counts and identifier positions, never content."""
+    t = data["targets"]
+    lines = [f"erase (subject {data['subject_id']}): {len(t['atoms'])} atoms, "
+             f"{len(t['artifacts'])} artifacts, {len(t['subjects'])} subject record"]
+    lines += [f"  atom {a}" for a in t["atoms"]] + [f"  artifact {a}" for a in t["artifacts"]]
+    lines.append(f"flag for review, not erased (memories of others): "
+                 f"{len(data['flag_for_review'])}")
+    lines += [f"  atom {f['atom_id']}  subject {f['subject_id']}: {f['reason']}"
+              for f in data.get("flags", [])]
+    if data.get("review_artifacts"):
+        lines.append(f"artifacts of others to review, not erased: "
+                     f"{len(data['review_artifacts'])}")
+        lines += [f"  artifact {a}" for a in data["review_artifacts"]]
+    for ident in data.get("identifiers", []):
+        per = ", ".join(f"{sid}{' (this subject)' if sid == data['subject_id'] else ''}: "
+                        f"{c['atoms']} atoms, {c['artifacts']} artifacts"
+                        for sid, c in ident["matched"].items()) or "nothing"
+        lines.append(f"identifier #{ident['identifier']} matched: {per}")
+    for s in data.get("sessions", []):
+        lines.append(f"session {s['session_id']}: {s['atoms_of_subject']} atoms of the "
+                     f"subject, {s['flagged_atoms_of_others']} of others flagged")
+    lines.append(f"plan {data['plan_digest']}")
+    return "\n".join(lines)
 
 
 @review_cli.command("list")
@@ -236,8 +293,9 @@ def review_resolve(
         if action == "reanonymise":
             if not text:
                 raise InputError("--action reanonymise needs --text with the new wording")
-            new = app.correct_atom(str(aid), {"text": text, "reason": "re-anonymised"},
-                                   actor=operator)
+            # A correction is a memory event (writer role, ADR 0012): signed by the
+            # ledger's writer key; the operator signs the flag's resolution.
+            new = app.correct_atom(str(aid), {"text": text, "reason": "re-anonymised"})
             ids = [app.resolve_flag(aid, flag, "re-anonymised", actor=operator)]
             data: dict[str, Any] = {"atom_id": str(aid), "new_atom_id": str(new),
                                     "event_ids": ids}
@@ -251,7 +309,7 @@ def review_resolve(
         else:
             raise InputError(f"unknown action {action!r}",
                              hint="use reanonymise, redact or dismiss")
-    _out(data, as_json, "\n".join(data["event_ids"]))
+    _out(data, as_json, "\n".join(event_lines(data["event_ids"])))
     _verdict(f"OK: {flag} on {aid} resolved ({action})")
 
 
@@ -328,7 +386,8 @@ def verify_pack_command(
     trust = "the trusted root key" if root_key else "the pack's own root key (pin one with " \
                                                     "--root-key)"
     _verdict(f"OK: pack verified against {trust}: {report.events} signed events, signers "
-             f"{', '.join(report.signers)}{summary(report.witnesses)}")
+             f"{', '.join(report.signers)}{summary(report.witnesses)}; "
+             f"{report.flagged_for_review} memories of others flagged for review")
 
 
 __all__ = ["ConflictError", "register"]

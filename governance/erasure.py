@@ -20,8 +20,10 @@ delete` and `ledger redact-user`:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,11 +33,17 @@ from uuid import UUID
 import sqlalchemy as sa
 import structlog
 
+from governance.identifiers import (
+    BROAD_MATCHES,
+    Identifier,
+    Match,
+    compile_identifiers,
+    first_matches,
+)
 from governance.scan import TreeScan, scan_tree
 from keys.errors import KeyNotAuthorized
 from ledger import clock
 from ledger.errors import ConflictError, InputError, NotFound, VerificationFailed
-from projections._rows import contains
 from projections.memory import index_text
 from projections.routes import Reach
 from projections.service import Projections
@@ -77,7 +85,7 @@ def check_operator(app: Any, operator: str) -> None:
     """Refuse before anything is written unless ``operator`` holds the operator role now."""
     signer = app.signer(operator)
     try:
-        app.roster().state.check(signer.kid, "operator", clock.now())
+        app.roster().state.holds(signer.kid, ("operator",), clock.now())
     except KeyNotAuthorized as e:
         raise InputError(f"{operator} is not an authorized operator: {e}",
                          hint="an operator key is needed: `ledger keys authorize NAME "
@@ -92,7 +100,9 @@ def _content_of(proj: Projections, conn: Any, t: Targets
     Free text only (text, gist, details, title, body, display name): tags are short
     labels other memories legitimately share, so they are probed by id, not by value.
     Texts shorter than :data:`MIN_PROBE_CHARS` say nothing about where a memory went
-    (a one-word text matches everywhere); they too are probed by id only.
+    (a one-word text matches everywhere); they too are probed by id only. So is a
+    subject's display name: it is a name, which other people's memories legitimately
+    hold (they are flagged for review, not erased), so its bytes elsewhere are not a copy.
     """
     out: dict[str, list[str]] = {}
     indexed: dict[str, str] = {}
@@ -107,10 +117,6 @@ def _content_of(proj: Projections, conn: Any, t: Targets
     if t.artifacts:
         for r in conn.execute(sa.select(ac).where(ac.c.artifact_id.in_(t.artifacts))):
             out[str(r.artifact_id)] = [x for x in (r.title, r.body, r.media_url) if x]
-    for sid in t.subjects:
-        subject_row = proj.atoms.subject(conn, sid)
-        if subject_row and subject_row.get("display_name"):
-            out[sid] = [subject_row["display_name"]]
     assert art is not None
     return ({k: [x for x in v if x and len(x) >= MIN_PROBE_CHARS] for k, v in out.items()},
             indexed)
@@ -141,8 +147,14 @@ class _Timer:
 def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reason: str,
                operator: str, request_id: UUID | None = None,
                cascade: dict[str, dict[str, Any]] | None = None,
-               referring: Sequence[str] = ()) -> dict[str, Any]:
-    """Destroy, purge, probe, tombstone. Returns batch id, event ids and reach results."""
+               referring: Sequence[str] | Mapping[str, str] = (),
+               review_artifacts: Sequence[str] = ()) -> dict[str, Any]:
+    """Destroy, purge, probe, tombstone. Returns batch id, event ids and reach results.
+
+    ``referring``: memories of others to flag ``refers-to-erased`` (a mapping gives each
+    flag's reason: ids, identifier positions, field names, never content);
+    ``review_artifacts``: other subjects' artifacts listed for review in the reach record.
+    """
     if mode not in ("hard", "delete"):
         raise InputError(f"hard_erase takes mode hard or delete, not {mode!r}")
     check_operator(app, operator)
@@ -206,7 +218,8 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
                              records=[UUID(r) for r in targets.records])
     flag_ids = []
     for other in referring:
-        fid = app.flag(UUID(other), "refers-to-erased", f"refers to memory erased by batch "
+        why = referring[other] if isinstance(referring, Mapping) else "refers to memory"
+        fid = app.flag(UUID(other), "refers-to-erased", f"{why}; erased by batch "
                        f"{batch_id}", related=None, actor=operator)
         if fid:
             flag_ids.append(fid)
@@ -215,6 +228,9 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
                                               "checked_at", "repaired") if k in raw},
              "flagged_for_review": sorted(referring),
              "checkpoint_before": before.size}
+    if referring or review_artifacts:  # the Evidence Pack counts them (ADR 0012)
+        reach["flags"] = {"count": len(referring), "artifacts_for_review": sorted(
+            review_artifacts)}
     event_ids = [*shred_ids, *tomb_ids, *flag_ids]
     close_ids = app.finish_batch(operator, batch_id, event_ids, reach, request_id=request_id)
     proj.catch_up()
@@ -354,73 +370,196 @@ def _repair_residue(app: Any, proj: Projections, raw: dict[str, Any],
 
 
 # ----------------------------------------------------------------------------- gathering
-def plan_user_erasure(app: Any, proj: Projections, subject: str,
-                      identifiers: Sequence[str] = (), sessions: Sequence[str] = ()
-                      ) -> tuple[Targets, list[str]]:
-    """Gather what belongs to the subject, and what of others refers to it.
+@dataclass
+class ErasurePlan:
+    """What a right-to-be-forgotten request erases, and what of others it flags.
 
-    Subject and session lookups use the atom store's indexes, and memories that share a
-    tag with a target are found through the tag digests, so the cost follows the
-    subject. Identifier matching is a substring search over all stored content and so
-    reads the whole store (in SQL), only when identifiers are given (ADR 0012).
+    ``targets`` are the subject's own atoms, artifacts and subject record, nothing else.
+    ``flags`` maps each memory of *another* subject that may refer to the person to why
+    (``identifier``, ``tag``, ``session``); ``flag_reasons`` holds the sentence its review
+    flag records (ids, identifier positions and field names only, never content).
+    ``review_artifacts`` are other subjects' artifacts an identifier matched: listed for
+    review, never erased (an artifact carries no review flag). ``identifiers`` reports, per
+    identifier (by position), what it matched, by subject; ``sessions`` per session.
+    """
+
+    subject_id: str
+    targets: Targets
+    flags: dict[str, str] = field(default_factory=dict)
+    flag_reasons: dict[str, str] = field(default_factory=dict)
+    flag_owners: dict[str, str] = field(default_factory=dict)
+    review_artifacts: list[str] = field(default_factory=list)
+    identifiers: list[dict[str, Any]] = field(default_factory=list)
+    sessions: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def referring(self) -> list[str]:
+        return sorted(self.flags)
+
+    def digest(self) -> str:
+        """SHA-256 of what the run would erase and flag (ids only): a real run given the
+        dry run's digest refuses to start if the ledger changed in between."""
+        from ledger.canonical import dumps
+
+        body = {"subject_id": self.subject_id, "targets": self.targets.as_json(),
+                "flags": dict(sorted(self.flags.items())),
+                "review_artifacts": sorted(self.review_artifacts)}
+        return "sha256:" + hashlib.sha256(dumps(body)).hexdigest()
+
+    def as_json(self) -> dict[str, Any]:
+        return {"subject_id": self.subject_id, "targets": self.targets.as_json(),
+                "gathered_by": _count(self.targets.why.values()),
+                "flag_for_review": self.referring,
+                "flagged_by": _count(self.flags.values()),
+                "flags": [{"atom_id": a, "subject_id": self.flag_owners.get(a),
+                           "why": self.flags[a], "reason": self.flag_reasons.get(a)}
+                          for a in self.referring],
+                "review_artifacts": sorted(self.review_artifacts),
+                "identifiers": self.identifiers, "sessions": self.sessions,
+                "warnings": self.warnings, "plan_digest": self.digest()}
+
+
+def _atom_fields(row: Any) -> list[tuple[str, str | None]]:
+    """The free-text fields of an atom content row, for identifier matching."""
+    out: list[tuple[str, str | None]] = [("text", row.text), ("gist", row.gist)]
+    for name, raw in (("tags", row.tags), ("details", row.details)):
+        try:
+            value = json.loads(raw) if raw else None
+        except ValueError:
+            value = None
+        items = value if isinstance(value, list) else []
+        for item in items:
+            text = item.get("content") if isinstance(item, dict) else item
+            if isinstance(text, str):
+                out.append((name, text))
+    return out
+
+
+def _identifier_matches(conn: Any, store: Any, idents: Sequence[Identifier]
+                        ) -> tuple[list[tuple[str, str, Match]], list[tuple[str, str, Match]]]:
+    """(atom id, subject id, match) and (artifact id, subject id, match) for every live
+    memory an identifier matches. Reads every content row (normalisation and word
+    boundaries are not SQL), streamed."""
+    a, ac = store.atoms, store.atom_content
+    atoms: list[tuple[str, str, Match]] = []
+    stmt = (sa.select(ac.c.atom_id, a.c.subject_id, ac.c.text, ac.c.gist, ac.c.tags,
+                      ac.c.details)
+            .select_from(ac.join(a, a.c.atom_id == ac.c.atom_id))
+            .where(a.c.status.notin_(GONE)))
+    for row in conn.execution_options(stream_results=True, yield_per=2000).execute(stmt):
+        for m in first_matches(idents, _atom_fields(row)):
+            atoms.append((str(row.atom_id), str(row.subject_id), m))
+    t, c = store.artifacts, store.artifact_content
+    arts: list[tuple[str, str, Match]] = []
+    stmt = (sa.select(c.c.artifact_id, t.c.subject_id, c.c.title, c.c.body)
+            .select_from(c.join(t, t.c.artifact_id == c.c.artifact_id))
+            .where(t.c.content_erased.is_(False)))
+    for row in conn.execution_options(stream_results=True, yield_per=2000).execute(stmt):
+        for m in first_matches(idents, [("title", row.title), ("body", row.body)]):
+            arts.append((str(row.artifact_id), str(row.subject_id), m))
+    return atoms, arts
+
+
+def plan_user_erasure(app: Any, proj: Projections, subject: str,
+                      identifiers: Sequence[str] = (), sessions: Sequence[str] = (),
+                      broad: int = BROAD_MATCHES) -> ErasurePlan:
+    """Gather what belongs to the subject, and what of others may refer to it (ADR 0012).
+
+    Erase targets are the subject's own atoms and artifacts and its subject record, and
+    nothing else: a ``--session`` must be one the subject has memories in, and the
+    memories other subjects hold in it are flagged, not erased. Identifiers only flag
+    (governance/identifiers.py). Memories of others that share a tag with a target are
+    flagged too. Subject, session and tag lookups use the atom store's indexes; identifier
+    matching reads every content row, only when identifiers are given.
     """
     sid = str(app.resolve_subject(subject))
+    idents = compile_identifiers(identifiers)  # refused before anything is read
     proj.catch_up()
-    t = Targets()
+    plan = ErasurePlan(sid, Targets())
+    t = plan.targets
     store = proj.atoms
-    a, ac = store.atoms, store.atom_content
+    a = store.atoms
     with proj.store.engine.connect() as conn:
-        found: dict[str, tuple[str, dict[str, Any]]] = {}
-        for row in store.atoms_where(conn, a.c.subject_id == sid):
-            found.setdefault(row["atom_id"], ("subject", row))
+        own = store.atoms_where(conn, a.c.subject_id == sid)
+        in_session: dict[str, list[dict[str, Any]]] = {}
         if sessions:
             for row in store.atoms_where(conn, a.c.session_id.in_(list(sessions))):
-                found.setdefault(row["atom_id"], ("session", row))
-        if identifiers:
-            cond = sa.or_(*[contains(conn, sa.func.lower(col), i.lower())
-                            for col in (ac.c.text, ac.c.gist, ac.c.tags, ac.c.details)
-                            for i in identifiers])
-            hit_ids = [str(r[0]) for r in conn.execute(sa.select(ac.c.atom_id).where(cond))]
-            for row in store.atoms_by_id(conn, hit_ids):
-                found.setdefault(row["atom_id"], ("identifier", row))
-        arts = store.artifacts_of(conn, sid)
-        subj = store.subject(conn, sid)
-        extra_arts: list[str] = []
-        if identifiers:
-            art_c = store.artifact_content
-            cond = sa.or_(*[contains(conn, sa.func.lower(col), i.lower())
-                            for col in (art_c.c.title, art_c.c.body) for i in identifiers])
-            extra_arts = [str(r[0]) for r in conn.execute(
-                sa.select(art_c.c.artifact_id).where(cond))]
+                in_session.setdefault(row["session_id"], []).append(row)
+        for s in dict.fromkeys(sessions):
+            rows = in_session.get(s, [])
+            mine = [r for r in rows if r["subject_id"] == sid]
+            if not mine:
+                raise InputError(
+                    f"session {s!r} holds no memory of subject {subject}; only the "
+                    "subject's own sessions can be named",
+                    hint="check the session id with `ledger memory list --json`; memories "
+                         "of others are never erased by this command")
+            others = [r for r in rows if r["subject_id"] != sid and r["status"] not in GONE]
+            plan.sessions.append({"session_id": s, "atoms_of_subject": len(mine),
+                                  "flagged_atoms_of_others": len(others)})
         target_rows = []
-        for atom_id, (why, row) in found.items():
+        for row in own:
             if row["status"] in GONE and row["content_erased"]:
                 continue  # already erased and tombstoned; a half-done erasure is picked up
-            t.atoms.append(atom_id)
-            t.why[atom_id] = why
+            t.atoms.append(row["atom_id"])
+            t.why[row["atom_id"]] = "subject"
             target_rows.append(row)
-        for art in arts:
+        for art in store.artifacts_of(conn, sid):
             if not art.get("content_erased"):
                 t.artifacts.append(str(art["artifact_id"]))
-        for aid in extra_arts:
-            if aid not in t.artifacts:
-                t.artifacts.append(aid)
+        subj = store.subject(conn, sid)
         if subj is not None and not subj.get("content_erased"):
             t.subjects.append(sid)
         t.records = _records_of(app, sid)
-        # Memories of others that refer to the erased ones: shared tags or session.
         target_set = set(t.atoms)
+        if idents:
+            atom_hits, art_hits = _identifier_matches(conn, store, idents)
+        else:
+            atom_hits, art_hits = [], []
+        # Memories of others that may refer to the erased ones: shared tags or session.
         tags = {tag for row in target_rows for tag in (row.get("tags") or [])}
-        sess = sorted({row["session_id"] for row in target_rows if row.get("session_id")})
+        sess = sorted({row["session_id"] for row in target_rows if row.get("session_id")}
+                      | set(sessions))
         holders = store.items_with_digests(conn, "tag", [content_digest(x) for x in tags])
         candidates = {i for ids in holders.values() for i in ids} - target_set
-        others = store.atoms_by_id(conn, sorted(candidates))
-        if sess:
-            others += store.atoms_where(conn, sa.and_(a.c.session_id.in_(sess),
-                                                      a.c.atom_id.notin_(sorted(target_set))))
-    referring = sorted({row["atom_id"] for row in others
-                        if row["atom_id"] not in target_set and row["status"] not in GONE})
-    return t, referring
+        by_tag = store.atoms_by_id(conn, sorted(candidates))
+        by_session = store.atoms_where(conn, sa.and_(
+            a.c.session_id.in_(sess), a.c.subject_id != sid)) if sess else []
+    for atom_id, owner, m in atom_hits:
+        if owner != sid and atom_id not in plan.flags:
+            plan.flags[atom_id] = "identifier"
+            plan.flag_owners[atom_id] = owner
+            plan.flag_reasons[atom_id] = (f"identifier #{m.position} of the erasure request "
+                                          f"matched its {m.field}")
+    for why, rows in (("tag", by_tag), ("session", by_session)):
+        for row in rows:
+            if (row["subject_id"] != sid and row["status"] not in GONE
+                    and row["atom_id"] not in plan.flags):
+                plan.flags[row["atom_id"]] = why
+                plan.flag_owners[row["atom_id"]] = row["subject_id"]
+                plan.flag_reasons[row["atom_id"]] = (
+                    "shares a tag with an erased memory" if why == "tag"
+                    else f"same session ({row['session_id']}) as an erased memory")
+    plan.review_artifacts = sorted({aid for aid, owner, _ in art_hits if owner != sid})
+    for ident in idents:
+        per: dict[str, dict[str, int]] = {}
+        for kind, hits in (("atoms", atom_hits), ("artifacts", art_hits)):
+            for _item, owner, m in hits:
+                if m.position == ident.position:
+                    counts = per.setdefault(owner, {"atoms": 0, "artifacts": 0})
+                    counts[kind] += 1
+        of_others = sum(c["atoms"] + c["artifacts"] for o, c in per.items() if o != sid)
+        plan.identifiers.append({
+            "identifier": ident.position,
+            "matched": {o: per[o] for o in sorted(per, key=lambda o: (o != sid, o))},
+            "of_subject": sum(per.get(sid, {}).values()), "of_others": of_others})
+        if of_others > broad:
+            plan.warnings.append(
+                f"identifier #{ident.position} matches {of_others} memories of other subjects "
+                f"(more than {broad}): it may name someone else too; check the dry run's "
+                "list before flagging them all for review")
+    return plan
 
 
 def _records_of(app: Any, sid: str) -> list[str]:
@@ -433,9 +572,15 @@ def redact_user(app: Any, proj: Projections, subject: str, *, reason: str, opera
                 identifiers: Sequence[str] = (), sessions: Sequence[str] = (),
                 legal_basis: str | None = None, dry_run: bool = False,
                 ack_hours: float = DEFAULT_ACK_HOURS,
-                completion_hours: float = DEFAULT_COMPLETION_HOURS) -> dict[str, Any]:
+                completion_hours: float = DEFAULT_COMPLETION_HOURS,
+                expect_plan: str | None = None) -> dict[str, Any]:
     """The right to be forgotten (Persona Schema §5): receipt, gather, approve, erase, flag,
-    confirm."""
+    confirm.
+
+    A dry run checks what the real run checks (reason, subject, operator key and role,
+    identifiers, sessions) and then reports the plan with its digest; a real run given
+    ``expect_plan`` (that digest) refuses, before writing anything, if its plan differs.
+    """
     if not reason.strip():
         raise InputError("a reason is required", hint='e.g. --reason "GDPR Art. 17 request"')
     try:
@@ -443,14 +588,21 @@ def redact_user(app: Any, proj: Projections, subject: str, *, reason: str, opera
     except NotFound:
         raise NotFound(f"no subject {subject!r} in this ledger",
                        hint="check the subject's id with `ledger subject show`") from None
+    check_operator(app, operator)
     t0 = time.perf_counter()
-    targets, referring = plan_user_erasure(app, proj, str(sid), identifiers, sessions)
+    gathered_plan = plan_user_erasure(app, proj, str(sid), identifiers, sessions)
+    targets = gathered_plan.targets
     gathered = round(time.perf_counter() - t0, 4)
-    plan = {"subject_id": str(sid), "targets": targets.as_json(),
-            "gathered_by": _count(targets.why.values()), "flag_for_review": sorted(referring)}
+    plan = gathered_plan.as_json()
     if dry_run:
         return {"dry_run": True, **plan}
-    check_operator(app, operator)
+    if expect_plan is not None and expect_plan != plan["plan_digest"]:
+        raise ConflictError(
+            f"the ledger changed since the dry run: its plan was {expect_plan}, the plan now "
+            f"is {plan['plan_digest']} ({len(targets.atoms)} atoms, "
+            f"{len(targets.artifacts)} artifacts to erase, {len(gathered_plan.flags)} "
+            "memories of others to flag); nothing was written",
+            hint="run the dry run again, review it, and pass its new --plan")
     if targets.count == 0:
         done = _completed_request(app, proj, str(sid))
         if done is not None:
@@ -460,7 +612,8 @@ def redact_user(app: Any, proj: Projections, subject: str, *, reason: str, opera
                                      legal_basis=legal_basis, identifiers=identifiers,
                                      sessions=sessions)
     result = hard_erase(app, proj, targets, mode="hard", reason=reason, operator=operator,
-                        request_id=request_id, referring=referring)
+                        request_id=request_id, referring=gathered_plan.flag_reasons,
+                        review_artifacts=gathered_plan.review_artifacts)
     result["seconds"] = {"gather": gathered, **result["seconds"]}
     return {"status": "completed", "request_id": str(request_id), **result, **plan}
 

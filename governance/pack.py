@@ -25,6 +25,7 @@ import html
 import json
 import shutil
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -38,9 +39,9 @@ from governance.dsse import (
     sign_envelope,
     verify_envelope,
 )
-from keys.errors import KeyError_
+from keys.errors import KeyError_, KeyNotAuthorized
 from keys.keyring import public_key_document
-from keys.roster import ROSTER_TOPICS
+from keys.roster import ROSTER_TOPICS, parse_time
 from ledger import clock, envelope
 from ledger.checkpoint import parse_body, parse_note
 from ledger.errors import ConflictError, InputError, NotFound, VerificationFailed
@@ -61,6 +62,8 @@ PREDICATE_SCHEMA = "evidence-pack-predicate.v1.json"
 
 TOMBSTONE_TOPICS = {"memory-ledger:atom.redacted.v1", "memory-ledger:artifact.deleted.v1",
                     "memory-ledger:record.erased.v1"}
+SIGNER_ROLES = ("operator", "auditor")
+"""Roles whose keys may sign (or countersign) an Evidence Pack's statement (step 4)."""
 KEY_TOPICS = {"memory-ledger:atom.data-key-destroyed.v1",
               "memory-ledger:artifact.data-key-destroyed.v1",
               "memory-ledger:subject.data-key-destroyed.v1",
@@ -282,9 +285,19 @@ def zip_pack(folder: Path) -> Path:
 
 
 def countersign(folder: Path, signer: Any) -> None:
+    """Add ``signer``'s signature; refused, the pack unchanged, unless the pack still
+    verifies with it (the key must hold operator or auditor at the pack's time)."""
     path = folder / STATEMENT
-    dsse = json.loads(path.read_text(encoding="utf-8"))
+    original = path.read_bytes()
+    dsse = json.loads(original)
     path.write_text(json.dumps(add_signature(dsse, signer), indent=2) + "\n", encoding="utf-8")
+    try:
+        verify_pack(folder)
+    except PackInvalid as e:
+        path.write_bytes(original)
+        raise InputError(f"{signer.name} may not countersign this pack: {e}",
+                         hint="countersign with a key that held the operator or auditor "
+                              "role when the pack was built (`ledger keys list`)") from e
 
 
 # ----------------------------------------------------------------------------- report
@@ -297,8 +310,10 @@ def render_report(p: dict[str, Any]) -> str:
         f"<td>{e(str(r.get('checked_at', '')))}</td></tr>"
         for r in p.get("reach", {}).get("routes", []))
     scan = p.get("reach", {}).get("raw_scan", {})
-    flagged = "".join(f"<li><code>{e(a)}</code></li>"
-                      for a in p.get("reach", {}).get("flagged_for_review", [])) or "<li>none</li>"
+    flagged_ids = p.get("reach", {}).get("flagged_for_review", [])
+    review_arts = p.get("reach", {}).get("flags", {}).get("artifacts_for_review", [])
+    flagged = "".join(f"<li><code>{e(a)}</code></li>" for a in flagged_ids) + "".join(
+        f"<li>artifact <code>{e(a)}</code></li>" for a in review_arts) or "<li>none</li>"
     timeline = "".join(
         f"<tr><td>{e(label)}</td><td>{e(str(req.get(key) or '-'))}</td></tr>"
         for label, key in (("received", "received_at"), ("acknowledged", "acknowledged_at"),
@@ -326,7 +341,10 @@ Reason: {e(p['batch']['reason'])}. Targets: {e(counts)}.</p>
 {rows}</table>
 <p>Raw scan of {scan.get('files', 0)} files owned by the ledger:
 <span class="{'ok' if not scan.get('hits') else 'bad'}">{len(scan.get('hits', []))} hits</span>.</p>
-<h2>Flagged for review</h2><ul>{flagged}</ul>
+<h2>Flagged for review</h2>
+<p>{len(flagged_ids)} memories of other subjects flagged <code>refers-to-erased</code>,
+{len(review_arts)} of their artifacts listed for review; none of them erased.</p>
+<ul>{flagged}</ul>
 {_witness_html(p)}
 <h2>Proofs</h2><p>{len(p['events'])} signed events with inclusion proofs in the tree of size
 {p['checkpoints']['after']['size']}; the log before the batch (size
@@ -369,11 +387,15 @@ class PackReport:
     events: int = 0
     targets: dict[str, int] = field(default_factory=dict)
     witnesses: dict[str, Any] = field(default_factory=dict)
+    flagged_for_review: int = 0  # memories of others flagged refers-to-erased
+    artifacts_for_review: int = 0
 
     def as_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "step": self.step, "reason": self.reason,
                 "signers": self.signers, "events": self.events, "targets": self.targets,
-                "witnesses": self.witnesses}
+                "witnesses": self.witnesses,
+                "flagged_for_review": self.flagged_for_review,
+                "artifacts_for_review": self.artifacts_for_review}
 
 
 def verify_pack(folder: Path, root_public_key: bytes | None = None,
@@ -425,19 +447,26 @@ def verify_pack(folder: Path, root_public_key: bytes | None = None,
             raise PackInvalid("3", f"event seq {doc['seq']}: step {f.step}: {f.reason}")
         events.append((doc, rec))
     roster = v.report.roster
-    # Step 4: the statement is signed by a key that holds the operator role.
-    operators = {e.kid: e.public_key for e in roster.entries.values()
-                 if any(g.role in ("operator", "auditor") for g in e.grants)}
+    # Step 4: every signature on the statement is by a key that holds the operator or
+    # auditor role at the pack's time, in the pack's roster (revoked keys refused).
+    at = pack_time(predicate, [rec for _doc, rec in events])
+    signers = _statement_signers(dsse, roster, at)
     try:
-        verified = verify_envelope(dsse, operators)
+        verified = verify_envelope(dsse, signers)
     except KeyError_ as e:
         raise PackInvalid("4", f"statement signature: {e}") from e
     if verified.payload != envelope.canonical(statement):
         raise PackInvalid("4", "the statement is not in canonical form")
-    # Step 5: checkpoints are signed by the log key; events are included; before -> after.
+    # Step 5: checkpoints are signed by a key holding the log role when they were signed
+    # (no earlier than the newest pack event they cover); events included; before -> after.
     origin = predicate["ledger"]["origin"]
-    before = verify_with_roster(files[BEFORE].decode(), origin, roster)
-    after = verify_with_roster(files[AFTER].decode(), origin, roster)
+    before_note, after_note = files[BEFORE].decode(), files[AFTER].decode()
+    try:
+        before = verify_with_roster(before_note, origin, roster,
+                                    _covered_time(before_note, events))
+        after = verify_with_roster(after_note, origin, roster, at)
+    except VerificationFailed as e:
+        raise PackInvalid("5", str(e)) from e
     for (doc, _rec), leaf in zip(events, v.leaves or [], strict=True):
         try:
             verify_inclusion(leaf, doc["seq"] - 1, after.size, [unb64(p) for p in doc["proof"]],
@@ -459,8 +488,52 @@ def verify_pack(folder: Path, root_public_key: bytes | None = None,
 
     witnessing = verify_witnessing(files, predicate, events, v.leaves or [], before, after,
                                    policy)
+    reach = predicate["reach"]
     return PackReport(True, None, None, verified.signers, len(events),
-                      {k: len(v) for k, v in predicate["targets"].items()}, witnessing)
+                      {k: len(v) for k, v in predicate["targets"].items()}, witnessing,
+                      len(reach["flagged_for_review"]),
+                      len(reach.get("flags", {}).get("artifacts_for_review", [])))
+
+
+def pack_time(predicate: dict[str, Any], records: Sequence[Any]) -> datetime:
+    """The pack's time for step 4: its signed ``generated_at``, or the newest event in
+    it if later (a pack cannot predate the events it holds, revocations included)."""
+    times = [parse_time(predicate["generated_at"])]
+    for rec in records:
+        times.append(parse_time(envelope.open_state(rec.state).envelope["timestamp"]))
+    return max(times)
+
+
+def _statement_signers(dsse: dict[str, Any], roster: Any, at: datetime) -> dict[str, bytes]:
+    """Step 4's role check: every signature's key (the first and every countersignature)
+    must hold ``operator`` or ``auditor`` at ``at``; returns their public keys."""
+    sigs = dsse.get("signatures")
+    if not isinstance(sigs, list) or not sigs:
+        raise PackInvalid("4", "the statement carries no signature")
+    keys = {}
+    for sig in sigs:
+        kid = sig.get("keyid") if isinstance(sig, dict) else None
+        if not isinstance(kid, str):
+            raise PackInvalid("4", "a statement signature has no key id")
+        try:
+            keys[kid] = roster.holds(kid, SIGNER_ROLES, at)
+        except KeyNotAuthorized as e:
+            raise PackInvalid("4", f"statement signed by {kid}, which does not hold the "
+                                   f"operator or auditor role at the pack's time "
+                                   f"{clock.format_instant(at)}: {e}") from e
+    return keys
+
+
+def _covered_time(note: str, events: Sequence[tuple[dict[str, Any], Any]]) -> datetime | None:
+    """Time of the newest pack event a checkpoint covers (it was signed no earlier)."""
+    try:
+        size = parse_body(parse_note(note)[0]).size
+    except (ValueError, VerificationFailed):
+        return None  # verify_with_roster reports the malformed note
+    covered = [rec for doc, rec in events if doc["seq"] <= size]
+    if not covered:
+        return None
+    return parse_time(envelope.open_state(covered[-1].state).envelope["timestamp"])
 
 
 @dataclass
@@ -509,16 +582,19 @@ def _check_predicate(predicate: dict[str, Any], events: list[tuple[dict[str, Any
 
 def _read_pack(folder: Path) -> dict[str, bytes]:
     if folder.is_file() and folder.suffix == ".zip":
-        with zipfile.ZipFile(folder) as zf:
-            out = {}
-            for info in zf.infolist():
-                name = info.filename
-                if info.is_dir():
-                    continue
-                if name.startswith("/") or ".." in Path(name).parts:
-                    raise PackInvalid("2", f"zip entry {name!r} escapes the pack")
-                out[name] = zf.read(info)
-            return out
+        try:
+            with zipfile.ZipFile(folder) as zf:
+                out = {}
+                for info in zf.infolist():
+                    name = info.filename
+                    if info.is_dir():
+                        continue
+                    if name.startswith("/") or ".." in Path(name).parts:
+                        raise PackInvalid("2", f"zip entry {name!r} escapes the pack")
+                    out[name] = zf.read(info)
+                return out
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as e:
+            raise PackInvalid("2", f"{folder} is not a readable zip file: {e}") from e
     if not folder.is_dir():
         raise InputError(f"{folder} is not a pack folder or .zip")
     return {p.relative_to(folder).as_posix(): p.read_bytes()

@@ -240,13 +240,12 @@ def _drop_tombstone_records(proj: Projections, ids: list[str]) -> int:
 def sweep(app: Any, proj: Projections, *, operator: str = "operator", dry_run: bool = False
           ) -> dict[str, Any]:
     """Run the retention and decay rules of the policy in force; return what was done."""
+    check_operator(app, operator)  # refuse before anything is written; a dry run too
     policy = policy_rules.in_force(app)
     now = clock.now()
     if policy is None:
         return _report(SweepPlan(now=_instant(now), policy_event_id=None), dry_run,
                        "no-policy")
-    if not dry_run:
-        check_operator(app, operator)  # refuse before anything is written
     with sweep_lock(app):
         proj.catch_up()
         ensure_indexes(proj)

@@ -14,7 +14,7 @@ import re
 import stat
 from pathlib import Path
 
-from keys.errors import KeyringError
+from keys.errors import KeyringError, PublicKeyFileError
 from keys.signing import Signer, key_id
 
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
@@ -44,9 +44,9 @@ def read_public_key_file(path: Path) -> bytes:
         public_key = base64.b64decode(doc["public_key"], validate=True)
         kid = doc["kid"]
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise KeyringError(f"cannot read public key file {path}: {e}") from e
+        raise PublicKeyFileError(f"cannot read public key file {path}: {e}") from e
     if key_id(public_key) != kid:
-        raise KeyringError(f"public key file {path}: key id {kid} does not match its key")
+        raise PublicKeyFileError(f"public key file {path}: key id {kid} does not match its key")
     return public_key
 
 

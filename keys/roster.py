@@ -9,6 +9,7 @@ aggregates) share one definition of "authorized at time t".
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
@@ -125,6 +126,23 @@ class RosterState:
             f"key {kid} ({entry.name}) is authorized as {role} only from {first.isoformat()}; "
             f"event time {at.isoformat()}"
         )
+
+    def holds(self, kid: str, roles: Sequence[str], at: datetime) -> bytes:
+        """The one role check every verifier uses: the public key of ``kid`` if it held
+        one of ``roles`` at ``at`` (granted ``valid_from <= at``, not revoked
+        ``at < revoked_from``); else raise :class:`KeyNotAuthorized` saying why, per role."""
+        problems = []
+        for role in roles:
+            try:
+                return self.check(kid, role, at)
+            except KeyNotAuthorized as e:
+                problems.append(str(e))
+        raise KeyNotAuthorized("; ".join(problems) or f"key {kid}: no role asked for")
+
+    def holders(self, roles: Sequence[str], at: datetime) -> dict[str, bytes]:
+        """Key id -> public key of every key that held one of ``roles`` at ``at``."""
+        return {kid: e.public_key for kid, e in self.entries.items()
+                if any(g.role in roles and g.active_at(at) for g in e.grants)}
 
     def rows(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []

@@ -345,10 +345,20 @@ class SignedCheckpoint:
         return self.checkpoint.root
 
 
-def verify_with_roster(note: str, origin: str, roster: RosterState) -> SignedCheckpoint:
-    """A checkpoint note is valid if a key that ever held the ``log`` role signed it."""
-    log_keys = [e.public_key for e in roster.entries.values()
-                if any(g.role == "log" for g in e.grants)]
+def verify_with_roster(note: str, origin: str, roster: RosterState,
+                       at: datetime | None = None) -> SignedCheckpoint:
+    """A checkpoint note is valid if a key holding the ``log`` role signed it.
+
+    ``at``: a time the checkpoint was signed at or after (for example the time of the
+    newest event it covers): only keys that held the role then count
+    (:meth:`RosterState.holders`, the one role check), so a key revoked earlier is
+    refused. Without it (a checkpoint of unknown time), any key that ever held the role.
+    """
+    if at is not None:
+        log_keys = list(roster.holders(("log",), at).values())
+    else:
+        log_keys = [e.public_key for e in roster.entries.values()
+                    if any(g.role == "log" for g in e.grants)]
     last: CheckpointError | None = None
     for pub in log_keys:
         try:

@@ -128,13 +128,10 @@ class LogVerifier:
 
     def _authorized(self, kid: str, roles: tuple[str, ...], when: datetime) -> bytes:
         """Step 4 for non-roster events: the key held one of ``roles`` at ``when``."""
-        problems = []
-        for role in roles:
-            try:
-                return self.report.roster.check(kid, role, when)
-            except KeyNotAuthorized as e:
-                problems.append(str(e))
-        raise _Fail("4", "; ".join(problems))
+        try:
+            return self.report.roster.holds(kid, roles, when)
+        except KeyNotAuthorized as e:
+            raise _Fail("4", str(e)) from None
 
     def _time(self, stamp: object) -> datetime:
         """Parse an envelope timestamp; events of one command share one, so memoise it."""

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ledger.domain import Artifact, Atom, Subject
-from projections._rows import dump_table
+from projections._rows import dump_table, insert_rows
 from projections.entries import LogEntry, kind_of
 from projections.routes import Route
 from projections.runner import Applied
@@ -86,13 +86,13 @@ class AsOfIndex:
                     self.items.c.originator_id.in_(wanted[start:start + 500]))):
                 known[str(oid)] = (str(sid), str(kind))
         if new_items:
-            conn.execute(self.items.insert(), new_items)
+            insert_rows(conn, self.items, new_items)
         rows = [{"position": e.position, "subject_id": known[e.originator_id][0],
                  "timestamp": e.timestamp, "originator_id": e.originator_id,
                  "version": e.version, "seq": e.seq}
                 for e in entries if e.event is not None and e.originator_id in known]
         if rows:
-            conn.execute(self.events.insert(), rows)
+            insert_rows(conn, self.events, rows)
         return Applied()
 
     def known_at(self, conn: Connection, subject_id: str,

@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ledger.domain import STATUS_BY_MODE, Artifact, Atom, DataKeyDestroyedMixin, Subject
-from projections._rows import RowSet, contains, delete_ids, dump_table
+from projections._rows import RowSet, contains, delete_ids, dump_table, insert_rows
 from projections.entries import LogEntry, content_gone
 from projections.memory import DecayState, fades_at, profile_of
 from projections.routes import ProbeHit, ProbeResult
@@ -45,7 +45,7 @@ class AtomStore:
     """Read model ``atoms``: current atoms, subjects and artifacts."""
 
     name = "atoms"
-    version = "3"
+    version = "4"
     holds_content: ClassVar[bool] = True
 
     def __init__(self, store: Store) -> None:
@@ -92,6 +92,9 @@ class AtomStore:
             sa.Column("content_erased", sa.Boolean, nullable=False),
             sa.Column("data_key_destroyed_at", _TIME),
             sa.Index("proj_atoms_subject", "subject_id", "status"),
+            # recall's in-process index re-reads only a subject's atoms changed since
+            # it last looked (projections/recall.py)
+            sa.Index("proj_atoms_subject_seq", "subject_id", "last_seq"),
             sa.Index("proj_atoms_session", "session_id"),
             # memoryPolicy sweeps (governance/sweep.py, ADR 0014): retention due by class,
             # decay below minimumSalience, tombstone records past their retention.
@@ -245,12 +248,12 @@ class AtomStore:
             by_table.setdefault(table.name, []).append(values)
         for table in self.content:
             if by_table.get(table.name):
-                conn.execute(table.insert(), by_table[table.name])
+                insert_rows(conn, table, by_table[table.name])
         digests = [{"item_id": item, "kind": kind, "digest": d}
                    for item, (_t, values) in content.items()
                    for kind, d in _digests_of(values)]
         if digests:
-            conn.execute(self.digests.insert(), digests)
+            insert_rows(conn, self.digests, digests)
         purged = purge if purge and self.route.purge_many(conn, purge) else []
         return Applied(purged=purged)
 

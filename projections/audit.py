@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from keys.roster import ROSTER_TOPICS
-from projections._rows import dump_table
+from projections._rows import dump_table, insert_rows
 from projections.entries import LogEntry, kind_of
 from projections.routes import Route
 from projections.runner import Applied
@@ -58,7 +58,7 @@ class AuditView:
         return {"proj_audit": dump_table(conn, self.audit)}
 
     def apply(self, conn: Connection, entries: Sequence[LogEntry]) -> Applied:
-        conn.execute(self.audit.insert(), [{
+        insert_rows(conn, self.audit, [{
             "position": e.position, "seq": e.seq, "timestamp": e.timestamp, "kid": e.kid,
             "topic": e.topic, "originator_id": e.originator_id, "version": e.version,
             "kind": kind_of(e.event) or ("roster" if e.topic in ROSTER_TOPICS else "other")}

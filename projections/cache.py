@@ -20,6 +20,7 @@ from projections.routes import ProbeHit, ProbeResult
 class RecallCache:
     name = "recall-cache"
     model = "recall-cache"
+    in_process = True
 
     def __init__(self, maxsize: int = 256) -> None:
         self.maxsize = maxsize

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ledger import clock
 from ledger.clock import parse_instant
 from ledger.errors import EXIT_VERIFY, InputError
 
@@ -299,8 +300,9 @@ def memory_inspect_command(
 
 # ---------------------------------------------------------------------- state
 def state_command(
-    as_of: Annotated[str, typer.Option("--as-of", help="Transaction time: what the ledger "
-                                                       "knew at this date or instant.")],
+    as_of: Annotated[str | None, typer.Option(
+        "--as-of", help="Transaction time: what the ledger knew at this date or instant "
+                        "(default: now, the ledger's current knowledge).")] = None,
     subject: Annotated[str | None, typer.Option(help="Only this subject (default: all "
                                                      "registered by then).")] = None,
     valid_at: Annotated[str | None, typer.Option("--valid-at", help="Valid time: facts true "
@@ -311,9 +313,10 @@ def state_command(
 
     Erased content stays erased in every historical view.
 
-    Example: ledger state --as-of 2026-03-01 --subject user_9f4e --valid-at 2025-12-31
+    Example: ledger state --as-of 2026-03-01 --subject user_9f4e --valid-at 2025-12-31;
+    ledger state --valid-at 2025-12-31 --subject user_9f4e (as the ledger knows it now)
     """
-    t = parse_instant(as_of, "--as-of")
+    t = parse_instant(as_of, "--as-of") if as_of else clock.now()
     v = parse_instant(valid_at, "--valid-at") if valid_at else None
     with _projections() as (_app, proj):
         views = ([proj.state_as_of(subject, t, v)] if subject is not None

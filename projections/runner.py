@@ -275,6 +275,12 @@ class Runner:
             run.apply_seconds += time.perf_counter() - t0
             run.purged += len(applied.purged)
         if applied.purged:
+            # in-process copies (recall cache, recall index) forget the items at once, so
+            # their probes are clean as soon as the stored routes are (ADR 0012)
+            for route in self.registry.routes():
+                if getattr(route, "in_process", False):
+                    for item in applied.purged:
+                        route.purge(None, item)  # type: ignore[arg-type]
             log.info("projections.purged", model=model.name, items=len(applied.purged),
                      item_ids=applied.purged[:20])
         return len(todo)

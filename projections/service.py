@@ -4,10 +4,14 @@ Read models: ``atoms`` (atom store), ``keyword``, ``vectors``, ``audit``, ``asof
 Every content route is registered in :attr:`Projections.registry`. Query helpers
 catch up first (``refresh=True``), so they answer for the log as it is now.
 
-Recall (ADR 0007): the keyword and vector indexes propose the atoms that match the
-query (the pool); candidates among them are active, not superseded, expired or erased,
-valid now, with current salience at least the retrieval threshold (0.15); they are
-ranked by ``w_s * salience(now) + w_r * relevance + w_c * recency``.
+Recall (ADR 0007, ADR 0022): the keyword and vector indexes propose the atoms that match
+the query (the pool); candidates among them are active, not superseded, expired or
+erased, valid now, with current salience at least the retrieval threshold (0.15); they
+are ranked by ``w_s * salience(now) + w_r * relevance + w_c * recency``, where relevance
+blends the keyword and vector scores (a linear blend by default; reciprocal-rank
+fusion on request). With a dense
+embedder the candidates and vectors come from :mod:`projections.recall`'s in-process
+index (decoded once, salience vectorised); only the returned atoms' rows are read.
 Recall writes nothing: the caller records rehearsals for the returned atom ids.
 """
 
@@ -22,6 +26,7 @@ from types import TracebackType
 from typing import Any, cast
 from uuid import UUID
 
+import sqlalchemy as sa
 import structlog
 
 from ledger import clock
@@ -34,9 +39,10 @@ from projections.asof import AsOfIndex
 from projections.atoms import AtomStore, decay_state, is_candidate
 from projections.audit import AuditView
 from projections.cache import RecallCache
-from projections.embedder import Embedder
+from projections.embedder import Embedder, configured
 from projections.keyword import KeywordIndex
 from projections.memory import RETRIEVAL_THRESHOLD, DecayState, parse_time, profile_of
+from projections.recall import RecallIndex
 from projections.routes import ProbeResult, RouteRegistry
 from projections.runner import ModelStatus, Progress, ReadModel, Runner, RunReport
 from projections.store import CompactionReport, FilesRoute, Store
@@ -53,14 +59,20 @@ MIN_SIMILARITY = 0.15
 
 @dataclass(frozen=True)
 class RecallWeights:
-    """Persona Schema §6 ranking weights (topical match is folded into relevance)."""
+    """Persona Schema §6 ranking weights (topical match is folded into relevance).
+
+    ADR 0022 has the measurements behind the defaults."""
 
     salience: float = 0.35
     relevance: float = 0.5
     recency: float = 0.15
     recency_half_life_days: float = 7.0
-    keyword_share: float = 0.5
-    """Relevance = keyword_share * keyword (normalised) + (1 - keyword_share) * cosine."""
+    keyword_share: float = 0.3
+    """Share of the keyword side in relevance (both fusions)."""
+    fusion: str = "linear"
+    """``rrf``: relevance = share-weighted ``1 / (rrf_k + rank)`` of each list, scaled so
+    first in both is 1. ``linear``: share * keyword / max keyword + (1 - share) * cosine."""
+    rrf_k: float = 60.0
 
 
 DEFAULT_WEIGHTS = RecallWeights()
@@ -166,7 +178,9 @@ class Projections:
         self.store = Store.open(app.config.projections)
         self.atoms = AtomStore(self.store)
         self.keyword = KeywordIndex(self.store)
-        self.vectors = VectorIndex(self.store, embedder, vector_segment_size)
+        home = getattr(getattr(app, "config", None), "home", None)
+        self.vectors = VectorIndex(self.store, embedder or configured(home),
+                                   vector_segment_size)
         self.audit = AuditView(self.store)
         self.asof = AsOfIndex(self.store)
         self.models: list[ReadModel] = [self.atoms, self.keyword, self.vectors, self.audit,
@@ -177,6 +191,8 @@ class Projections:
                 self.registry.register(route)
         self.cache = RecallCache()
         self.registry.register(self.cache)
+        self.index = RecallIndex(self.atoms, self.vectors)
+        self.registry.register(self.index)
         if self.store.is_sqlite:
             self.registry.register(FilesRoute(self.store))
         self.runner = Runner(app, self.store, self.models, self.registry, batch_size)
@@ -333,55 +349,88 @@ class Projections:
         self.cache.put(key, position, result)
         return result
 
+    def _min_similarity(self) -> float:
+        """The cosine below which a vector match does not enter the pool: the embedder's
+        own (``min_similarity``: 0.15 for hashing's noise floor, ADR 0006; 0.05 for
+        wordllama, ADR 0022), else 0.15."""
+        return float(getattr(self.vectors.embedder, "min_similarity", MIN_SIMILARITY))
+
+    def _positions(self, conn: Any) -> tuple[int, int]:
+        t = self.runner.tracking
+        got = dict(conn.execute(sa.select(t.c.name, t.c.position).where(
+            t.c.name.in_([self.atoms.name, self.vectors.name]))).all())
+        return int(got.get(self.atoms.name, 0)), int(got.get(self.vectors.name, 0))
+
     def _recall(self, query: str, sid: str, k: int, at: datetime, threshold: float,
                 weights: RecallWeights) -> RecallResult:
         at_s = format_instant(at)
         qvec = self.vectors.embed_query(query)
         pool_n = max(50, 10 * k)
         n = pool_n
+        fast = self.index.usable()
+        floor = self._min_similarity()
         rows: dict[str, dict[str, Any]] = {}
+        # per eligible atom: (salience, raw salience, created epoch)
+        eligible: dict[str, tuple[float, float, float]] = {}
         with self.store.engine.connect() as conn:
+            entry = self.index.get(conn, sid, self._positions(conn)) if fast else None
+            if entry is not None:
+                import numpy as np
+
+                q = np.asarray(qvec, dtype=np.float32)
             while True:
                 kw = self.keyword.search(conn, sid, query, n)
-                vec = [(a, s) for a, s in self.vectors.search(conn, sid, qvec, n)
-                       if s >= MIN_SIMILARITY]
+                if entry is not None:
+                    vec = [(a, s) for a, s in entry.vector_top(q, n) if s >= floor]
+                else:
+                    vec = [(a, s) for a, s in self.vectors.search(conn, sid, qvec, n)
+                           if s >= floor]
                 pool = list(dict.fromkeys([a for a, _ in kw] + [a for a, _ in vec]))
-                missing = [a for a in pool if a not in rows]
-                rows.update((r["atom_id"], r) for r in self.atoms.atoms_by_id(conn, missing))
-                states = {a: decay_state(rows[a]) for a in pool
-                          if a in rows and is_candidate(rows[a], at_s)}
-                eligible = {a: st for a, st in states.items() if st.salience(at) >= threshold}
+                if entry is not None:
+                    known = [a for a in pool if a in entry.pos]
+                    idx = np.fromiter((entry.pos[a] for a in known), dtype=np.int64,
+                                      count=len(known))
+                    ok = entry.candidates(at.timestamp(), idx)
+                    sal, raw = entry.salience(at.timestamp(), idx)
+                    created = entry.arrays["created"][idx]
+                    keep = np.flatnonzero(ok & (sal >= threshold))
+                    eligible = {known[i]: (float(sal[i]), float(raw[i]), float(created[i]))
+                                for i in keep.tolist()}
+                else:
+                    missing = [a for a in pool if a not in rows]
+                    rows.update((r["atom_id"], r)
+                                for r in self.atoms.atoms_by_id(conn, missing))
+                    eligible = {}
+                    for a in pool:
+                        if a in rows and is_candidate(rows[a], at_s):
+                            st = decay_state(rows[a])
+                            sal_a = st.salience(at)
+                            if sal_a >= threshold:
+                                eligible[a] = (sal_a, st.raw_salience(at), parse_time(
+                                    rows[a]["created_at"]).timestamp())
                 exhausted = len(kw) < n and len(vec) < n
                 if len(eligible) >= min(pool_n, len(pool)) or exhausted or n >= 100_000:
                     break
                 n *= 4
-        kw_in = [(a, s) for a, s in kw if a in eligible]
-        kw_max = max((s for _, s in kw_in), default=0.0)
-        kw_norm = {a: (s / kw_max if kw_max > 0 else 0.0) for a, s in kw_in}
-        cos = dict(vec)
-        scored: list[tuple[tuple[float, float, float, str], RecallItem]] = []
-        for atom_id, state in eligible.items():
+            ranked = _rank(kw, vec, eligible, at.timestamp(), weights)
+            top = ranked[:k]
+            missing = [a for _, a, _, _ in top if a not in rows]
+            rows.update((r["atom_id"], r) for r in self.atoms.atoms_by_id(conn, missing))
+        items = []
+        for score, atom_id, parts, _tie in top:
             row = rows[atom_id]
-            sal = state.salience(at)
+            state = decay_state(row)
+            sal, rel, k_rel, v_rel, recency = parts
             age = decay.days_since(parse_time(row["created_at"]), at)
-            recency = math.pow(2.0, -max(0.0, age) / weights.recency_half_life_days)
-            k_rel, v_rel = kw_norm.get(atom_id, 0.0), min(1.0, max(0.0, cos.get(atom_id, 0.0)))
-            rel = weights.keyword_share * k_rel + (1.0 - weights.keyword_share) * v_rel
-            score = weights.salience * sal + weights.relevance * rel + weights.recency * recency
-            item = RecallItem(
+            items.append(RecallItem(
                 atom_id=atom_id, score=score, salience=sal, relevance=rel, keyword=k_rel,
                 vector=v_rel, recency=recency, markers=tuple(decay.marker(sal, age)),
                 text=row["text"], gist=row["gist"],
-                details=tuple(_visible(row, state, at)))
-            tie = (-round(score, 12), -state.raw_salience(at),
-                   -parse_time(row["created_at"]).timestamp(), atom_id)
-            scored.append((tie, item))
-        scored.sort(key=lambda p: p[0])
-        items = tuple(item for _, item in scored[:k])
+                details=tuple(_visible(row, state, at))))
         log.info("projections.recalled", subject_id=sid, pool=len(pool),
                  eligible=len(eligible), returned=len(items))
         return RecallResult(subject_id=sid, now=at_s, k=k, pool=len(pool),
-                            eligible=len(eligible), items=items,
+                            eligible=len(eligible), items=tuple(items),
                             prompt=render_memories(items))
 
     # ------------------------------------------------------------------ state as of
@@ -451,6 +500,40 @@ class Projections:
                     not_valid.append(fact)
         log.info("projections.state_as_of", subject_id=sid, items=len(known))
         return StateView(sid, as_of_s, valid_s, subject, valid, not_valid, artifacts)
+
+
+def _rank(kw: Sequence[tuple[str, float]], vec: Sequence[tuple[str, float]],
+          eligible: dict[str, tuple[float, float, float]], at: float,
+          weights: RecallWeights) -> list[tuple[float, str, tuple[float, ...], Any]]:
+    """Score the eligible atoms (ADR 0022); best first, ties by raw salience, newer, id.
+
+    Ranks and the keyword maximum are taken among eligible atoms only, so an atom that
+    cannot be recalled does not push the others down."""
+    kw_in = [(a, s) for a, s in kw if a in eligible]
+    vec_in = [(a, s) for a, s in vec if a in eligible]
+    share = weights.keyword_share
+    if weights.fusion == "rrf":
+        kk = weights.rrf_k
+        best = 1.0 / (kk + 1.0)
+        kw_rel = {a: (1.0 / (kk + r)) / best for r, (a, _) in enumerate(kw_in, 1)}
+        vec_rel = {a: (1.0 / (kk + r)) / best for r, (a, _) in enumerate(vec_in, 1)}
+    elif weights.fusion == "linear":
+        kw_max = max((s for _, s in kw_in), default=0.0)
+        kw_rel = {a: (s / kw_max if kw_max > 0 else 0.0) for a, s in kw_in}
+        vec_rel = {a: min(1.0, max(0.0, s)) for a, s in vec_in}
+    else:
+        raise InputError(f"unknown fusion {weights.fusion!r}", hint="rrf or linear")
+    half_life = weights.recency_half_life_days * 86_400.0
+    out: list[tuple[float, str, tuple[float, ...], Any]] = []
+    for atom_id, (sal, raw, created) in eligible.items():
+        recency = math.pow(2.0, -max(0.0, at - created) / half_life)
+        k_rel, v_rel = kw_rel.get(atom_id, 0.0), vec_rel.get(atom_id, 0.0)
+        rel = share * k_rel + (1.0 - share) * v_rel
+        score = weights.salience * sal + weights.relevance * rel + weights.recency * recency
+        out.append((score, atom_id, (sal, rel, k_rel, v_rel, recency),
+                    (-round(score, 12), -raw, -created, atom_id)))
+    out.sort(key=lambda p: p[3])
+    return out
 
 
 def _fact_as_of(agg: Any, events: Sequence[Any], as_of: datetime) -> dict[str, Any]:

@@ -17,6 +17,13 @@ hashed n-gram vector reveals which words an atom holds), so the index is a conte
 route: erasure removes the slot's components and id from the segment (the row is
 rewritten; SQLite's ``secure_delete`` zeroes the old pages) and deletes the slot
 mapping. Emptied slots stay until a rebuild packs segments afresh.
+
+Dense embedders (``embedder.sparse`` false: wordllama, MiniLM, an endpoint) use the dense
+layout (ADR 0021): ``vals`` holds ``dim`` float32 per slot at ``slot * dim``, ``idx`` is
+empty and ``nnz`` is ``dim`` for a live slot, 0 for an erased one (whose values are
+overwritten with zeros in place). Each segment row carries ``seq``, the notification
+position of the batch that last wrote it, so an in-process copy of a subject's vectors
+(:mod:`projections.recall`) re-reads only the segments written since it was made.
 """
 
 from __future__ import annotations
@@ -32,19 +39,26 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ledger.domain import Atom
-from projections._rows import dump_table
-from projections.embedder import Embedder, HashingEmbedder, to_bytes
+from projections._rows import dump_table, insert_rows
+from projections.embedder import Embedder, HashingEmbedder, embed_matrix, to_bytes
 from projections.entries import LogEntry, content_gone, retrieval
 from projections.memory import index_text
 from projections.routes import ProbeHit, ProbeResult
 from projections.runner import Applied
 from projections.store import Store, content_digest
 
-np: Any
-try:  # optional acceleration
-    import numpy as np
-except ImportError:  # pragma: no cover - exercised where numpy is absent
-    np = None
+np: Any = None  # imported on first use (the CLI imports this module at start-up)
+
+
+def _numpy() -> Any:
+    global np
+    if np is None:
+        try:
+            import numpy
+        except ImportError:  # pragma: no cover - numpy is a dependency
+            return None
+        np = numpy
+    return np
 
 __all__ = ["PROBE_SIMILARITY", "SEGMENT_SIZE", "VectorIndex", "VectorRoute"]
 
@@ -91,6 +105,9 @@ class _Segment:
     vals: array[float] = field(default_factory=lambda: array("f"))
     new: bool = False
     dirty: bool = False
+    dense: int = 0
+    """Dimension of the dense layout (values at ``slot * dense``), 0 for sparse."""
+    seq: int = 0
 
     @property
     def count(self) -> int:
@@ -100,18 +117,26 @@ class _Segment:
         slot = self.count
         self.ids += atom_id.encode("ascii")
         self.flags.append(ON)
-        self.nnz.append(len(idx))
-        self.idx.extend(idx)
+        if self.dense:
+            self.nnz.append(self.dense)
+        else:
+            self.nnz.append(len(idx))
+            self.idx.extend(idx)
         self.vals.extend(vals)
         self.dirty = True
         return slot
 
     def clear(self, slot: int) -> None:
-        """Erase one slot: its components are removed, id and flag zeroed."""
-        start = sum(self.nnz[:slot])
-        end = start + self.nnz[slot]
-        del self.idx[start:end]
-        del self.vals[start:end]
+        """Erase one slot: its components removed (dense: overwritten with zeros), id and
+        flag zeroed."""
+        if self.dense:
+            start = slot * self.dense
+            self.vals[start:start + self.dense] = array("f", bytes(4 * self.dense))
+        else:
+            start = sum(self.nnz[:slot])
+            end = start + self.nnz[slot]
+            del self.idx[start:end]
+            del self.vals[start:end]
         self.nnz[slot] = 0
         self.ids[slot * ID_WIDTH:(slot + 1) * ID_WIDTH] = _EMPTY_ID
         self.flags[slot] = EMPTY
@@ -119,14 +144,15 @@ class _Segment:
 
     def row(self) -> dict[str, Any]:
         return {"subject_id": self.subject_id, "segment": self.segment, "count": self.count,
+                "seq": self.seq,
                 "ids": bytes(self.ids), "flags": bytes(self.flags), "nnz": _pack(self.nnz),
                 "idx": _pack(self.idx), "vals": _pack(self.vals)}
 
     @classmethod
-    def from_row(cls, subject_id: str, segment: int, row: Any) -> _Segment:
+    def from_row(cls, subject_id: str, segment: int, row: Any, dense: int = 0) -> _Segment:
         return cls(subject_id, segment, bytearray(row.ids), bytearray(row.flags),
                    _unpack("H", bytes(row.nnz)), _unpack("H", bytes(row.idx)),
-                   _unpack("f", bytes(row.vals)))
+                   _unpack("f", bytes(row.vals)), dense=dense, seq=int(row.seq))
 
 
 @dataclass(frozen=True)
@@ -134,6 +160,8 @@ class _Raw:
     """One segment row as read for a search."""
 
     subject_id: str
+    segment: int
+    seq: int
     ids: bytes
     flags: bytes
     nnz: bytes
@@ -155,14 +183,18 @@ class VectorIndex:
         if not 1 <= self.dim <= 65535:
             raise ValueError(f"embedding dimension {self.dim} does not fit uint16 indices")
         self.segment_size = segment_size
-        self.version = f"5/{self.embedder.id}/seg{segment_size}"
+        self.dense = 0 if getattr(self.embedder, "sparse", False) else self.dim
+        self.version = (f"6/{self.embedder.id}/seg{segment_size}/"
+                        + ("dense" if self.dense else "sparse"))
         md = store.metadata()
         self.segments = sa.Table(
             "proj_vec_segments", md,
             sa.Column("subject_id", sa.String(36), primary_key=True),
             sa.Column("segment", sa.Integer, primary_key=True, autoincrement=False),
             sa.Column("count", sa.Integer, nullable=False),
+            sa.Column("seq", sa.BigInteger, nullable=False),
             *(sa.Column(c, sa.LargeBinary, nullable=False) for c in _COLUMNS),
+            sa.Index("proj_vec_segments_seq", "subject_id", "seq"),
         )
         self.slots = sa.Table(
             "proj_vec_slots", md,
@@ -190,9 +222,9 @@ class VectorIndex:
     # ------------------------------------------------------------------ storage
     def _load(self, conn: Connection, subject_id: str, segment: int) -> _Segment | None:
         s = self.segments
-        row = conn.execute(sa.select(*(s.c[c] for c in _COLUMNS)).where(
+        row = conn.execute(sa.select(s.c.seq, *(s.c[c] for c in _COLUMNS)).where(
             s.c.subject_id == subject_id, s.c.segment == segment)).first()
-        return None if row is None else _Segment.from_row(subject_id, segment, row)
+        return None if row is None else _Segment.from_row(subject_id, segment, row, self.dense)
 
     def _flush(self, conn: Connection, segs: Sequence[_Segment]) -> None:
         new = [g.row() for g in segs if g.new]
@@ -216,8 +248,14 @@ class VectorIndex:
                 texts[e.originator_id] = (ev.subject_id,
                                           index_text(ev.text, ev.gist, ev.tags, ev.details))
         ids = list(texts)
-        vecs = dict(zip(ids, (sparse(v) for v in self.embedder.embed(
-            [texts[a][1] for a in ids])), strict=True))
+        vecs: dict[str, tuple[Sequence[int], array[float]]]
+        if self.dense:
+            matrix = embed_matrix(self.embedder, [texts[a][1] for a in ids])
+            vecs = {a: ((), array("f", matrix[i].tobytes())) for i, a in enumerate(ids)}
+        else:
+            vecs = dict(zip(ids, (sparse(v) for v in self.embedder.embed(
+                [texts[a][1] for a in ids])), strict=True))
+        position = entries[-1].position if entries else 0
 
         segs: dict[tuple[str, int], _Segment] = {}
         tails: dict[str, _Segment] = {}
@@ -250,7 +288,7 @@ class VectorIndex:
                 seg = None if last is None else segment(subject_id, int(last))
             if seg is None or seg.count >= self.segment_size:
                 number = 0 if seg is None else seg.segment + 1
-                seg = _Segment(subject_id, number, new=True)
+                seg = _Segment(subject_id, number, new=True, dense=self.dense)
                 segs[(subject_id, number)] = seg
             tails[subject_id] = seg
             return seg
@@ -280,9 +318,12 @@ class VectorIndex:
             elif retrieval(ev) is not None:
                 found.flags[loc[2]] = ON if retrieval(ev) else OFF
                 found.dirty = True
+        for seg in segs.values():
+            if seg.dirty or seg.new:
+                seg.seq = position
         self._flush(conn, list(segs.values()))
         if added:
-            conn.execute(self.slots.insert(), list(added.values()))
+            insert_rows(conn, self.slots, list(added.values()))
         for start in range(0, len(dropped), 500):
             conn.execute(self.slots.delete().where(
                 self.slots.c.atom_id.in_(dropped[start:start + 500])))
@@ -292,29 +333,41 @@ class VectorIndex:
     def embed_query(self, query: str) -> list[float]:
         return self.embedder.embed([query])[0]
 
-    def _rows(self, conn: Connection, subject_id: str | None) -> list[_Raw]:
+    def _rows(self, conn: Connection, subject_id: str | None,
+              after_seq: int | None = None) -> list[_Raw]:
         """Segment rows (one subject's, or all), in order.
 
         On PostgreSQL the rows are fetched in binary format through the same connection:
         psycopg's default text format would hex-encode every ``bytea`` (2x the bytes).
         """
         s = self.segments
-        cols = ", ".join(["subject_id", *_COLUMNS])
+        cols = ", ".join(["subject_id", "segment", "seq", *_COLUMNS])
         if conn.dialect.name == "postgresql":
-            where = "WHERE subject_id = %s " if subject_id is not None else ""
+            conds: list[str] = []
+            params: list[Any] = []
+            if subject_id is not None:
+                conds.append("subject_id = %s")
+                params.append(subject_id)
+            if after_seq is not None:
+                conds.append("seq > %s")
+                params.append(after_seq)
+            where = ("WHERE " + " AND ".join(conds) + " ") if conds else ""
             cur = conn.connection.driver_connection.cursor(binary=True)  # type: ignore[union-attr]
             try:
                 cur.execute(f"SELECT {cols} FROM {self.store.q(s.name)} {where}"  # noqa: S608 (identifiers only)
-                            "ORDER BY subject_id, segment",
-                            (subject_id,) if subject_id is not None else ())
-                return [_Raw(str(r[0]), *(bytes(v) for v in r[1:])) for r in cur.fetchall()]
+                            "ORDER BY subject_id, segment", tuple(params))
+                return [_Raw(str(r[0]), int(r[1]), int(r[2]), *(bytes(v) for v in r[3:]))
+                        for r in cur.fetchall()]
             finally:
                 cur.close()
-        stmt = sa.select(s.c.subject_id, *(s.c[c] for c in _COLUMNS)).order_by(
-            s.c.subject_id, s.c.segment)
+        stmt = sa.select(s.c.subject_id, s.c.segment, s.c.seq,
+                         *(s.c[c] for c in _COLUMNS)).order_by(s.c.subject_id, s.c.segment)
         if subject_id is not None:
             stmt = stmt.where(s.c.subject_id == subject_id)
-        return [_Raw(str(r[0]), *(bytes(v) for v in r[1:])) for r in conn.execute(stmt)]
+        if after_seq is not None:
+            stmt = stmt.where(s.c.seq > after_seq)
+        return [_Raw(str(r[0]), int(r[1]), int(r[2]), *(bytes(v) for v in r[3:]))
+                for r in conn.execute(stmt)]
 
     def search(self, conn: Connection, subject_id: str, query: str | Sequence[float],
                k: int = 10, retrievable_only: bool = True,
@@ -334,7 +387,18 @@ class VectorIndex:
         def atom(i: int) -> str:
             return ids[i * ID_WIDTH:(i + 1) * ID_WIDTH].decode("ascii")
 
-        if (np is not None) if use_numpy is None else use_numpy:
+        if self.dense:
+            if _numpy() is None:  # pragma: no cover - numpy is a dependency
+                raise RuntimeError("dense vectors need numpy")
+            q32 = np.asarray(qvec, dtype=np.float32)
+            vals = np.frombuffer(b"".join(r.vals for r in rows), dtype="<f4")
+            scores = np.einsum("ij,j->i", vals.reshape(-1, self.dim), q32)  # one thread
+            live = np.nonzero(np.isin(np.frombuffer(flags, dtype=np.uint8), list(wanted)))[0]
+            if len(live) > k:
+                kth = float(np.partition(scores[live], len(live) - k)[len(live) - k])
+                live = live[scores[live] >= kth - 1e-6]
+            pairs = [(atom(i), float(scores[i])) for i in live.tolist()]
+        elif (_numpy() is not None) if use_numpy is None else use_numpy:
             q = np.asarray(qvec, dtype=np.float64)
             nnz = np.frombuffer(b"".join(r.nnz for r in rows), dtype="<u2")
             idx = np.frombuffer(b"".join(r.idx for r in rows), dtype="<u2")
@@ -374,6 +438,13 @@ class VectorIndex:
             pos = 0
             for slot, flag in enumerate(r.flags):
                 n = nnz[slot]
+                if self.dense:
+                    pos, n = slot * self.dim, 0
+                    if flag != EMPTY:
+                        out.append((r.ids[slot * ID_WIDTH:(slot + 1) * ID_WIDTH].decode(
+                            "ascii"), r.subject_id, flag == ON,
+                            to_bytes(vals[pos:pos + self.dim])))
+                    continue
                 if flag != EMPTY:
                     dense = [0.0] * self.dim
                     for j in range(pos, pos + n):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import subprocess
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -432,12 +432,24 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
+def find_chromium() -> str:
+    """LEDGER_CHROMIUM (set by `make test`), else what scripts/ensure-chromium.sh finds or
+    installs: the same documented step, so `pytest` alone works too."""
+    given = os.environ.get("LEDGER_CHROMIUM")
+    if given:
+        return given
+    script = Path(__file__).resolve().parents[1] / "scripts" / "ensure-chromium.sh"
+    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=600,
+                       check=False)
+    if r.returncode != 0:
+        pytest.fail(f"no Chromium for the browser test: {r.stderr.strip()}")
+    os.environ["LEDGER_CHROMIUM"] = r.stdout.strip().splitlines()[-1]
+    return os.environ["LEDGER_CHROMIUM"]
+
+
 def test_html_report_in_headless_chromium_shows_the_json_numbers(built: Built,
                                                                  tmp_path: Path) -> None:
-    chromium = "/usr/bin/chromium"
-    if not Path(chromium).exists() and not shutil.which("chromium"):
-        pytest.fail("Chromium is not installed: run `apt-get install -y chromium` "
-                    "(.ci/run does this before `make test`)")
+    chromium = find_chromium()
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:

@@ -82,15 +82,22 @@ def test_redact_user_reaches_every_atom_and_spares_others(app: LedgerApp, proj: 
     rows = RawStore(home).rows()
     dry = redact_user(app, proj, "u1", reason="GDPR Art. 17", operator="operator",
                       sessions=["s-u1"], dry_run=True)
-    assert len(dry["targets"]["atoms"]) == 251  # 250 by subject + 1 by session
-    assert dry["gathered_by"] == {"subject": 250, "session": 1}
+    # Only u1's own atoms: u2's memory in u1's session is flagged, never a target (issue 19).
+    assert len(dry["targets"]["atoms"]) == 250
+    assert dry["gathered_by"] == {"subject": 250}
+    session_atom = next(r["atom_id"] for r in proj.memory_list("u2")
+                        if r["text"] == "met someone in the session")
+    assert dry["flag_for_review"] == [session_atom] and dry["flagged_by"] == {"session": 1}
+    assert dry["sessions"] == [{"session_id": "s-u1", "atoms_of_subject": 250,
+                                "flagged_atoms_of_others": 1}]
     assert RawStore(home).rows() == rows  # a dry run changes nothing
     res = redact_user(app, proj, "u1", reason="GDPR Art. 17", operator="operator",
                       sessions=["s-u1"])
-    assert res["status"] == "completed" and len(res["targets"]["atoms"]) == 251
+    assert res["status"] == "completed" and len(res["targets"]["atoms"]) == 250
     assert _in_files(home, m1) == []
     others = [r for r in proj.memory_list("u2") if not r["content_erased"]]
-    assert len(others) == 3 and all(m2 in r["text"] for r in others)
+    assert len(others) == 4 and sum(m2 in r["text"] for r in others) == 3
+    assert app.get_atom(session_atom).flags == ["refers-to-erased"]
     # Re-running a completed request is a no-op that says so.
     again = redact_user(app, proj, "u1", reason="GDPR Art. 17", operator="operator")
     assert again["status"] == "already-completed" and again["request_id"] == res["request_id"]

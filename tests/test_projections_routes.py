@@ -42,7 +42,8 @@ def test_every_read_model_that_holds_content_registers_a_route(app: LedgerApp) -
         assert content_models <= p.registry.models()
         for route in p.registry.routes():
             assert isinstance(route, Route)
-            assert route.model in {m.name for m in p.models} | {"store", "recall-cache"}
+            assert route.model in {m.name for m in p.models} | {
+                "store", "recall-cache", "recall-index"}
 
 
 def test_models_found_holding_a_marker_are_declared_and_routed(

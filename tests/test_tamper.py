@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 from pathlib import Path
 
 import pytest
@@ -97,14 +98,15 @@ def test_deleted_event_detected(home: Path, raw: RawStore) -> None:
     assert report["failure"]["step"] == "3"  # type: ignore[index]
 
 
-def _forge_rehearsal(home: Path, signer: Signer, atom_id: str) -> None:
-    """Append an event signed by ``signer`` without the application's authorization check."""
+def _forge_rehearsal(home: Path, signer: Signer, atom_id: str, seq: int | None = None) -> None:
+    """Append an event signed by ``signer`` without the application's authorization check
+    (its envelope's ``seq``: the next one, or ``seq``)."""
     app = LedgerApp(Config.load(home))
     try:
         atom = app.get_atom(atom_id)
-        seq, _ = app.head()
+        head, _ = app.head()
         atom.trigger_event(Atom.Rehearsed, timestamp=clock.now(), session_id=None, reason=None)
-        app.mapper.begin(signer, seq + 1)  # type: ignore[attr-defined]
+        app.mapper.begin(signer, head + 1 if seq is None else seq)  # type: ignore[attr-defined]
         try:
             app.save(atom)
         finally:
@@ -134,6 +136,54 @@ def test_event_signed_by_revoked_key_detected(home: Path, raw: RawStore) -> None
     code, report, err = _verify(home)
     assert code == 1 and report["failure"]["step"] == "4"  # type: ignore[index]
     assert "was revoked as writer" in err
+
+
+def _forge_at(home: Path, raw: RawStore, signer: Signer, atom_id: str, seq: int,
+              after: int, kid: str | None = None) -> int:
+    """Insert a forged event (``seq``, signed by ``signer``, its envelope naming ``kid``)
+    into the log right after position ``after``; return the position it landed at."""
+    _forge_rehearsal(home, signer, atom_id, seq)
+    rows = raw.rows()
+    forged, tail = rows[-1], [r for r in rows[:-1] if r[0] > after]
+    state = forged[4]
+    if kid is not None:  # same length: "ed25519:" + 32 hex digits
+        old = json.loads(state[len(b'{"envelope":'):-104])["kid"]
+        state = state.replace(old.encode(), kid.encode(), 1)
+    for r in [forged, *tail]:
+        raw.delete(r[0])
+    for r in [(*forged[:4], state), *tail]:
+        raw.insert(str(uuid.UUID(r[1])), r[2], r[3], r[4])
+    return next(r[0] for r in raw.rows() if r[4] == state)
+
+
+@pytest.mark.parametrize(("case", "step", "says"), [
+    ("wrong seq", "3", "where 6 was expected"),
+    ("right seq, unknown key", "4", "not in the roster"),
+    ("right seq, a writer's key id, no writer's key", "5", "signature does not verify"),
+])
+def test_inserted_event_detected(home: Path, raw: RawStore, case: str, step: str,
+                                 says: str) -> None:
+    """Insertion (event-envelope spec, attacks table): an event put between two stored
+    events is caught at its own position: step 3 if its seq is not the next one; with the
+    right seq, step 4 (its key is not in the roster) or 5 (it names an authorized key id
+    but its signature was made without that key)."""
+    ids = _populate(home)
+    assert _verify(home)[0] == 0
+    rows = raw.rows()
+    after = rows[4][0]  # between the 5th and the 6th event
+    rogue = Signer.generate("rogue")
+    opened = LedgerApp(Config.load(home))
+    writer_kid = opened.signer("writer").kid
+    opened.close()
+    seq = len(rows) + 1 if case == "wrong seq" else 6
+    position = _forge_at(home, raw, rogue, ids[1], seq, after,
+                         kid=writer_kid if step == "5" else None)
+    assert [r[0] for r in raw.rows()].index(position) == 5  # it sits in the middle
+    code, report, err = _verify(home)
+    assert code == 1
+    assert report["failure"]["position"] == position  # type: ignore[index]
+    assert report["failure"]["step"] == step  # type: ignore[index]
+    assert says in err
 
 
 def test_event_from_another_ledger_detected(home: Path, tmp_path: Path, raw: RawStore) -> None:

@@ -1,0 +1,159 @@
+"""Recall latency for one subject at 10^4, 10^5 and 10^6 atoms, and the rebuild rate.
+
+Each ledger holds one subject whose atoms are the memories of benchmarks/recall_quality.py
+(facts and everyday chatter of synthetic people, 500 per person, appended person after
+person), recorded through the ordinary bulk path (``LedgerApp.add_atoms``, 5,000 per
+command). Queries are those people's questions. Ledgers are kept in ``--keep`` (default
+/tmp/recall-bench) and reused by later runs: building 10^6 events takes minutes.
+
+Printed per size, in-process (``Projections.recall``, caught up, no rehearsal, k=5):
+the first recall (which reads the subject's index), then p50/p95 over ``--queries``
+queries, with the keyword and vector stages timed apart. Then, for the ledger of
+``--rebuild-size`` events: the raw notification read rate and the rebuild rate of all
+read models, in the same run.
+
+Usage: python benchmarks/recall.py [--sizes 10000,100000,1000000] [--queries 300]
+       [--rebuild-size 100000] [--keep /tmp/recall-bench] [--embedder wordllama]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+    sys.path.pop(0)  # benchmarks/projections.py would shadow the projections package
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from recall_quality import person  # type: ignore[import-not-found]
+
+from ledger.application import LedgerApp
+from ledger.home import Config
+from projections.embedder import from_spec
+from projections.service import Projections
+
+
+def build(home: Path, events: int, seed: int = 1) -> tuple[float, list[str]]:
+    """A ledger of one subject with ``events - 1`` atoms; (seconds, questions)."""
+    rng = random.Random(seed)
+    questions: list[str] = []
+    if (home / "built").exists():
+        for i in range(60):
+            questions += [q.text for q in person(i, random.Random(i), 500).questions]
+        return float((home / "built").read_text()), questions
+    LedgerApp.initialize(home)
+    app = LedgerApp(Config.load(home))
+    t0 = time.perf_counter()
+    try:
+        app.register_subject({"ref": "u1"})
+        done, i, batch = 1, 0, []
+        while done < events:
+            p = person(i, random.Random(i), 500)
+            if i < 60:
+                questions += [q.text for q in p.questions]
+            i += 1
+            order = list(range(len(p.memories)))
+            rng.shuffle(order)
+            batch += [{"subject": "u1", "text": p.memories[j], "salience": p.salience[j]}
+                      for j in order]
+            while len(batch) >= 5000 or (batch and done + len(batch) >= events):
+                n = min(5000, events - done, len(batch))
+                app.add_atoms(batch[:n])
+                batch = batch[n:]
+                done += n
+                if done % 100_000 < n:
+                    print(f"  built {done:,} events, {time.perf_counter() - t0:.0f}s",
+                          flush=True)
+                if done >= events:
+                    batch = []
+    finally:
+        app.close()
+    secs = time.perf_counter() - t0
+    (home / "built").write_text(f"{secs:.1f}")
+    return secs, questions
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def read_rate(app: LedgerApp) -> tuple[int, float]:
+    t0 = time.perf_counter()
+    count, pos = 0, 1
+    while rows := app.recorder.select_notifications(start=pos, limit=5000):
+        count += len(rows)
+        pos = rows[-1].id + 1
+    return count, count / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="10000,100000,1000000")
+    ap.add_argument("--queries", type=int, default=300)
+    ap.add_argument("--rebuild-size", type=int, default=100_000)
+    ap.add_argument("--keep", default="/tmp/recall-bench")
+    ap.add_argument("--embedder", default="auto")
+    args = ap.parse_args()
+    os.environ.setdefault("LEDGER_LOG_LEVEL", "warning")
+    keep = Path(args.keep)
+    keep.mkdir(parents=True, exist_ok=True)
+    embedder = from_spec(args.embedder)
+    print(f"embedder {embedder.id}; ledgers in {keep}; os.cpu_count() = {os.cpu_count()}, "
+          f"load average {os.getloadavg()[0]:.2f}")
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    for size in sorted(set(sizes) | {args.rebuild_size}):
+        home = keep / f"q{size}"
+        secs, questions = build(home, size)
+        app = LedgerApp(Config.load(home))
+        try:
+            with Projections(app, embedder=embedder) as p:
+                if size == args.rebuild_size:
+                    _count, raw = read_rate(app)
+                    last = [0.0]
+
+                    def progress(done: int, head: int, last: list[float] = last) -> None:
+                        if time.perf_counter() - last[0] > 10:
+                            last[0] = time.perf_counter()
+                            print(f"  rebuild {done:,}/{head:,}", flush=True)
+                    report = p.rebuild(progress=progress)
+                    rate = report.notifications / report.seconds
+                    print(f"{size:>9,} events: raw notification read {raw:,.0f} events/s; "
+                          f"rebuild of all read models {rate:,.0f} events/s "
+                          f"({report.seconds:.1f}s, {rate / raw:.3f} of the raw read; "
+                          f"reading {report.read_seconds:.1f}s, verifying+decrypting "
+                          f"{report.decode_seconds:.1f}s, "
+                          + ", ".join(f"{n} {r.apply_seconds:.1f}s"
+                                      for n, r in report.models.items()) + ")")
+                else:
+                    t0 = time.perf_counter()
+                    p.catch_up()
+                    print(f"{size:>9,} events: built in {secs:.0f}s; catch-up "
+                          f"{time.perf_counter() - t0:.1f}s")
+                rng = random.Random(5)
+                t0 = time.perf_counter()
+                p.recall("warm up the subject index", "u1", k=5, refresh=False)
+                first = time.perf_counter() - t0
+                lat: list[float] = []
+                for _ in range(args.queries):
+                    q = rng.choice(questions) + f" {rng.randrange(10**6)}"  # no cache hits
+                    t0 = time.perf_counter()
+                    p.recall(q, "u1", k=5, refresh=False)
+                    lat.append(time.perf_counter() - t0)
+                print(f"{size:>9,} events ({size - 1:,} atoms of one subject): recall k=5 "
+                      f"p50 {pct(lat, 0.5) * 1000:.1f} ms, p95 {pct(lat, 0.95) * 1000:.1f} ms, "
+                      f"mean {statistics.fmean(lat) * 1000:.1f} ms over {len(lat)} queries "
+                      f"(first recall, reading the subject index: {first * 1000:.0f} ms)",
+                      flush=True)
+        finally:
+            app.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,336 @@
+"""Retrieval quality: does recall find the memories that answer a question?
+
+Data, generated here with a fixed seed (nothing is downloaded): --people synthetic
+people, each with about --memories memories: facts about them (job, home, family, pets,
+health, habits...), each worded in one of several ways, and everyday chatter that shares
+their vocabulary (hard negatives). Every question has known answer memories:
+
+* ``lexical``: shares content words with its answer ("What is the name of her dog?");
+* ``paraphrase``: says the same with other words ("What does she do for a living?" for
+  "Works as a nurse at the Riverside clinic");
+* ``indirect``: asks for what the fact implies ("What should I not cook for her?" for
+  "Allergic to peanuts");
+* ``multi-hop``: needs two memories ("Where does her sister live?": "Her sister is
+  called Marta" and "Marta moved to Oslo", which does not say "sister").
+
+Printed, in one run, recall@5, recall@10 (the share of a question's answer memories in
+the top k, averaged) and MRR (reciprocal rank of the first answer), overall and per kind,
+for: BM25 alone (``rank-bm25``, an independent baseline), each installed embedder alone
+(exact cosine over the person's memories), and the ledger's own recall end to end
+(``Projections.recall`` on a real ledger, one per embedder) with the default blend, the
+other fusions measured for ADR 0022, and relevance only (salience weight 0). Facts are
+recorded with higher salience than chatter (U(0.6, 0.9) vs U(0.2, 0.6)), as an extractor
+would; "relevance only" shows the ranking without that help.
+
+Usage: python benchmarks/recall_quality.py [--people 6] [--memories 500] [--embedders
+       hashing,wordllama,minilm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+    sys.path.pop(0)  # benchmarks/projections.py would shadow the projections package
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from ledger.application import LedgerApp
+from ledger.home import Config
+from projections.embedder import STOPWORDS, Embedder, embed_matrix, from_spec
+from projections.service import Projections, RecallWeights
+
+FIRST = ["Ana", "Bea", "Clara", "Dora", "Elena", "Fiona", "Greta", "Hilda", "Ines", "Julia"]
+SIBLINGS = ["Marta", "Lucia", "Sofia", "Nadia", "Olga", "Petra", "Rosa", "Sara"]
+CITIES = ["Oslo", "Lisbon", "Vienna", "Porto", "Krakow", "Dublin", "Seville", "Tallinn"]
+JOBS = [("nurse", "the Riverside clinic"), ("accountant", "Hallam & Co"),
+        ("teacher", "Northgate primary school"), ("software engineer", "Acme"),
+        ("architect", "Studio Lind"), ("pharmacist", "the Main Street pharmacy"),
+        ("chef", "the Blue Door restaurant"), ("lawyer", "Brandt Partners")]
+PETS = [("dog", "Rex"), ("cat", "Mochi"), ("parrot", "Kiwi"), ("rabbit", "Bun"),
+        ("dog", "Bruno"), ("cat", "Luna"), ("tortoise", "Sheldon"), ("hamster", "Pip")]
+ALLERGIES = ["peanuts", "shellfish", "gluten", "dairy", "eggs", "sesame"]
+HOBBIES = [("plays the violin", "music"), ("climbs on weekends", "climbing"),
+           ("paints watercolours", "painting"), ("runs marathons", "running"),
+           ("knits scarves", "knitting"), ("plays chess online", "chess")]
+CARS = ["a red Volvo", "an old Fiat", "a blue Toyota", "a white Tesla", "a green Skoda"]
+DRINKS = ["green tea", "black coffee", "oat lattes", "sparkling water", "mint tea"]
+
+CHATTER = [
+    "Mentioned the weather in {city} was awful on {day}.",
+    "Said the meeting on {day} ran long and she was tired.",
+    "Complained that the train was late on {day} morning.",
+    "Watched a documentary about {topic} last night.",
+    "Asked for a recommendation for a book about {topic}.",
+    "Was planning a short trip to {city} for a conference.",
+    "Laughed about a video of a {animal} chasing its tail.",
+    "Said her friend bought a new {thing} and loves it.",
+    "Talked about repainting the kitchen {colour}.",
+    "Said she forgot her umbrella again on {day}.",
+    "Is reading a novel set in {city} in the 1920s.",
+    "Mentioned a podcast episode about {topic}.",
+    "Had a long phone call with an old school friend on {day}.",
+    "Said the neighbours are renovating and it is noisy.",
+    "Wants to learn more about {topic} this year.",
+    "Found a nice {thing} at the flea market.",
+    "Asked how to fix a squeaky door hinge.",
+    "Said {day} is usually her busiest day.",
+    "Was annoyed that the printer at home stopped working.",
+    "Thinks the new cafe near the park is overpriced.",
+]
+FILL = {
+    "city": ["Madrid", "Berlin", "Paris", "Rome", "Prague", "Geneva", "Athens", "Milan"],
+    "day": ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"],
+    "topic": ["volcanoes", "ancient Rome", "jazz history", "deep sea fish", "bees",
+              "the stock market", "medieval castles", "black holes", "gardening"],
+    "animal": ["goat", "duck", "horse", "squirrel", "puppy", "kitten"],
+    "thing": ["lamp", "bicycle", "sofa", "camera", "teapot", "rug", "guitar"],
+    "colour": ["yellow", "sage green", "white", "terracotta", "navy"],
+}
+
+
+@dataclass
+class Question:
+    kind: str
+    text: str
+    answers: list[int]
+
+
+@dataclass
+class Person:
+    name: str
+    memories: list[str] = field(default_factory=list)
+    salience: list[float] = field(default_factory=list)
+    questions: list[Question] = field(default_factory=list)
+
+    def fact(self, rng: random.Random, *texts: str) -> int:
+        self.memories.append(rng.choice(texts))
+        self.salience.append(round(rng.uniform(0.6, 0.9), 2))
+        return len(self.memories) - 1
+
+    def ask(self, kind: str, text: str, *answers: int) -> None:
+        self.questions.append(Question(kind, text, list(answers)))
+
+
+def person(i: int, rng: random.Random, total: int) -> Person:
+    p = Person(f"{FIRST[i % len(FIRST)]}")
+    n = p.name
+    job, employer = rng.choice(JOBS)
+    a = p.fact(rng, f"{n} works as a {job} at {employer}.",
+               f"Her job: {job} at {employer}, for six years now.",
+               f"Has been a {job} at {employer} since 2019.")
+    p.ask("lexical", f"Where does {n} work as a {job}?", a)
+    p.ask("paraphrase", "What does she do for a living?", a)
+    p.ask("indirect", "Who is her employer?", a)
+    city = rng.choice(CITIES)
+    a = p.fact(rng, f"{n} lives in {city} with her partner.",
+               f"Home is a flat in {city}, near the old town.")
+    p.ask("lexical", f"In which city does {n} live?", a)
+    p.ask("paraphrase", "Where is her home?", a)
+    p.ask("indirect", "Which town should I send the birthday card to?", a)
+    sister, sister_city = rng.choice(SIBLINGS), rng.choice([c for c in CITIES if c != city])
+    a = p.fact(rng, f"Her sister is called {sister}.", f"{n} has one sister, {sister}.")
+    b = p.fact(rng, f"{sister} moved to {sister_city} last year for a new job.",
+               f"{sister} has lived in {sister_city} since the spring.")
+    p.ask("lexical", f"What is the name of {n}'s sister?", a)
+    p.ask("multi-hop", "Where does her sister live?", a, b)
+    pet, pet_name = rng.choice(PETS)
+    a = p.fact(rng, f"Has a {pet} named {pet_name}.", f"Her {pet} {pet_name} is three years old.")
+    p.ask("lexical", f"What is the name of her {pet}?", a)
+    p.ask("paraphrase", "Does she have any animals at home?", a)
+    c = p.fact(rng, f"{pet_name} was at the vet on Friday with a sore paw.",
+               f"{pet_name} needs medicine twice a day since the vet visit.")
+    p.ask("multi-hop", f"How is her {pet} doing?", a, c)
+    allergy = rng.choice(ALLERGIES)
+    a = p.fact(rng, f"Allergic to {allergy}; carries an EpiPen.",
+               f"Severe {allergy} allergy, diagnosed as a child.")
+    p.ask("lexical", f"Is {n} allergic to anything?", a)
+    p.ask("indirect", "What should I avoid cooking when she comes to dinner?", a)
+    p.ask("paraphrase", "Which foods make her ill?", a)
+    hobby, hobby_word = rng.choice(HOBBIES)
+    a = p.fact(rng, f"{n} {hobby}.", f"In her free time she {hobby}.")
+    p.ask("lexical", f"Does she like {hobby_word}?", a)
+    p.ask("paraphrase", "What does she do for fun?", a)
+    car = rng.choice(CARS)
+    a = p.fact(rng, f"Drives {car} to the office.", f"Owns {car}, bought second hand.")
+    p.ask("paraphrase", "What vehicle does she have?", a)
+    p.ask("indirect", "How does she get to work?", a)
+    drink = rng.choice(DRINKS)
+    a = p.fact(rng, f"Always orders {drink} in the morning.", f"Her favourite drink is {drink}.")
+    p.ask("lexical", f"What is {n}'s favourite drink?", a)
+    p.ask("paraphrase", "What beverage does she prefer?", a)
+    a = p.fact(rng, "Her mother had a hip operation in March and is recovering.",
+               "Mum is recovering from hip surgery.")
+    p.ask("paraphrase", "Is anyone in her family unwell?", a)
+    p.ask("lexical", "How is her mother recovering from the operation?", a)
+    a = p.fact(rng, "Is learning Japanese for a trip to Kyoto next autumn.",
+               "Takes Japanese lessons on Tuesday evenings.")
+    p.ask("paraphrase", "Which language is she studying?", a)
+    p.ask("indirect", "Where is she travelling later this year?", a)
+    a = p.fact(rng, "Her daughter Emma starts university in September.",
+               "Emma, her eldest, is about to begin studying medicine.")
+    b = p.fact(rng, "Emma wants to become a surgeon like her grandfather.",
+               "Emma has been accepted at the medical school in Edinburgh.")
+    p.ask("paraphrase", "Does she have children?", a)
+    p.ask("multi-hop", "What is her daughter going to study?", a, b)
+    while len(p.memories) < total:
+        t = rng.choice(CHATTER)
+        p.memories.append(t.format(**{k: rng.choice(v) for k, v in FILL.items()}))
+        p.salience.append(round(rng.uniform(0.2, 0.6), 2))
+    return p
+
+
+def shuffle(p: Person, rng: random.Random) -> None:
+    order = list(range(len(p.memories)))
+    rng.shuffle(order)
+    where = {old: new for new, old in enumerate(order)}
+    p.memories = [p.memories[i] for i in order]
+    p.salience = [p.salience[i] for i in order]
+    for q in p.questions:
+        q.answers = [where[a] for a in q.answers]
+
+
+_WORD = re.compile(r"[^\W_]+")
+
+
+def tokens(text: str) -> list[str]:
+    return [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
+
+
+Ranker = Callable[[Person, Question], list[int]]
+
+
+def score(people: Sequence[Person], rank: Ranker) -> dict[str, tuple[float, float, float, int]]:
+    """kind -> (recall@5, recall@10, MRR, questions), plus 'all'."""
+    acc: dict[str, list[tuple[float, float, float]]] = {}
+    for p in people:
+        for q in p.questions:
+            got = rank(p, q)
+            r5 = sum(1 for a in q.answers if a in got[:5]) / len(q.answers)
+            r10 = sum(1 for a in q.answers if a in got[:10]) / len(q.answers)
+            rr = next((1.0 / (i + 1) for i, m in enumerate(got) if m in q.answers), 0.0)
+            for key in (q.kind, "all"):
+                acc.setdefault(key, []).append((r5, r10, rr))
+    return {k: (sum(v[0] for v in vs) / len(vs), sum(v[1] for v in vs) / len(vs),
+                sum(v[2] for v in vs) / len(vs), len(vs)) for k, vs in acc.items()}
+
+
+KINDS = ("lexical", "paraphrase", "indirect", "multi-hop", "all")
+
+
+def show(name: str, res: dict[str, tuple[float, float, float, int]]) -> None:
+    cells = "  ".join(f"{res[k][0]:.3f} {res[k][1]:.3f} {res[k][2]:.3f}" for k in KINDS)
+    print(f"{name:<34} {cells}", flush=True)
+
+
+def bm25_ranker(people: Sequence[Person]) -> Ranker:
+    from rank_bm25 import BM25Okapi
+
+    models = {id(p): BM25Okapi([tokens(m) for m in p.memories]) for p in people}
+
+    def rank(p: Person, q: Question) -> list[int]:
+        scores = models[id(p)].get_scores(tokens(q.text))
+        return sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:10]
+    return rank
+
+
+def embedder_ranker(people: Sequence[Person], embedder: Embedder) -> Ranker:
+    mats = {id(p): embed_matrix(embedder, p.memories) for p in people}
+
+    def rank(p: Person, q: Question) -> list[int]:
+        s = mats[id(p)] @ embed_matrix(embedder, [q.text])[0]
+        return sorted(range(len(s)), key=lambda i: (-float(s[i]), i))[:10]
+    return rank
+
+
+Scores = dict[str, tuple[float, float, float, int]]
+
+
+def ledger_rankers(people: Sequence[Person], folder: Path, embedder: Embedder,
+                   weights: dict[str, RecallWeights]) -> dict[str, Scores]:
+    home = folder / "ledger"
+    if not home.exists():
+        LedgerApp.initialize(home)
+        app = LedgerApp(Config.load(home))
+        for i, p in enumerate(people):
+            app.register_subject({"ref": f"p{i}"})
+            app.add_atoms([{"subject": f"p{i}", "text": m, "ref": f"p{i}-{j}", "salience": s}
+                           for j, (m, s) in enumerate(zip(p.memories, p.salience, strict=True))])
+        app.close()
+    app = LedgerApp(Config.load(home))
+    out = {}
+    try:
+        with Projections(app, embedder=embedder) as proj:
+            proj.catch_up()
+            ids: dict[int, dict[str, int]] = {}
+            for i, _p in enumerate(people):
+                rows = proj.memory_list(f"p{i}", refresh=False)
+                ids[i] = {r["atom_id"]: int(r["ref"].split("-")[1]) for r in rows}
+            index = {id(p): i for i, p in enumerate(people)}
+            for label, w in weights.items():
+                def rank(p: Person, q: Question, w: RecallWeights = w) -> list[int]:
+                    i = index[id(p)]
+                    r = proj.recall(q.text, f"p{i}", k=10, weights=w, refresh=False)
+                    return [ids[i][a] for a in r.atom_ids]
+                out[label] = score(people, rank)
+    finally:
+        app.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--people", type=int, default=6)
+    ap.add_argument("--memories", type=int, default=500)
+    ap.add_argument("--embedders", default="hashing,wordllama,minilm")
+    ap.add_argument("--seed", type=int, default=16)
+    args = ap.parse_args()
+    os.environ.setdefault("LEDGER_LOG_LEVEL", "warning")
+    rng = random.Random(args.seed)
+    people = [person(i, rng, args.memories) for i in range(args.people)]
+    for p in people:
+        shuffle(p, rng)
+    nq = sum(len(p.questions) for p in people)
+    print(f"{args.people} people, {sum(len(p.memories) for p in people)} memories, "
+          f"{nq} questions (seed {args.seed})")
+    print(f"{'method':<34} " + "  ".join(f"{k + ' r@5 r@10 MRR':<17}" for k in KINDS))
+    show("BM25 alone (rank-bm25)", score(people, bm25_ranker(people)))
+    embedders: list[Embedder] = []
+    for name in args.embedders.split(","):
+        try:
+            e = from_spec(name)
+            t0 = time.perf_counter()
+            e.embed(["warm up"])
+            load = time.perf_counter() - t0
+        except Exception as exc:
+            print(f"{name}: not available ({exc.__class__.__name__}: {exc})")
+            continue
+        texts = [m for p in people for m in p.memories]
+        t0 = time.perf_counter()
+        embed_matrix(e, texts)
+        rate = len(texts) / (time.perf_counter() - t0)
+        print(f"  [{e.id}: load {load:.2f}s, {rate:,.0f} memories/s embedded]")
+        embedders.append(e)
+        show(f"{e.id} alone (cosine)", score(people, embedder_ranker(people, e)))
+    weights = {"linear 0.3 (default)": RecallWeights(),
+               "linear 0.5": RecallWeights(fusion="linear", keyword_share=0.5),
+               "rrf k=60 0.5": RecallWeights(fusion="rrf", rrf_k=60, keyword_share=0.5),
+               "rrf k=5 0.7": RecallWeights(fusion="rrf", rrf_k=5, keyword_share=0.7),
+               "default, relevance only": RecallWeights(salience=0.0, recency=0.0,
+                                                        relevance=1.0)}
+    with tempfile.TemporaryDirectory(prefix="recall-quality-") as tmp:
+        for e in embedders:
+            for label, res in ledger_rankers(people, Path(tmp), e, weights).items():
+                show(f"ledger recall, {e.id}, {label}", res)
+
+
+if __name__ == "__main__":
+    main()

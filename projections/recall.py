@@ -1,0 +1,351 @@
+"""Recall's in-process index: one subject's candidates and vectors, decoded once, compact.
+
+Recall is called on every assistant turn, so its cost is paid per prompt (issue 16). The
+stored read models stay the truth; this module keeps, per recently recalled subject,
+what ranking needs in numpy arrays:
+
+* per atom: the static candidate test (active, not superseded, not erased, has text),
+  validity bounds and creation time (epoch seconds), and the decay state reduced to
+  ``log_strength = ln(baseline) + count * ln(boost)``, ``rate = ln2 / halfLife``, origin
+  and valence floor, so current salience at ``now`` is one vectorised expression
+  (ADR 0005's formula, the time-dependent part applied at query time);
+* the subject's vectors as one float32 matrix (dense embedders) in slot order, with
+  their flags, so the vector search is one matrix-vector product (ADR 0021).
+
+Freshness: an entry remembers the atoms model's highest ``last_seq`` and the vector
+segments' highest ``seq`` it has read, and the tracking positions of both models. When a
+position moved, only atoms with a higher ``last_seq`` and segments with a higher ``seq``
+are read again (indexed), so a rehearsal costs one row, not a reload.
+
+Because it holds derived content (vectors, and which atoms a subject has), the index is
+a registered route like the recall cache (ADR 0012): erasure purges it (the item's
+vector row is overwritten with zeros and its entry forgotten) and its probe looks in it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from projections.memory import profile_of
+from projections.routes import ProbeHit, ProbeResult
+
+__all__ = ["EXACT_LIMIT", "RecallIndex", "SubjectIndex", "epoch"]
+
+EXACT_LIMIT = 20_000
+"""Up to this many live vectors the search is exact (one float32 matrix-vector product).
+Above it, sign bits (one per dimension) shortlist ``max(SHORTLIST, 40 * n)`` slots by
+Hamming distance and those are scored exactly: memory traffic falls 32x (ADR 0021)."""
+SHORTLIST = 8192
+
+_LN2 = math.log(2.0)
+_INF = float("inf")
+
+
+def epoch(value: str | None, default: float) -> float:
+    """Seconds since 1970 of a stored instant (``...Z``); ``default`` when absent."""
+    if value is None:
+        return default
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def _matvec(matrix: Any, q: Any) -> Any:
+    """``matrix @ q`` in one thread (numpy's own loop, not BLAS): the product is bound by
+    memory, and BLAS threads on a busy 2-core host cost 10x (measured, ADR 0021)."""
+    import numpy as np
+
+    return np.einsum("ij,j->i", matrix, q)
+
+
+@dataclass
+class _Profile:
+    log_boost: float
+    rate: float
+    protection: float
+
+
+class SubjectIndex:
+    """One subject's atoms (static candidate data, decay state) and vectors."""
+
+    def __init__(self, subject_id: str, dim: int) -> None:
+        import numpy as np
+
+        self.subject_id = subject_id
+        self.dim = dim
+        self.atoms_seq = 0
+        self.vec_seq = 0
+        self.positions: tuple[int, int] = (-1, -1)
+        self.ids: list[str] = []
+        self.pos: dict[str, int] = {}
+        self._n = 0
+        self._cols = ("static_ok", "valid_from", "valid_to", "created", "log_strength",
+                      "rate", "origin", "floor")
+        self.arrays: dict[str, Any] = {c: np.zeros(0) for c in self._cols}
+        self.slot_ids: list[str | None] = []
+        self.matrix = np.zeros((0, dim), dtype=np.float32)
+        self.bits = np.zeros((0, (dim + 63) // 64), dtype=np.uint64)
+        self.flags = np.zeros(0, dtype=np.uint8)
+        self.used = 0
+        self.slot_of: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ atoms
+    def _grow(self, n: int) -> None:
+        import numpy as np
+
+        cap = len(self.arrays["created"])
+        if n <= cap:
+            return
+        new_cap = max(n, cap * 2, 1024)
+        for c in self._cols:
+            old = self.arrays[c]
+            grown = np.zeros(new_cap, dtype=old.dtype if len(old) else np.float64)
+            grown[:len(old)] = old
+            self.arrays[c] = grown
+
+    def put_atoms(self, rows: Sequence[Any], profiles: dict[str | None, _Profile]) -> None:
+        """Rows of ``SubjectIndex.ATOM_COLUMNS``, new or changed."""
+        fresh = [r for r in rows if str(r[0]) not in self.pos]
+        self._grow(self._n + len(fresh))
+        a = self.arrays
+        for r in rows:
+            (atom_id, status, erased, superseded_by, has_text, valid_from, valid_to,
+             baseline, count, valence, origin, profile_json, created, last_seq) = r
+            atom_id = str(atom_id)
+            i = self.pos.get(atom_id)
+            if i is None:
+                i = self._n
+                self._n += 1
+                self.pos[atom_id] = i
+                self.ids.append(atom_id)
+            prof = profiles.get(profile_json)
+            if prof is None:
+                p = profile_of(json.loads(profile_json) if profile_json else None)
+                prof = _Profile(math.log(p.rehearsal_boost), _LN2 / p.half_life_days,
+                                p.valence_protection)
+                profiles[profile_json] = prof
+            a["static_ok"][i] = float(status == "active" and not erased
+                                      and superseded_by is None and bool(has_text))
+            a["valid_from"][i] = epoch(valid_from, -_INF)
+            a["valid_to"][i] = epoch(valid_to, _INF)
+            a["created"][i] = epoch(created, 0.0)
+            a["log_strength"][i] = (math.log(baseline) + int(count) * prof.log_boost
+                                    if baseline > 0 else -_INF)
+            a["rate"][i] = prof.rate / 86_400.0
+            a["origin"][i] = epoch(origin, 0.0)
+            a["floor"][i] = min(1.0, prof.protection * abs(float(valence)))
+            self.atoms_seq = max(self.atoms_seq, int(last_seq))
+
+    def salience(self, at: float, rows: Any) -> tuple[Any, Any]:
+        """(clamped salience, raw salience) at epoch ``at`` of atom indexes ``rows``
+        (ADR 0005: negative elapsed time counts as 0; the valence term is a floor)."""
+        import numpy as np
+
+        a = self.arrays
+        elapsed = np.maximum(0.0, at - a["origin"][rows])
+        with np.errstate(over="ignore"):
+            raw = np.exp(np.minimum(a["log_strength"][rows] - a["rate"][rows] * elapsed,
+                                    709.0)) + a["floor"][rows]
+        return np.clip(raw, 0.0, 1.0), raw
+
+    def candidates(self, at: float, rows: Any) -> Any:
+        """Boolean mask over atom indexes ``rows``: Persona §6 selection, salience aside."""
+        a = self.arrays
+        return ((a["static_ok"][rows] > 0) & (a["valid_from"][rows] <= at)
+                & (at < a["valid_to"][rows]))
+
+    # ------------------------------------------------------------------ vectors
+    def put_segment(self, segment: int, size: int, ids: bytes, flags: bytes, vals: bytes,
+                    seq: int) -> None:
+        import numpy as np
+
+        count = len(flags)
+        start = segment * size
+        end = start + count
+        if end > len(self.flags):
+            cap = max(end, 2 * len(self.flags), 1024)
+            grown = np.zeros((cap, self.dim), dtype=np.float32)
+            grown[:len(self.matrix)] = self.matrix
+            self.matrix = grown
+            gbits = np.zeros((cap, self.bits.shape[1]), dtype=np.uint64)
+            gbits[:len(self.bits)] = self.bits
+            self.bits = gbits
+            gflags = np.zeros(cap, dtype=np.uint8)
+            gflags[:len(self.flags)] = self.flags
+            self.flags = gflags
+            self.slot_ids.extend([None] * (cap - len(self.slot_ids)))
+        self.used = max(self.used, end)
+        self.matrix[start:end] = np.frombuffer(vals, dtype="<f4").reshape(count, self.dim)
+        self.bits[start:end] = self._signs(self.matrix[start:end])
+        self.flags[start:end] = np.frombuffer(flags, dtype=np.uint8)
+        for j in range(count):
+            raw = ids[j * 36:(j + 1) * 36]
+            old = self.slot_ids[start + j]
+            if raw == b"\x00" * 36:
+                if old is not None:
+                    self.slot_of.pop(old, None)
+                self.slot_ids[start + j] = None
+            else:
+                atom_id = raw.decode("ascii")
+                self.slot_ids[start + j] = atom_id
+                self.slot_of[atom_id] = start + j
+        self.vec_seq = max(self.vec_seq, seq)
+
+    def _signs(self, rows: Any) -> Any:
+        """Sign bits of rows, packed into uint64 words (padding bits zero)."""
+        import numpy as np
+
+        packed = np.packbits(rows > 0, axis=1)
+        width = self.bits.shape[1] * 8
+        if packed.shape[1] < width:
+            packed = np.pad(packed, ((0, 0), (0, width - packed.shape[1])))
+        return np.ascontiguousarray(packed).view(np.uint64)
+
+    def vector_top(self, q: Any, n: int) -> list[tuple[str, float]]:
+        """Best ``n`` retrievable slots by cosine: exact up to :data:`EXACT_LIMIT` live
+        vectors, else exact over a Hamming shortlist of sign bits."""
+        import numpy as np
+
+        if not len(self.flags) or n <= 0:
+            return []
+        used = self.used
+        live = self.flags[:used] == 1
+        count = int(np.count_nonzero(live))
+        m = max(SHORTLIST, 40 * n)
+        if count > EXACT_LIMIT and count > m:
+            qbits = self._signs(q.reshape(1, -1))[0]
+            words = np.bitwise_count(np.bitwise_xor(self.bits[:used], qbits))
+            ham = words[:, 0].astype(np.uint16)
+            for w in range(1, words.shape[1]):
+                ham += words[:, w]
+            ham[~live] = self.dim + 1
+            # the m nearest by Hamming distance (all ties at the cut kept): a counting
+            # sort's threshold, cheaper than argpartition over every slot
+            cut = int(np.searchsorted(np.cumsum(np.bincount(ham, minlength=self.dim + 2)), m))
+            idx = np.flatnonzero(ham <= min(cut, self.dim))
+            scores = _matvec(self.matrix[idx], q)
+        else:
+            idx = np.flatnonzero(live)
+            scores = _matvec(self.matrix[:used], q)[idx]
+        if len(idx) > n:
+            part = np.argpartition(-scores, n - 1)[:n]
+            idx, scores = idx[part], scores[part]
+        order = np.lexsort((idx, -scores))
+        return [(self.slot_ids[i] or "", float(s))
+                for i, s in zip(idx[order].tolist(), scores[order].tolist(), strict=True)]
+
+    def forget(self, atom_id: str) -> int:
+        """Erase one atom from this entry: vector row zeroed, candidate data dropped."""
+        n = 0
+        slot = self.slot_of.pop(atom_id, None)
+        if slot is not None:
+            self.matrix[slot] = 0.0
+            self.bits[slot] = 0
+            self.flags[slot] = 0
+            self.slot_ids[slot] = None
+            n += 1
+        i = self.pos.get(atom_id)
+        if i is not None:
+            self.arrays["static_ok"][i] = 0.0
+            n += 1
+        return n
+
+    def nbytes(self) -> int:
+        return int(self.matrix.nbytes + self.bits.nbytes
+                   + sum(v.nbytes for v in self.arrays.values()))
+
+
+class RecallIndex:
+    """Subject indexes of recently recalled subjects (LRU, bounded by count); a route."""
+
+    name = "recall-index"
+    model = "recall-index"
+    in_process = True
+
+    def __init__(self, atoms: Any, vectors: Any, maxsize: int = 32) -> None:
+        self.atoms = atoms
+        self.vectors = vectors
+        self.maxsize = maxsize
+        self._entries: OrderedDict[str, SubjectIndex] = OrderedDict()
+        self._profiles: dict[str | None, _Profile] = {}
+
+    def usable(self) -> bool:
+        """Dense vectors only: the hashing fallback keeps the stored sparse search."""
+        return bool(self.vectors.dense)
+
+    def get(self, conn: Connection, subject_id: str, positions: tuple[int, int]) -> SubjectIndex:
+        """The subject's index, read or brought up to date for these model positions."""
+        entry = self._entries.get(subject_id)
+        if entry is None:
+            entry = SubjectIndex(subject_id, self.vectors.dim)
+            self._entries[subject_id] = entry
+            while len(self._entries) > self.maxsize:
+                self._entries.popitem(last=False)
+        self._entries.move_to_end(subject_id)
+        if entry.positions != positions:
+            self._refresh(conn, entry)
+            entry.positions = positions
+        return entry
+
+    def _refresh(self, conn: Connection, entry: SubjectIndex) -> None:
+        a, c = self.atoms.atoms, self.atoms.atom_content
+        stmt = (sa.select(a.c.atom_id, a.c.status, a.c.content_erased, a.c.superseded_by,
+                          c.c.text.is_not(None), a.c.valid_from, a.c.valid_to, a.c.baseline,
+                          a.c.rehearsal_count, a.c.emotional_valence, a.c.decay_origin,
+                          a.c.decay_profile, a.c.created_at, a.c.last_seq)
+                .select_from(a.outerjoin(c, a.c.atom_id == c.c.atom_id))
+                .where(a.c.subject_id == entry.subject_id))
+        if entry.atoms_seq:
+            stmt = stmt.where(a.c.last_seq > entry.atoms_seq)
+        entry.put_atoms(conn.execute(stmt).all(), self._profiles)
+        v = self.vectors
+        if not v.store.table_exists(conn, v.segments.name):
+            return
+        for raw in v._rows(conn, entry.subject_id, after_seq=entry.vec_seq or None):
+            entry.put_segment(raw.segment, v.segment_size, raw.ids, raw.flags, raw.vals,
+                              raw.seq)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    # ------------------------------------------------------------------ route
+    def purge(self, conn: Connection | None, item_id: str) -> int:
+        return sum(e.forget(item_id) for e in self._entries.values())
+
+    def purge_many(self, conn: Connection | None, item_ids: Sequence[str]) -> int:
+        return sum(self.purge(conn, i) for i in item_ids)
+
+    def compact(self, conn: Connection | None) -> None:
+        return None
+
+    def content_tables(self) -> Sequence[str]:
+        return ()
+
+    def probe(self, item_id: str, content: str | None) -> ProbeResult:
+        hits = []
+        n = sum(1 for e in self._entries.values() if item_id in e.slot_of)
+        if n:
+            hits.append(ProbeHit("recall-index", "id", n))
+        if content and self._entries:
+            import numpy as np
+
+            q = np.asarray(self.vectors.embed_query(content), dtype=np.float32)
+            near = sorted({a for e in self._entries.values()
+                           for a, s in e.vector_top(q, 16) if s >= 0.9})
+            if near:
+                hits.append(ProbeHit("recall-index", "content", len(near),
+                                     tuple(a for a in near if a != item_id)))
+        return ProbeResult(self.name, item_id, ("recall-index",), tuple(hits))
+
+    def probe_many(self, items: Mapping[str, Sequence[str]]) -> list[ProbeResult]:
+        return [self.probe(i, None) for i in items]
