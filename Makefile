@@ -1,28 +1,43 @@
-# Two entry points a new machine needs: `make demo` and `make test`.
+# Two entry points a new machine needs: `make demo` and `make test` (README "Set up").
+# Both need only Python 3.11+: `make test` starts a throwaway PostgreSQL when none answers
+# at LEDGER_TEST_PG (tests/pgserver.py) and finds or installs Chromium for the browser test
+# (scripts/ensure-chromium.sh).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+DEMO_HOME ?= demo-ledger
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-fast lint bench startup clean
 
-$(BIN)/ledger: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(BIN)/ledger
+# The runtime alone (what `make demo` and a user of the CLI need) ...
+$(VENV)/.runtime: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e .
+	touch $@
 
-demo: $(BIN)/ledger
-	$(BIN)/python -m ledger.demo
+# ... and the dev extra on top of it (tests, linters, playwright, PostgreSQL binaries).
+$(VENV)/.dev: $(VENV)/.runtime
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $@
 
-test: $(BIN)/ledger
-	$(BIN)/python -m pytest -q
+demo: $(VENV)/.runtime
+	$(BIN)/python -m ledger.demo $(DEMO_HOME)
 
-lint: $(BIN)/ledger
+test: $(VENV)/.dev
+	LEDGER_CHROMIUM="$$(scripts/ensure-chromium.sh)" $(BIN)/python -m pytest -q
+
+test-fast: $(VENV)/.dev
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: $(VENV)/.dev
 	$(BIN)/ruff check ledger keys projections governance tests benchmarks
 	$(BIN)/mypy
 
-bench: $(BIN)/ledger
+bench: $(VENV)/.dev
 	$(BIN)/python benchmarks/append.py
 
+startup: $(VENV)/.runtime
+	$(BIN)/python benchmarks/startup.py
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .cache $(DEMO_HOME)

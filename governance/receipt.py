@@ -278,12 +278,13 @@ def render_html(data: bytes) -> str:
     e = html.escape
     req, erased = doc["request"], doc["erased"]
     labels = {"atoms": "memories", "artifacts": "source documents (chats, notes)",
-              "subjects": "profile"}
+              "subjects": "profile (name, details)"}
     what = "".join(f"<li>{v['count']} {e(labels.get(k, k))}</li>" for k, v in erased.items())
     ids = "".join(f"<tr><td>{e(labels.get(k, k))}</td><td><code>{e(i)}</code></td></tr>"
                   for k, v in erased.items() for i in v["ids"])
-    witnesses = ", ".join(e(w["witness"].split("+", 1)[0]) for w in doc["witnesses"]) or \
-        "no independent witness"
+    names = ", ".join(e(w["witness"].split("+", 1)[0]) for w in doc["witnesses"])
+    witnessed = (f"cosigned by {names}, independent witnesses who check that the log is "
+                 "never rewritten") if names else "not cosigned by an independent witness"
     size = doc["checkpoint"].split("\n")[1]
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Erasure receipt {e(req['id'])}</title>
@@ -298,7 +299,7 @@ received {e(str(req['received_at']))}). It was completed on
 <b>{e(str(req['completed_at']))}</b>. Erased:</p><ul>{what}</ul>
 <p>The keys that could decrypt them were destroyed. The erasure is recorded as
 {len(doc['tombstones'])} signed entries in the ledger's public log (checkpoint of size
-{e(size)}), cosigned by: {e(witnesses)}, who check that the log is never rewritten.</p>
+{e(size)}), {witnessed}.</p>
 <p>This receipt is signed by the operator and contains none of the erased content. Anyone
 can check it offline: <code>ledger audit-tools verify-receipt receipt.json</code>, or any
 DSSE verifier with the operator's public key.</p>

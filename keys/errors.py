@@ -29,3 +29,7 @@ class KeystoreError(KeyError_):
 
 class KeyringError(KeyError_):
     """A private key file is missing, unreadable or has unsafe permissions."""
+
+
+class PublicKeyFileError(KeyringError):
+    """A public key file named on the command line is missing or is not a key (exit 2)."""

@@ -14,7 +14,8 @@ import re
 import stat
 from pathlib import Path
 
-from keys.errors import KeyringError
+from keys.errors import KeyringError, PublicKeyFileError
+from keys.files import write_file
 from keys.signing import Signer, key_id
 
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
@@ -44,9 +45,9 @@ def read_public_key_file(path: Path) -> bytes:
         public_key = base64.b64decode(doc["public_key"], validate=True)
         kid = doc["kid"]
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise KeyringError(f"cannot read public key file {path}: {e}") from e
+        raise PublicKeyFileError(f"cannot read public key file {path}: {e}") from e
     if key_id(public_key) != kid:
-        raise KeyringError(f"public key file {path}: key id {kid} does not match its key")
+        raise PublicKeyFileError(f"public key file {path}: key id {kid} does not match its key")
     return public_key
 
 
@@ -73,7 +74,7 @@ class Keyring:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(doc, f)
         pub = self.folder / f"{name}.pub"
-        pub.write_text(json.dumps(public_key_document(name, signer.public_key)), encoding="utf-8")
+        write_file(pub, json.dumps(public_key_document(name, signer.public_key)))
         return signer
 
     def load(self, name: str) -> Signer:

@@ -9,15 +9,17 @@ in version order.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
-from eventsourcing.postgres import PostgresAggregateRecorder
-from psycopg.sql import SQL, Identifier
 
 from ledger import sqlite_recorder
+
+if TYPE_CHECKING:
+    from eventsourcing.postgres import PostgresAggregateRecorder
 
 __all__ = ["CHUNK", "select_events_of"]
 
@@ -33,13 +35,18 @@ def select_events_of(recorder: Any, originator_ids: Sequence[UUID]
     PostgreSQL one (the caller then reads aggregate by aggregate)."""
     if isinstance(recorder, sqlite_recorder.BulkSQLiteApplicationRecorder):
         return sqlite_recorder.select_events_of(recorder, originator_ids, CHUNK)
-    if isinstance(recorder, PostgresAggregateRecorder):
+    # eventsourcing.postgres (and psycopg) is loaded only by a PostgreSQL ledger: a SQLite
+    # one does not pay for importing it (start-up, issue 15).
+    postgres = sys.modules.get("eventsourcing.postgres")
+    if postgres is not None and isinstance(recorder, postgres.PostgresAggregateRecorder):
         return _postgres(recorder, originator_ids)
     return None
 
 
 def _postgres(recorder: PostgresAggregateRecorder, originator_ids: Sequence[UUID]
               ) -> dict[UUID, list[StoredEvent]]:
+    from psycopg.sql import SQL, Identifier
+
     out: dict[UUID, list[StoredEvent]] = {i: [] for i in originator_ids}
     ids = list(out)
     as_text = recorder.datastore.originator_id_type != "uuid"

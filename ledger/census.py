@@ -19,7 +19,6 @@ from typing import Any
 
 import sqlalchemy as sa
 import structlog
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
 from ledger import envelope
@@ -98,5 +97,10 @@ class SubjectCensus:
 
     def _insert(self, table: sa.Table) -> Any:
         """The dialect's INSERT, which knows ON CONFLICT."""
-        dialect = postgresql if self.engine.dialect.name == "postgresql" else sqlite
-        return dialect.insert(table)
+        if self.engine.dialect.name == "postgresql":  # imported by the ledger that uses it
+            from sqlalchemy.dialects import postgresql
+
+            return postgresql.insert(table)
+        from sqlalchemy.dialects import sqlite
+
+        return sqlite.insert(table)

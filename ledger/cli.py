@@ -30,6 +30,7 @@ from keys.errors import (
     KeyNotAuthorized,
     KeyringError,
     KeystoreError,
+    PublicKeyFileError,
 )
 from ledger.clock import parse_instant
 from ledger.errors import (
@@ -575,7 +576,10 @@ def verify(
     elif result.get("checkpoints"):
         extra_text = "; extends checkpoint(s) of size " + ", ".join(
             str(c["size"]) for c in result["checkpoints"])
-    verdict(f"OK: {report.events} events verified{extra_text}; head seq {report.head_seq} "
+    from ledger.text import plural
+
+    verdict(f"OK: {plural(report.events, 'events')} verified{extra_text}; head seq "
+            f"{report.head_seq} "
             f"at {report.head_time}")
 
 
@@ -611,7 +615,9 @@ def checkpoint_cmd(
         results = [r.as_json() for r in getattr(app, "last_witnessing", [])]
     if out_file is not None:
         try:
-            out_file.write_text(cp.note, encoding="utf-8")
+            from keys.files import write_file
+
+            write_file(out_file, cp.note)  # 0o644 whatever the umask
         except OSError as e:
             raise InputError(f"cannot write {out_file}: {e}") from e
     out({"origin": cp.checkpoint.origin, "size": cp.size, "root": b64(cp.root),
@@ -820,20 +826,34 @@ def _set_home(ctx: Any, param: Any, value: Path | None) -> None:
         STATE.home = value
 
 
-def _leaves(group: Any) -> Iterator[Any]:
-    for sub in getattr(group, "commands", {}).values():
+def _leaves(group: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    for name, sub in getattr(group, "commands", {}).items():
         if getattr(sub, "commands", None) is not None:
-            yield from _leaves(sub)
+            yield from _leaves(sub, (*path, name))
         else:
-            yield sub
+            yield (*path, name), sub
 
 
 _COMMAND: list[Any] = []
 
 
-def _with_logs(callback: Any) -> Any:
-    """structlog is configured when a command runs, not to show help."""
+# Commands that can run for long without a count to show: `LABEL ... N s` on a terminal
+# (ledger/progress.py). verify and projections rebuild draw bars with counts instead.
+ACTIVITY = {("import",): "Importing", ("export",): "Exporting",
+            ("redact-user",): "Erasing", ("redact",): "Redacting", ("delete",): "Erasing",
+            ("artifact", "delete"): "Erasing", ("evidence-pack",): "Building the pack",
+            ("verify-pack",): "Verifying the pack", ("recall",): "Recalling",
+            ("sweep",): "Sweeping", ("audit",): "Building the report",
+            ("policy", "check"): "Checking", ("review", "resolve"): "Resolving",
+            ("checkpoint",): "Signing the checkpoint", ("state",): "Reading the log"}
+
+
+def _wrapped(callback: Any, path: tuple[str, ...]) -> Any:
+    """structlog is configured when a command runs, not to show help; a long command shows
+    that it is working."""
     import functools
+
+    label = ACTIVITY.get(path)
 
     @functools.wraps(callback)
     def run(*args: Any, **kwargs: Any) -> Any:
@@ -841,7 +861,11 @@ def _with_logs(callback: Any) -> Any:
 
         logs.configure("info" if progress.verbose() and not os.environ.get("LEDGER_LOG_LEVEL")
                        else None)
-        return callback(*args, **kwargs)
+        if label is None:
+            return callback(*args, **kwargs)
+        quiet = bool(kwargs.get("as_json")) or kwargs.get("fmt") == "json"
+        with progress.activity(label, json=quiet):
+            return callback(*args, **kwargs)
 
     return run
 _PLACEHOLDERS = {"Path": "PATH", "int": "N", "float": "NUMBER", "str": "TEXT"}
@@ -869,12 +893,12 @@ def command() -> Any:
 
         root = typer.main.get_command(cli)
         home = next(p for p in root.params if "--home" in p.opts)
-        for leaf in _leaves(root):
+        for path, leaf in _leaves(root):
             if not any("--home" in p.opts for p in leaf.params):
                 option = copy.copy(home)  # the root's own option, not passed to the command
                 option.expose_value, option.callback = False, _set_home
                 leaf.params.append(option)
-            leaf.callback = _with_logs(leaf.callback)
+            leaf.callback = _wrapped(leaf.callback, path)
             for param in leaf.params:
                 if not param.opts[0].startswith("-"):  # usage "ATOM", not "{ATOM} <str>"
                     name = str(param.name).upper()
@@ -902,6 +926,9 @@ def main(argv: list[str] | None = None) -> int:
         if e.hint:
             verdict(f"hint: {e.hint}")
         return e.exit_code
+    except PublicKeyFileError as e:  # a file named on the command line: usage
+        verdict(f"error: {e}")
+        return EXIT_USAGE
     except (KeyringError, KeystoreError) as e:
         verdict(f"error: {e}")
         return EXIT_ENV

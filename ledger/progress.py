@@ -15,7 +15,9 @@ for silence; on a pipe, in a file, under ``--json`` or ``-q`` it draws nothing a
 ``(done, total)`` callable, the shape :class:`projections.runner.Progress` callbacks have.
 
 ``LEDGER_PROGRESS=always`` draws the bar even when stderr is not a terminal and
-``LEDGER_PROGRESS=never`` never draws it (for terminals that do not redraw well).
+``LEDGER_PROGRESS=never`` never draws it (for terminals that do not redraw well). Work
+without a count shows ``LABEL ... N s`` (:func:`activity`) once it has run
+``LEDGER_PROGRESS_DELAY`` seconds (default 0.8).
 Only typer is imported here, so that calling the helper costs nothing at start-up.
 """
 
@@ -100,11 +102,99 @@ def bar(label: str, total: int | None = None, *, json: bool = False) -> Iterator
         return
     import typer
 
+    for line in _ACTIVE:  # a bar with a count replaces the activity line
+        line.stop()
     impl = typer.progressbar(length=max(total or 1, 1), label=label, file=sys.stderr,
                              show_eta=True, show_percent=True, show_pos=True)
     impl._is_atty = True  # decided above (LEDGER_PROGRESS=always draws on a non-terminal)
     with impl:
         yield Bar(impl, total)
+
+
+class _Clearing:
+    """A stream that wipes the activity line before anything else is written to the
+    terminal, so that verdicts and data never share a line with it."""
+
+    def __init__(self, stream: Any, line: _Activity) -> None:
+        self._stream, self._line = stream, line
+
+    def write(self, text: str) -> int:
+        with self._line.lock:
+            self._line.wipe()
+            return int(self._stream.write(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+class _Activity:
+    """``LABEL ... 12 s`` redrawn every half second on stderr by a daemon thread."""
+
+    def __init__(self, label: str, stream: Any) -> None:
+        import threading
+
+        self.label, self.stream = label, stream
+        self.lock = threading.Lock()
+        self.shown = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ledger-activity",
+                                        daemon=True)
+
+    def wipe(self) -> None:
+        if self.shown:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+            self.shown = False
+
+    def _run(self) -> None:
+        import time
+
+        start, frames, i = time.monotonic(), "|/-\\", 0
+        first = float(os.environ.get("LEDGER_PROGRESS_DELAY", "0.8"))  # quick: nothing
+        while not self._stop.wait(0.5 if i else first):
+            with self.lock:
+                elapsed = int(time.monotonic() - start)
+                self.stream.write(f"\r{frames[i % 4]} {self.label} ... {elapsed} s\033[K")
+                self.stream.flush()
+                self.shown = True
+            i += 1
+
+    def __enter__(self) -> _Activity:
+        _ACTIVE.append(self)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        with self.lock:
+            self.wipe()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        _ACTIVE.remove(self)
+
+
+_ACTIVE: list[_Activity] = []
+
+
+@contextmanager
+def activity(label: str, *, json: bool = False) -> Iterator[None]:
+    """For work without a count: ``LABEL ... N s`` on a terminal while the block runs (after
+    the first 0.8 s), wiped before anything else is printed; nothing elsewhere."""
+    if not enabled(json=json):
+        yield
+        return
+    out, err = sys.stdout, sys.stderr
+    with _Activity(label, err) as line:
+        sys.stderr = _Clearing(err, line)
+        if out.isatty():
+            sys.stdout = _Clearing(out, line)
+        try:
+            yield
+        finally:
+            sys.stdout, sys.stderr = out, err
 
 
 def tracked(items: Iterable[Any], bar: Bar, *, every: int = 256) -> Iterator[Any]:
@@ -126,4 +216,4 @@ def steps(label: str, items: list[Any], *, json: bool = False) -> Iterator[Any]:
             b.advance()
 
 
-__all__ = ["Bar", "bar", "configure", "enabled", "quiet", "steps", "tracked", "verbose"]
+__all__ = ["Bar", "activity", "bar", "configure", "enabled", "quiet", "steps", "tracked", "verbose"]

@@ -1,8 +1,10 @@
 """Shared fixtures. Every storage test runs on SQLite and on PostgreSQL.
 
-PostgreSQL is required, not optional: ``.ci/run`` starts the server on
-127.0.0.1:5432 and the tests fail (never skip) when it is not reachable.
-Each test gets its own schema, dropped afterwards.
+PostgreSQL is required, not optional, and never skipped. The tests use the server at
+``LEDGER_TEST_PG`` (default ``postgresql://postgres@127.0.0.1:5432/test``) when it
+answers; when nothing answers there, the session starts a throwaway server of its own
+(tests/pgserver.py, ADR 0025) and removes it at the end. ``LEDGER_TEST_PG_START=never``
+makes a missing server an error instead. Each test gets its own schema, dropped afterwards.
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ from ledger.application import LedgerApp
 from ledger.cli import main
 from ledger.home import Config
 
+from . import pgserver
+
 os.environ.setdefault("LEDGER_LOG_LEVEL", "debug")  # so capture_logs() sees every line
-PG_URL = os.environ.get("LEDGER_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+PG_URL, PG_THROWAWAY = pgserver.session_url()
+os.environ["LEDGER_TEST_PG"] = PG_URL  # the same server for tests that start processes
 BACKENDS = ["sqlite", "postgres"]
 
 
@@ -38,6 +43,74 @@ def pg_connect() -> psycopg.Connection:
 def drop_schema(schema: str) -> None:
     with pg_connect() as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+# `make test-fast` (pytest -m "not slow") leaves these out: the functions taking the most
+# time in a full run (all parameters together; `pytest --durations=120` to re-measure).
+# New slow tests: @pytest.mark.slow on the test, or a line here.
+SLOW = {
+    "test_sweep.py::test_each_class_expires_exactly_on_its_day_and_not_before",
+    "test_sweep.py::test_a_sweep_run_twice_does_the_work_once",
+    "test_sweep.py::test_a_hard_swept_atom_is_not_recalled_and_in_no_file",
+    "test_projections_contract.py::test_rebuild_from_zero_equals_incremental",
+    "test_projections_contract.py::test_crash_between_batches_resumes_without_loss_or_duplicates",
+    "test_canonical.py::test_same_bytes_or_same_error_as_rfc8785",
+    "test_canonical.py::test_every_code_point_as_a_string_matches_rfc8785",
+    "test_residue_repair.py::test_without_secure_delete_the_word_stays_until_optimize",
+    "test_residue_repair.py::test_checkpoint_pages_names_exactly_the_pages_the_checkpoint_writes",
+    "test_residue_repair.py::test_residue_in_a_content_page_is_removed_from_that_page_or_table_only",
+    "test_residue_repair.py::"
+    "test_a_checkpoint_that_cannot_name_its_pages_makes_the_scan_read_the_file_again",
+    "test_pack_schema.py::test_resigned_pack_with_altered_predicate_fails_at_step_1_1",
+    "test_pack_schema.py::test_built_predicates_validate",
+    "test_pack_schema.py::test_every_stored_envelope_validates",
+    "test_pack_schema.py::test_build_pack_refuses_a_predicate_outside_the_schema",
+    "test_tamper.py::test_flipped_byte_in_any_stored_event_detected",
+    "test_requests.py::test_redact_user_takes_its_deadlines_from_the_policy_sla",
+    "test_requests.py::test_a_late_completion_is_listed_but_no_longer_overdue",
+    "test_portability_roundtrip.py::test_mem_roundtrip_is_identical",
+    "test_portability_roundtrip.py::test_konshus_roundtrip_is_identical",
+    "test_portability_roundtrip.py::test_persona_roundtrip_is_identical",
+    "test_audit_report.py::test_tampered_log_reported_as_failed_with_exit_1",
+    "test_audit_report.py::test_audit_flags_of_the_policy_in_force_at_the_period_end",
+    "test_audit_report.py::test_whole_log_numbers_match_what_was_done",
+    "test_audit_report.py::test_no_memory_content_in_any_format",
+    "test_keys.py::test_blocked_shred_fails_loudly_and_a_retry_completes",
+    "test_append_throughput.py::test_pooled_keystore_shreds_and_a_blocked_checkpoint_still_fails",
+    "test_merkle.py::test_sampled_sizes_up_to_100000_match_pymerkle",
+    "test_policy_enforcement.py::test_policy_check_warns_with_the_ids_to_fix",
+    "test_policy_enforcement.py::"
+    "test_max_atoms_archives_the_lowest_salience_atoms_with_signed_events",
+    "test_governance.py::test_any_changed_byte_fails_at_a_named_step",
+    "test_governance.py::test_dropped_file_and_foreign_proof_fail",
+    "test_transparency.py::test_proofs_still_verify_after_crypto_shredding",
+    "test_transparency.py::test_checkpoint_proofs_and_offline_audit_tools",
+    "test_transparency.py::test_forked_log_detected",
+    "test_envelope.py::test_canonical_bytes_stable_through_round_trip",
+    "test_tree_tiles.py::test_a_ledger_with_node_rows_is_converted_on_open",
+    "test_portability_mem.py::test_bundle_written_by_portable_memory_imports_with_nothing_lost",
+    "test_progress.py::test_quiet_and_json_draw_nothing_on_a_terminal",
+    "test_progress.py::test_verify_draws_nothing_on_a_pipe",
+    "test_cli.py::test_console_script_runs",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if f"{item.path.name}::{getattr(item, 'originalname', item.name)}" in SLOW:
+            item.add_marker(pytest.mark.slow)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if PG_THROWAWAY is None:
+        return f"postgresql: {PG_URL} (LEDGER_TEST_PG)"
+    return (f"postgresql: throwaway server {PG_URL} from {PG_THROWAWAY.binaries}, started in "
+            f"{PG_THROWAWAY.seconds:.1f} s (nothing answered at LEDGER_TEST_PG)")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if PG_THROWAWAY is not None:
+        PG_THROWAWAY.stop()
 
 
 @dataclass

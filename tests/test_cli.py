@@ -129,10 +129,11 @@ def test_console_script_runs(home: Path) -> None:
     assert r.returncode == 0 and json.loads(r.stdout)["ok"] is True
 
 
-def test_demo_runs_the_whole_flow() -> None:
+@pytest.mark.slow
+def test_demo_runs_the_whole_flow(tmp_path: Path) -> None:
     """`make demo` runs this module: keep the README's first command true."""
-    r = subprocess.run([sys.executable, "-m", "ledger.demo"], capture_output=True, text=True,
-                       check=False, timeout=300)
+    r = subprocess.run([sys.executable, "-m", "ledger.demo", str(tmp_path / "demo")],
+                       capture_output=True, text=True, check=False, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "OK: pack verified against the trusted root key" in r.stdout
     assert "nothing recalled" in r.stdout

@@ -102,3 +102,31 @@ def test_always_draws_and_never_silences(monkeypatch: pytest.MonkeyPatch,
     assert bar.drawn and "Working" in capsys.readouterr().err
     monkeypatch.setenv("LEDGER_PROGRESS", "never")
     assert not progress.enabled()
+
+
+def test_activity_line_on_a_terminal_is_wiped_before_other_output(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("LEDGER_PROGRESS", "always")
+    with progress.activity("Erasing"):
+        time.sleep(1.5)
+        sys.stderr.write("OK: done\n")
+    err = capsys.readouterr().err
+    assert "Erasing ... 0 s" in err or "Erasing ... 1 s" in err
+    assert "\r\033[KOK: done\n" in err  # the line is cleared first, never mixed
+    monkeypatch.setenv("LEDGER_PROGRESS", "auto")  # capsys is not a terminal: nothing
+    with progress.activity("Erasing"):
+        time.sleep(1.2)
+    assert capsys.readouterr().err == ""
+
+
+def test_a_slow_command_shows_activity_on_a_terminal_only(busy_home: Path) -> None:
+    env = {"LEDGER_PROGRESS_DELAY": "0"}  # draw at once: this command is quick here
+    code, screen = on_terminal("--home", str(busy_home), "recall", "fact", "--subject", "u1",
+                               "--no-rehearse", env=env)
+    assert code == 0, screen
+    assert "Recalling ... 0 s" in screen
+    assert "OK: recalled" in screen
+    visible = [line.rsplit("\r", 1)[-1] for line in screen.split("\n")]
+    assert not any("Recalling" in line for line in visible), screen  # wiped, never mixed
+    r = on_pipe("--home", str(busy_home), "recall", "fact", "--subject", "u1", "--no-rehearse")
+    assert r.returncode == 0 and "Recalling" not in r.stderr and "\r" not in r.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import signal
 import struct
 import threading
@@ -439,3 +440,70 @@ def test_witness_killed_between_storing_and_answering_recovers(witness_home: Pat
     assert all(len(roots) == 1 for roots in by_size.values())  # never two roots for a size
     assert [s for _, s, _, _ in history] == sorted(s for _, s, _, _ in history)
     assert [s for s, _ in given] == [7, 9] and (5, fork.tree.root(5)) not in given
+
+
+def test_slow_body_times_out_and_logs_hold_no_content(witness_home: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request body that never finishes gets 408; log lines carry no checkpoint text."""
+    import socket
+    import time
+
+    from structlog.testing import capture_logs
+
+    from ledger.witness import server
+    from tests.witness_support import InProcessWitness
+
+    monkeypatch.setattr(server, "BODY_TIMEOUT", 0.5)
+    log = MemoryLog()
+    log.grow(3)
+    w = InProcessWitness(witness_home)
+    w.follow(log.origin, log.vkey)
+    try:
+        port = int(w.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"POST /add-checkpoint HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"
+                      b"old 0\n")
+            start = time.monotonic()
+            answer = s.recv(4096)
+            assert answer.startswith(b"HTTP/1.1 408") and time.monotonic() - start < 5
+        body = log.request(0)
+        with capture_logs() as logs:
+            assert w.witness.add_checkpoint(body).status == 200
+            fork = MemoryLog()
+            fork.grow(3, tag=b"f")
+            assert w.witness.add_checkpoint(fork.request(3, 3)).status == 409
+        text = json.dumps(logs)
+        root = log.note().split("\n")[2]
+        assert logs and root not in text and log.origin not in text
+        assert {e["event"] for e in logs} >= {"witness.cosigned", "witness.fork_detected"}
+    finally:
+        w.stop()
+
+
+def test_witness_cli_init_add_log_logs(tmp_path: Path) -> None:
+    from tests.conftest import run_cli
+
+    home = tmp_path / "w"
+    r = run_cli("witness", "init", "--home", str(home), "--name", "dpo.example/witness",
+                "--json")
+    assert r.code == 0, r.err
+    vkey = json.loads(r.out)["vkey"]
+    assert parse_witness_vkey(vkey).name == "dpo.example/witness"
+    assert (home / "witness.key").stat().st_mode & 0o777 == 0o600
+    again = run_cli("witness", "init", "--home", str(home), "--name", "x")
+    assert again.code == 2 and "already a witness home" in again.err
+    bad = run_cli("witness", "init", "--home", str(tmp_path / "b"), "--name", "has space")
+    assert bad.code == 2 and "--name" in bad.err and not (tmp_path / "b").exists()
+    log = MemoryLog()
+    files = snapshot(home)
+    r = run_cli("witness", "add-log", log.origin, "--key", vkey, "--home", str(home))
+    assert r.code == 2 and "--key" in r.err  # a witness key is not a log key
+    assert snapshot(home) == files
+    assert run_cli("witness", "add-log", log.origin, "--key", log.vkey, "--home",
+                   str(home)).code == 0
+    r = run_cli("witness", "logs", "--home", str(home), "--json")
+    assert json.loads(r.out)["logs"] == [{"origin": log.origin, "vkey": log.vkey, "size": None}]
+    r = run_cli("witness", "serve", "--home", str(home), "--listen", "nowhere")
+    assert r.code == 2 and "HOST:PORT" in r.err
+    r = run_cli("witness", "logs", "--home", str(tmp_path / "none"))
+    assert r.code == 3 and "ledger witness init" in r.err

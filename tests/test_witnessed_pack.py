@@ -236,3 +236,19 @@ def test_pack_proof_file_swapped_fails_at_step_7_1(erased: dict[str, Any]) -> No
     _resign(pack, app)
     with pytest.raises(PackInvalid, match=r"step 7.1"):
         verify_pack(pack, app.root_public_key)
+
+
+def test_misconfigured_witness_never_blocks_a_checkpoint(home: Path, tmp_path: Path) -> None:
+    cfg = Config.load(home)
+    dataclasses.replace(cfg, witnesses=(("http://127.0.0.1:9", "not+a+vkey"),
+                                        ("ftp://x", "y"))).write()
+    app = LedgerApp(Config.load(home))
+    try:
+        app.register_subject({"ref": "u1"})
+        cp = app.checkpoint()
+        assert cp.size > 0 and app.last_witnessing == []
+    finally:
+        app.close()
+    r = run_cli("--home", str(home), "checkpoint", "--witness", "http://127.0.0.1:9",
+                "--witness-key", "garbage+00000000+AAAA")
+    assert r.code == 2 and "witness key for http://127.0.0.1:9" in r.err

@@ -57,7 +57,9 @@ def _verdict(message: str) -> None:
 
 
 def _counts(d: dict[str, int]) -> str:
-    return ", ".join(f"{v} {k}" for k, v in d.items())
+    from ledger.text import plural
+
+    return ", ".join(plural(v, k) for k, v in d.items())
 
 
 def make_import(open_app: OpenApp) -> Callable[..., None]:

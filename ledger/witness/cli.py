@@ -68,13 +68,14 @@ def register(cli: typer.Typer, opened: Callable[[], Any]) -> None:
 
         w = Witness(home)
         try:
-            data = {"vkey": w.vkey, "logs": w.logs(),
+            logs = w.logs()
+            data = {"vkey": w.vkey, "logs": logs,
                     "evidence": [{k: v for k, v in e.items() if k not in ("note", "stored_note")}
                                  for e in w.evidence()]}
         finally:
             w.close()
         text = "\n".join(f"{r['origin']}  size {r['size'] if r['size'] is not None else '-'}"
-                         for r in data["logs"])  # type: ignore[union-attr]
+                         for r in logs)
         _out(data, as_json, text or "(no logs)")
 
     @app.command("serve")
@@ -171,4 +172,8 @@ def checkpoint_witnesses(urls: list[str] | None, keys: list[str] | None,
                                   "`ledger witness use URL --key VKEY`")
     if extra:
         raise InputError("more --witness-key options than --witness URLs")
+    from ledger.witness.client import WitnessTarget
+
+    for url, vkey in pairs:
+        WitnessTarget.of(url, vkey)  # a usage error now, not a silent skip later
     return pairs

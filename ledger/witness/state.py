@@ -86,7 +86,11 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 def init_home(home: Path, name: str) -> str:
     """Create a witness home with a new key; returns the witness vkey."""
-    witness_vkey(name, bytes(32))  # validates the name before anything is written
+    try:
+        witness_vkey(name, bytes(32))  # validates the name before anything is written
+    except ValueError as e:
+        raise InputError(f"--name: {e}", hint="use a schema-less URL such as "
+                                              "dpo.example/witness") from e
     if (home / CONFIG).exists():
         raise ConflictError(f"{home} is already a witness home",
                             hint="use it, or choose another --home")

@@ -1,0 +1,24 @@
+"""The suite's own bookkeeping: every test named slow in conftest.py still exists, and no
+test reads outside the repository (the seeds live in ../shared only for the sessions)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .conftest import SLOW
+
+TESTS = Path(__file__).resolve().parent
+
+
+def test_every_slow_name_is_a_test() -> None:
+    for key in sorted(SLOW):
+        file, name = key.split("::")
+        assert f"def {name}(" in (TESTS / file).read_text("utf-8"), key
+
+
+def test_no_test_reads_the_shared_folder_beside_the_clone() -> None:
+    for path in sorted(TESTS.rglob("*.py")):
+        text = path.read_text("utf-8")
+        if path.name == "test_suite_layout.py":
+            continue
+        assert '"shared"' not in text and "../shared" not in text, path
