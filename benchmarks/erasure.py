@@ -10,8 +10,11 @@ follows the bytes the ledger owns by design, the raw file scan: reading every fi
 home once (measured in the same run, right after the erasure, page cache warm as it is
 for the scan).
 
+Also printed: the cost of the resume path, a redact-user killed at --resume-at (default
+after 500 key destructions) and run again (ADR 0019).
+
 Usage: python benchmarks/erasure.py [--sizes 100000,1000000] [--subject-atoms 1000]
-                                    [--keep DIR]
+                                    [--keep DIR] [--resume-at STEP]
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ import argparse
 import os
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 # benchmarks/projections.py would shadow the projections package when run from here.
 if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
@@ -83,6 +88,9 @@ def main() -> None:
                     help="build each ledger once into DIR/<size>-<subject atoms> and erase "
                          "a copy of it on later runs (10^6 events take about half an hour "
                          "to build)")
+    ap.add_argument("--resume-at", default="key:500", metavar="STEP",
+                    help="also time the resume of a redact-user killed at this step "
+                         "(LEDGER_FAULT, ADR 0019; '' to skip)")
     args = ap.parse_args()
     os.environ.pop("LEDGER_NOW", None)
     results = []
@@ -101,6 +109,14 @@ def main() -> None:
                 kept.mkdir(parents=True, exist_ok=True)
                 shutil.copytree(Path(tmp) / "home", kept / "home")
             built = time.perf_counter() - t0
+            pre = Path(tmp) / "pre"  # the home before the erasure, for the resume below
+            if args.resume_at:
+                proj.close()
+                app.close()  # copying reads the SQLite files: no connection of ours open
+                shutil.copytree(kept / "home" if kept is not None else Path(tmp) / "home", pre)
+                app = LedgerApp(Config.load(Path(tmp) / "home"))
+                proj = Projections(app)
+                proj.catch_up()
             t0 = time.perf_counter()
             res = redact_user(app, proj, "target", reason="benchmark", operator="operator")
             erase = time.perf_counter() - t0
@@ -116,6 +132,7 @@ def main() -> None:
             sqlite = ".".join(map(str, proj.store.sqlite_version()))
             proj.close()
             app.close()
+            resume = _resume(pre, args.resume_at) if args.resume_at else None
         phases = res["seconds"]
         scan = phases["raw_scan"]
         results.append((size, erase, erase - scan))
@@ -134,10 +151,40 @@ def main() -> None:
               f"after it, {res['rescanned_bytes'] / 1e6:,.0f} MB read again); "
               f"raw limit (read every byte once) {read_limit:.2f} s; scan/limit "
               f"{scan / read_limit:.2f}")
+        if resume is not None:
+            print(f"    resume after a kill at {args.resume_at}: the resumed redact-user "
+                  f"{resume['seconds']:.2f} s (phases: "
+                  + ", ".join(f"{k} {v:.2f} s" for k, v in resume["phases"].items()) + ")")
     if len(results) > 1:
         print(f"largest/smallest ledger redact-user time: {results[-1][1] / results[0][1]:.2f}x "
               f"(target within 2x); without the raw scan "
               f"{results[-1][2] / results[0][2]:.2f}x")
+
+
+def _resume(home: Path, step: str) -> dict[str, Any]:
+    """Kill a `redact-user` of the home at ``step`` (a child process, LEDGER_FAULT), then
+    time the run that resumes it, in this process (ADR 0019)."""
+    child = subprocess.run(
+        [sys.executable, "-c", "import sys; from ledger.cli import main; "
+         "sys.exit(main(sys.argv[1:]))", "redact-user", "target", "--reason", "benchmark",
+         "--operator", "operator"],
+        env={**os.environ, "LEDGER_HOME": str(home), "LEDGER_FAULT": step,
+             "LEDGER_LOG_LEVEL": "warning"}, capture_output=True, check=False)
+    if child.returncode != -9:
+        raise SystemExit(f"the run to interrupt ended with {child.returncode}, not SIGKILL "
+                         f"at {step}: {child.stderr.decode()[-500:]}")
+    app = LedgerApp(Config.load(home))
+    proj = Projections(app)
+    try:
+        proj.catch_up()
+        t0 = time.perf_counter()
+        res = redact_user(app, proj, "target", reason="benchmark", operator="operator")
+        seconds = time.perf_counter() - t0
+        assert res.get("resumed"), res.get("status")
+    finally:
+        proj.close()
+        app.close()
+    return {"seconds": seconds, "phases": res["seconds"]}
 
 
 if __name__ == "__main__":

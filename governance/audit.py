@@ -150,6 +150,28 @@ def _env(state: bytes) -> dict[str, Any]:
     return envelope.open_state(state).envelope
 
 
+def _sealed_session(app: Any, env: dict[str, Any]) -> str | None:
+    """The session id a rehearsal sealed under its atom's key (ADR 0004), counted, never
+    copied; None once the atom's key is destroyed (the session went with the memory)."""
+    import base64
+    import json
+
+    from keys import aead
+
+    sealed = env["payload"].get("sealed")
+    if not sealed:
+        return None
+    key = app.datakeys.get_many([str(sealed["key_id"])]).get(str(sealed["key_id"]))
+    if key is None:
+        return None
+    plain = aead.open_sealed(key, base64.b64decode(sealed["nonce"]),
+                             base64.b64decode(sealed["ct"]),
+                             app.mapper.associated_data(env["originator_id"], env["version"],
+                                                        env["topic"]))
+    value = json.loads(plain).get("session_id")
+    return str(value) if value is not None else None
+
+
 def _short(topic: str) -> str:
     """``memory-ledger:atom.created.v1`` -> ``atom.created``."""
     name = topic.split(":", 1)[-1]
@@ -552,8 +574,9 @@ def build_report(app: Any, period: Period, subject: str | None = None,
             creations[CREATION_TOPICS[topic]] += 1
         elif cat == "recalled":
             recalled_atoms.add(oid)
-            if payload.get("session_id"):
-                recall_sessions.add(str(payload["session_id"]))
+            session = payload.get("session_id") or _sealed_session(app, env)
+            if session:
+                recall_sessions.add(str(session))
         elif cat == "rehearsed":
             rehearsed_atoms.add(oid)
         elif topic == Atom.Redacted.TOPIC and policy_rule(payload) is not None:

@@ -144,8 +144,9 @@ def artifact_delete_command(
 
 def redact_user_command(
     subject: Annotated[str, typer.Argument(help="Subject ref or id.")],
-    reason: ReasonOpt,
     operator: Annotated[str, typer.Option(help="Operator key that approves and signs.")],
+    reason: Annotated[str | None, typer.Option(
+        help="Why (sealed in the signed request; required unless --resume).")] = None,
     identifier: Annotated[list[str] | None, typer.Option(
         help="A name or e-mail that identifies the person (repeatable). It erases nothing: "
              "memories of other subjects it matches (whole words, any case) are flagged "
@@ -161,10 +162,14 @@ def redact_user_command(
     = None,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation on a "
                                                     "terminal.")] = False,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Finish the subject's interrupted request (no new one).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Right to be forgotten: receipt, gather, operator-signed batch, hard erasure of
     every copy, review flags for referring memories, confirmation with event ids.
+    An interrupted run is finished by running it again (or with --resume): the same
+    request and batch, from the step where it stopped.
 
     Only the subject's own memories are erased. Run --dry-run first, then the real run
     with --plan DIGEST from it.
@@ -178,16 +183,17 @@ def redact_user_command(
     with _session() as (app, proj):
         ack_hours, completion_hours = sla_hours(app.policy())  # Persona §7 SLA in force
         common: dict[str, Any] = dict(
-            reason=reason, operator=operator, identifiers=identifier or [],
+            reason=reason or "", operator=operator, identifiers=identifier or [],
             sessions=session or [], legal_basis=legal_basis, ack_hours=ack_hours,
             completion_hours=completion_hours)
-        if not dry_run and plan is None and not yes and sys.stdin.isatty():
+        if not dry_run and not resume and plan is None and not yes and sys.stdin.isatty():
             preview = redact_user(app, proj, subject, dry_run=True, **common)
             sys.stderr.write(_plan_text(preview) + "\n")
             if not typer.confirm("erase these memories for good?", err=True):
                 raise InputError("not confirmed; nothing was written")
             plan = preview["plan_digest"]
-        data = redact_user(app, proj, subject, dry_run=dry_run, expect_plan=plan, **common)
+        data = redact_user(app, proj, subject, dry_run=dry_run, expect_plan=plan, resume=resume,
+                           **common)
     for warning in data.get("warnings", []):
         _verdict(f"warning: {warning}")
     t = data["targets"]
@@ -212,10 +218,11 @@ def redact_user_command(
                                      for a in data["flag_for_review"]),
                                    *(f"review artifact {a}" for a in
                                      data.get("review_artifacts", []))]))
+    again = "; resumed an interrupted run" if data.get("resumed") else ""
+    plan_note = f"; plan {data['plan_digest']}" if data.get("plan_digest") else ""
     _verdict(f"OK: erased {counts}; {plural(flagged, 'memories')} of others flagged for "
              f"review (`ledger review list`); {plural(review, 'artifacts')} of others to "
-             f"review; batch "
-             f"{data['batch_id']}; plan {data['plan_digest']}")
+             f"review; batch {data['batch_id']}{plan_note}{again}")
 
 
 def _plan_text(data: dict[str, Any]) -> str:
@@ -331,10 +338,12 @@ def evidence_pack_command(
     from governance.pack import build_pack, countersign
 
     with _open[0]() as app:
+        key = app.signer(signer)
+        _check_pack_signer(app, key, signer)
         if target == "sign":
             if folder is None:
                 raise InputError("usage: ledger evidence-pack sign DIR --as KEY")
-            countersign(folder, app.signer(signer))
+            countersign(folder, key)
             _out({"pack": str(folder), "signed_by": signer}, as_json, str(folder))
             _verdict(f"OK: {folder} countersigned by {signer}")
             return
@@ -349,6 +358,24 @@ def evidence_pack_command(
     _out({"pack": str(path), "files": files,
           "zip": str(path.with_suffix(".zip")) if make_zip else None}, as_json, str(path))
     _verdict(f"OK: evidence pack written to {path}")
+
+
+def _check_pack_signer(app: Any, key: Any, name: str) -> None:
+    """Refuse, before anything is written, a key that verify-pack would not accept as a
+    pack's signer: one holding neither the operator nor the auditor role now."""
+    from keys.errors import KeyNotAuthorized
+    from ledger import clock
+
+    state, at = app.roster().state, clock.now()
+    for role in ("operator", "auditor"):
+        try:
+            state.check(key.kid, role, at)
+            return
+        except KeyNotAuthorized:
+            continue
+    raise InputError(f"{name} ({key.kid}) holds neither the operator nor the auditor role; "
+                     "an Evidence Pack signed by it would not verify",
+                     hint="sign with an operator or auditor key: --as operator")
 
 
 def verify_pack_command(

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,8 +41,8 @@ from governance.identifiers import (
     first_matches,
 )
 from governance.scan import TreeScan, scan_tree
-from keys.errors import KeyNotAuthorized
-from ledger import clock
+from keys.errors import DataKeyUnavailable, KeyNotAuthorized
+from ledger import clock, envelope, faults
 from ledger.errors import ConflictError, InputError, NotFound, VerificationFailed
 from projections.memory import index_text
 from projections.routes import Reach
@@ -106,10 +106,14 @@ def _content_of(proj: Projections, conn: Any, t: Targets
     """
     out: dict[str, list[str]] = {}
     indexed: dict[str, str] = {}
+    kept = _successor_texts(proj, conn, t.atoms)
     for row in proj.atoms.atoms_by_id(conn, t.atoms):
         texts = [row.get("text"), row.get("gist"),
                  *(d.get("content") for d in (row.get("details") or []))]
-        out[row["atom_id"]] = [x for x in texts if isinstance(x, str)]
+        # what a correction copied into the live successor is the successor's own
+        # content (ADR 0019): not looked for, so its survival does not fail the erasure
+        out[row["atom_id"]] = [x for x in texts if isinstance(x, str) and
+                               not any(x.lower() in k for k in kept)]
         if row.get("text") is not None:
             indexed[row["atom_id"]] = index_text(row.get("text"), row.get("gist"),
                                                  row.get("tags"), row.get("details"))
@@ -120,6 +124,47 @@ def _content_of(proj: Projections, conn: Any, t: Targets
     assert art is not None
     return ({k: [x for x in v if x and len(x) >= MIN_PROBE_CHARS] for k, v in out.items()},
             indexed)
+
+
+def successors(proj: Projections, conn: Any, atom_ids: Sequence[str]) -> dict[str, list[str]]:
+    """Target atom -> the atoms that supersede it, directly or down the chain, that are
+    not targets and not erased: the corrections that live on. Follows ``superseded_by``
+    (primary-key reads, only for atoms that were corrected)."""
+    targets = set(atom_ids)
+    out: dict[str, list[str]] = {}
+    origin = {r["atom_id"]: r["atom_id"] for r in proj.atoms.atoms_by_id(conn, list(atom_ids))
+              if r.get("superseded_by")}
+    nxt = {r["atom_id"]: str(r["superseded_by"])
+           for r in proj.atoms.atoms_by_id(conn, sorted(origin))}
+    seen = set(origin)
+    while nxt:
+        ids = sorted({v for v in nxt.values() if v not in seen})
+        seen.update(ids)
+        by_id = {r["atom_id"]: r for r in proj.atoms.atoms_by_id(conn, ids)}
+        following: dict[str, str] = {}
+        for prev, sid in nxt.items():
+            row = by_id.get(sid)
+            if row is None:
+                continue
+            start = origin[prev]
+            origin[sid] = start
+            if sid not in targets and row["status"] not in GONE and not row["content_erased"]:
+                out.setdefault(start, []).append(sid)
+            if row.get("superseded_by") and str(row["superseded_by"]) not in seen:
+                following[sid] = str(row["superseded_by"])
+        nxt = following
+    return out
+
+
+def _successor_texts(proj: Projections, conn: Any, atom_ids: Sequence[str]) -> list[str]:
+    """The free text (lower case) of the live successors of these atoms."""
+    ids = sorted({s for v in successors(proj, conn, atom_ids).values() for s in v})
+    texts = []
+    for row in proj.atoms.atoms_by_id(conn, ids):
+        texts += [x.lower() for x in (row.get("text"), row.get("gist"),
+                                      *(d.get("content") for d in (row.get("details") or [])))
+                  if isinstance(x, str)]
+    return texts
 
 
 def scan_files(folder: Path, needles: Sequence[bytes],
@@ -144,12 +189,37 @@ class _Timer:
         self._last = now
 
 
+CHUNK = 100
+"""Fewest items per commit of the key destructions and of the tombstones: each commit
+is a step boundary an interrupted erasure resumes after (ADR 0019). A large erasure uses
+at most :data:`MAX_COMMITS` commits per phase (each commit costs a transaction and a
+Merkle tree extension)."""
+MAX_COMMITS = 4
+
+
+STEPS = ("start", "after-receipt", "after-approval", "keys-deleted", "key", "subject-key",
+         "after-purge", "probes", "scan", "tombstone", "after-execute", "after-close")
+"""The crash points of an erasure (``LEDGER_FAULT=STEP[:N]``, ledger/faults.py): ``key``
+and ``tombstone`` count items (``key:150`` stops after the commit that destroyed the
+150th key); ``keys-deleted`` is between a keystore commit and its events."""
+
+
 def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reason: str,
                operator: str, request_id: UUID | None = None,
                cascade: dict[str, dict[str, Any]] | None = None,
                referring: Sequence[str] | Mapping[str, str] = (),
-               review_artifacts: Sequence[str] = ()) -> dict[str, Any]:
-    """Destroy, purge, probe, tombstone. Returns batch id, event ids and reach results.
+               review_artifacts: Sequence[str] = (), batch: Any = None,
+               fresh: bool = False) -> dict[str, Any]:
+    """Destroy, purge, probe, tombstone, close: one resumable batch (ADR 0019).
+
+    Each step is recorded (signed events, the keystore) before the next begins, and each
+    is idempotent, so a run that stopped anywhere is finished by running it again: the
+    batch left open for the same targets (or ``batch``, the request's) is continued,
+    never a second one opened. What the probes and the raw scan look for is taken before
+    the first key is destroyed and kept sealed under the batch's data key, in the
+    keystore, until the batch closes (its key destroyed last). ``fresh``: the request was
+    received just now, so it has no batch to look for. Returns batch id, event ids and
+    reach results.
 
     ``referring``: memories of others to flag ``refers-to-erased`` (a mapping gives each
     flag's reason: ids, identifier positions, field names, never content);
@@ -160,14 +230,46 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
     check_operator(app, operator)
     timer = _Timer()
     proj.catch_up()
-    before = app.checkpoint()
-    batch_id = app.open_batch(operator, request_id, mode, reason, targets.as_json())
-    with proj.store.engine.connect() as conn:
-        content, indexed = _content_of(proj, conn, targets)
+    if batch is None and not fresh:
+        batch = _open_batch(app, request_id, targets)
+    resumed = batch is not None
+    notes: dict[str, Any] | None = None
+    if batch is None:
+        before = app.checkpoint().size
+        batch_id = app.open_batch(operator, request_id, mode, reason, targets.as_json())
+    else:
+        batch_id = batch.id
+        mode = batch.mode
+        targets = Targets(**{k: list(v) for k, v in batch.targets.items()})
+        before = app.seq_of(f"{batch_id}/1") - 1
+        notes = _read_notes(app, batch_id)
+        log.info("erasure.resumed", batch_id=str(batch_id), status=batch.status)
+    if batch is not None and batch.status in ("executed", "closed"):
+        return _close(app, proj, batch_id, request_id, operator, timer, before,
+                      batch.event_ids, batch.reach, targets)
+    if notes is None:  # taken before any key is destroyed (ADR 0019)
+        with proj.store.engine.connect() as conn:
+            content, indexed = _content_of(proj, conn, targets)
+            kept = successors(proj, conn, targets.atoms)
+        notes = {"content": content, "indexed": indexed, "kept_by_successor": kept,
+                 "needles": sorted({n for texts in [*content.values(),
+                                                    _record_texts(app, targets.records)]
+                                    for t in texts for n in content_needles(t)}),
+                 "referring": dict(referring) if isinstance(referring, Mapping)
+                 else {r: "refers to memory" for r in referring},
+                 "review_artifacts": sorted(review_artifacts), "cascade": cascade}
+        try:
+            app.datakeys.seal_note(str(batch_id), json.dumps(
+                {**notes, "needles": [n.hex() for n in notes["needles"]]}).encode())
+        except DataKeyUnavailable:
+            pass  # a batch opened before batches had keys: nothing to seal it under
+    faults.point("after-approval")
+    content, indexed = notes["content"], notes["indexed"]
+    needles, referring = notes["needles"], notes["referring"]
+    review_artifacts = notes.get("review_artifacts", [])
+    cascade = notes.get("cascade")
     ids = [UUID(i) for i in [*targets.atoms, *targets.artifacts, *targets.subjects,
                               *targets.records]]
-    needles = sorted({n for texts in [*content.values(), _record_texts(app, targets.records)]
-                      for t in texts for n in content_needles(t)})
     timer.lap("open")
     # The raw scan reads the files while the erasure runs (ADR 0012): the projections
     # file from now on, its changes held in its WAL until the probes are done, when a
@@ -180,12 +282,17 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
             main = proj.store.sqlite_path if held else None
             if main is not None:
                 scan.start([main])
-            shred_ids = app.shred(ids, reason, actor=operator)
+            earlier = resumed and app.datakeys.destroyed_among(items)
+            shred_ids = _destroy_keys(app, targets, batch_id, operator)
+            # a key an interrupted run destroyed may have left its bytes in a page this
+            # run cannot find them in (it never knew them): the keystore is rebuilt
+            app.datakeys.finish_deferred(vacuum=bool(earlier))
             timer.lap("shred")
             purged = {p.resolve() for p in proj.store.files()}
             scan.start([p for p in sorted(app.config.home.rglob("*"))
                         if p.is_file() and p.resolve() not in purged])
             routes = _purge(proj, items, timer)
+            faults.point("after-purge")
             # the checkpoint (copying the purged pages into the file, and naming them)
             # runs on a thread while the probes read: they write nothing
             with ThreadPoolExecutor(1, thread_name_prefix="checkpoint") as ex:
@@ -194,6 +301,7 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
                 named = changed.result()
             if main is not None and named is not None:
                 scan.patch(main, *named)
+        faults.point("scan")
         raw = scan_files(app.config.home, scan.wanted, scan)
         timer.lap("raw_scan")
     finally:
@@ -210,42 +318,136 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
         raise ErasureIncomplete(
             "erasure incomplete: " + "; ".join(problems[:5]),
             hint=f"keys are destroyed; fix the route and run the command again (batch "
-                 f"{batch_id} stays open)")
+                 f"{batch_id} stays open and is resumed)")
     reached = [*sorted(per_route), "raw-file-scan"]
-    tomb_ids = app.tombstone([UUID(a) for a in targets.atoms],
-                             [UUID(a) for a in targets.artifacts], mode, reason, reached,
-                             batch_id=str(batch_id), cascade=cascade, actor=operator,
-                             records=[UUID(r) for r in targets.records])
+    note = f"erasure batch {batch_id}"  # the reason itself is sealed in the batch
+    done = 0
+    tomb_ids: list[str] = []
+    for chunk in _chunks(targets.atoms):
+        tomb_ids += app.tombstone([UUID(a) for a in chunk], [], mode, note, reached,
+                                  batch_id=str(batch_id), actor=operator)
+        done += len(chunk)
+        faults.point("tombstone", done)
+    if targets.artifacts:
+        tomb_ids += app.tombstone([], [UUID(a) for a in targets.artifacts], mode, note,
+                                  reached, batch_id=str(batch_id), cascade=cascade,
+                                  actor=operator)
+        faults.point("tombstone", done + len(targets.artifacts))
+    if targets.records:  # portable records (ADR 0017)
+        tomb_ids += app.tombstone([], [], mode, note, reached, batch_id=str(batch_id),
+                                  actor=operator, records=[UUID(r) for r in targets.records])
     flag_ids = []
     for other in referring:
         why = referring[other] if isinstance(referring, Mapping) else "refers to memory"
         fid = app.flag(UUID(other), "refers-to-erased", f"{why}; erased by batch "
                        f"{batch_id}", related=None, actor=operator)
+        if fid is None and resumed:  # flagged by the interrupted run
+            fid = getattr(app.get_atom(UUID(other)), "flag_events", {}).get("refers-to-erased")
         if fid:
             flag_ids.append(fid)
     reach = {"routes": [per_route[n] for n in sorted(per_route)],
              "raw_scan": {k: raw[k] for k in ("files", "bytes", "engine", "needles", "hits",
                                               "checked_at", "repaired") if k in raw},
              "flagged_for_review": sorted(referring),
-             "checkpoint_before": before.size}
+             "checkpoint_before": before}
     if referring or review_artifacts:  # the Evidence Pack counts them (ADR 0012)
         reach["flags"] = {"count": len(referring), "artifacts_for_review": sorted(
             review_artifacts)}
+    if notes.get("kept_by_successor"):  # ADR 0019: the corrections' own content
+        reach["kept_by_successor"] = notes["kept_by_successor"]
+    if resumed:
+        reach["resumed"] = True
+    if resumed:  # some were recorded by the interrupted run: each item's own events
+        aggs = app.get_many(ids)
+        shred_ids = [a.data_key_destroyed_event for a in aggs
+                     if getattr(a, "data_key_destroyed_event", None)]
+        tomb_ids = [a.tombstone_event for a in aggs if getattr(a, "tombstone_event", None)]
     event_ids = [*shred_ids, *tomb_ids, *flag_ids]
-    close_ids = app.finish_batch(operator, batch_id, event_ids, reach, request_id=request_id)
-    proj.catch_up()
-    after = app.checkpoint()
-    timer.lap("tombstones")
+    app.execute_batch(operator, batch_id, event_ids, reach)
+    faults.point("after-execute")
+    out = _close(app, proj, batch_id, request_id, operator, timer, before, event_ids, reach,
+                 targets)
     log.info("erasure.completed", batch_id=str(batch_id), items=len(ids),
              events=len(event_ids))
-    return {"batch_id": str(batch_id), "event_ids": [*event_ids, *close_ids],
-            "seconds": timer.laps, "scanned_bytes": raw["bytes"],
+    return {**out, "scanned_bytes": raw["bytes"],
             "scanned_early_bytes": raw.get("early_bytes", 0),
             "rescanned_bytes": raw.get("rescanned_bytes", 0),
             "patched_bytes": raw.get("patched_bytes", 0),
-            "repairs": raw.get("repair_steps", []),
+            "repairs": raw.get("repair_steps", []), "resumed": resumed}
+
+
+def _close(app: Any, proj: Projections, batch_id: UUID, request_id: UUID | None,
+           operator: str, timer: _Timer, before: int, event_ids: list[str],
+           reach: dict[str, Any], targets: Targets) -> dict[str, Any]:
+    """Close the batch (its key destroyed last: the sealed needles go with it) and its
+    request; the checkpoint after."""
+    close_ids = app.close_batch(operator, batch_id, request_id)
+    faults.point("after-close")
+    proj.catch_up()
+    after = app.checkpoint()
+    timer.lap("tombstones")
+    return {"batch_id": str(batch_id), "event_ids": [*event_ids, *close_ids],
+            "seconds": timer.laps, "scanned_bytes": 0, "scanned_early_bytes": 0,
+            "rescanned_bytes": 0, "patched_bytes": 0, "repairs": [],
             "targets": targets.as_json(), "reach": reach,
-            "checkpoints": {"before": before.size, "after": after.size}}
+            "checkpoints": {"before": before, "after": after.size}}
+
+
+def _chunks(items: Sequence[str]) -> Iterator[list[str]]:
+    size = max(CHUNK, -(-len(items) // MAX_COMMITS))
+    for i in range(0, len(items), size):
+        yield list(items[i:i + size])
+
+
+def _destroy_keys(app: Any, targets: Targets, batch_id: UUID, operator: str) -> list[str]:
+    """Step 3 in commits of :data:`CHUNK` items: atoms, artifacts, then the subject's key
+    (last: until it goes, the subject is still there to resume). Each commit is the
+    keystore's, then the items' signed events; the keystore is compacted and checked by
+    the caller (``finish_deferred``)."""
+    note = f"erasure batch {batch_id}"
+    done = 0
+    ids: list[str] = []
+    for chunk in _chunks([*targets.atoms, *targets.artifacts, *targets.records]):
+        ids += app.shred([UUID(i) for i in chunk], note, actor=operator, defer=True)
+        done += len(chunk)
+        faults.point("key", done)
+    if targets.subjects:
+        ids += app.shred([UUID(i) for i in targets.subjects], note, actor=operator,
+                         defer=True)
+        faults.point("subject-key")
+    return ids
+
+
+def _read_notes(app: Any, batch_id: UUID) -> dict[str, Any] | None:
+    raw = app.datakeys.open_note(str(batch_id))
+    if raw is None:
+        return None
+    notes: dict[str, Any] = json.loads(raw)
+    notes["needles"] = [bytes.fromhex(n) for n in notes["needles"]]
+    return notes
+
+
+def _open_batch(app: Any, request_id: UUID | None, targets: Targets | None) -> Any:
+    """The batch left open (not closed) by an interrupted erasure: the request's, or,
+    without a request, one of exactly these targets."""
+    from ledger.domain import RedactionBatch
+
+    opened = app.recorder.select_notifications(start=1, limit=10**9,
+                                               topics=[RedactionBatch.Created.TOPIC])
+    want = targets.as_json() if targets is not None else None
+    for n in reversed(opened):
+        payload = envelope.open_state(n.state).envelope["payload"]
+        rid = payload.get("request_id")
+        if request_id is not None:
+            if rid != str(request_id):
+                continue
+        elif rid is not None or want is None or \
+                {k: sorted(v) for k, v in payload.get("targets", {}).items()} != want:
+            continue
+        batch = app.repository.get(UUID(str(n.originator_id)))
+        if request_id is not None or batch.status != "closed":
+            return batch
+    return None
 
 
 def _record_texts(app: Any, ids: Sequence[str]) -> list[str]:
@@ -283,6 +485,7 @@ def _probe(proj: Projections, routes: list[Any], items: list[str],
     problems = []
     for res in probes:
         per_route[res.route]["items"] += 1
+        faults.point("probes")
         if res.reach is Reach.REACHABLE:
             per_route[res.route]["reach"] = Reach.REACHABLE.value
             problems.append(f"{res.route} still reaches {res.item_id} "
@@ -573,21 +776,36 @@ def redact_user(app: Any, proj: Projections, subject: str, *, reason: str, opera
                 legal_basis: str | None = None, dry_run: bool = False,
                 ack_hours: float = DEFAULT_ACK_HOURS,
                 completion_hours: float = DEFAULT_COMPLETION_HOURS,
-                expect_plan: str | None = None) -> dict[str, Any]:
+                resume: bool = False, expect_plan: str | None = None) -> dict[str, Any]:
     """The right to be forgotten (Persona Schema §5): receipt, gather, approve, erase, flag,
     confirm.
 
     A dry run checks what the real run checks (reason, subject, operator key and role,
     identifiers, sessions) and then reports the plan with its digest; a real run given
     ``expect_plan`` (that digest) refuses, before writing anything, if its plan differs.
-    """
-    if not reason.strip():
+    A subject with a request still open (an interrupted run) gets that request finished,
+    never a second one (ADR 0019); ``resume`` asks for exactly that, and refuses when
+    there is nothing to resume."""
+    if not resume and not reason.strip():
         raise InputError("a reason is required", hint='e.g. --reason "GDPR Art. 17 request"')
     try:
         sid = app.resolve_subject(subject)
     except NotFound:
         raise NotFound(f"no subject {subject!r} in this ledger",
                        hint="check the subject's id with `ledger subject show`") from None
+    faults.point("start")
+    pending = None if dry_run else open_request(app, str(sid))
+    if pending is not None:
+        check_operator(app, operator)
+        return _resume_request(app, proj, pending, operator)
+    if resume:
+        done = _completed_request(app, proj, str(sid))
+        if done is not None:
+            return {"status": "already-completed", "no_op": True, **done,
+                    "subject_id": str(sid), "targets": Targets().as_json(),
+                    "flag_for_review": []}
+        raise NotFound(f"subject {subject} has no erasure request to resume",
+                       hint="start one with `ledger redact-user SUBJECT --reason ...`")
     check_operator(app, operator)
     t0 = time.perf_counter()
     gathered_plan = plan_user_erasure(app, proj, str(sid), identifiers, sessions)
@@ -611,11 +829,75 @@ def redact_user(app: Any, proj: Projections, subject: str, *, reason: str, opera
     request_id = app.receive_request(str(sid), reason, operator, ack_hours, completion_hours,
                                      legal_basis=legal_basis, identifiers=identifiers,
                                      sessions=sessions)
+    faults.point("after-receipt")
     result = hard_erase(app, proj, targets, mode="hard", reason=reason, operator=operator,
                         request_id=request_id, referring=gathered_plan.flag_reasons,
-                        review_artifacts=gathered_plan.review_artifacts)
+                        review_artifacts=gathered_plan.review_artifacts, fresh=True)
     result["seconds"] = {"gather": gathered, **result["seconds"]}
     return {"status": "completed", "request_id": str(request_id), **result, **plan}
+
+
+def resume_request(app: Any, proj: Projections, request: str, operator: str
+                   ) -> dict[str, Any]:
+    """`ledger requests resume REQUEST`: finish an interrupted erasure request."""
+    from eventsourcing.application import AggregateNotFoundError
+
+    from ledger.domain import ErasureRequest
+
+    try:
+        req = app.repository.get(UUID(request))
+    except (ValueError, AggregateNotFoundError):
+        raise NotFound(f"no erasure request {request!r}",
+                       hint="see `ledger requests list`") from None
+    if not isinstance(req, ErasureRequest):
+        raise NotFound(f"{request} is not an erasure request", hint="see `ledger requests list`")
+    check_operator(app, operator)
+    if req.completed_at is not None and req.data_key_destroyed_at is not None:
+        return {"status": "already-completed", "no_op": True, "request_id": str(req.id),
+                "batch_id": req.batch_id, "completed_at": req.completed_at,
+                "event_ids": req.event_ids, "subject_id": req.subject_id,
+                "targets": Targets().as_json(), "flag_for_review": []}
+    return _resume_request(app, proj, req, operator)
+
+
+def _resume_request(app: Any, proj: Projections, req: Any, operator: str) -> dict[str, Any]:
+    """Continue the request's batch from where it stopped (or open it, if the run
+    stopped after the receipt), and close both."""
+    batch = _open_batch(app, req.id, None)
+    if batch is None:
+        plan = plan_user_erasure(app, proj, req.subject_id, req.identifiers or (),
+                                 req.sessions or ())
+        if plan.targets.count == 0:
+            raise ConflictError(f"request {req.id} has nothing left to erase",
+                                hint="its subject's memories are already gone")
+        result = hard_erase(app, proj, plan.targets, mode="hard", reason=req.reason or
+                            f"erasure request {req.id}", operator=operator,
+                            request_id=req.id, referring=plan.flag_reasons,
+                            review_artifacts=plan.review_artifacts, fresh=True)
+    else:
+        result = hard_erase(app, proj, Targets(), mode=batch.mode, reason="",
+                            operator=operator, request_id=req.id, batch=batch)
+    flagged = (result.get("reach") or {}).get("flagged_for_review", [])
+    return {"status": "completed", "request_id": str(req.id), **result, "resumed": True,
+            "subject_id": req.subject_id, "flag_for_review": flagged}
+
+
+def open_request(app: Any, sid: str) -> Any:
+    """The subject's erasure request that is not completed (or whose key is not yet
+    destroyed), if any."""
+    from ledger.domain import ErasureRequest
+
+    received = app.recorder.select_notifications(start=1, limit=10**9,
+                                                 topics=[ErasureRequest.Created.TOPIC])
+    for n in reversed(received):
+        if envelope.open_state(n.state).envelope["payload"].get("subject_id") != sid:
+            continue
+        req = app.repository.get(UUID(str(n.originator_id)))
+        if isinstance(req, ErasureRequest) and (
+                req.completed_at is None or
+                (req.data_key_destroyed_at is None and app.datakeys.present([str(req.id)]))):
+            return req
+    return None
 
 
 def _count(values: Iterable[str]) -> dict[str, int]:

@@ -23,6 +23,7 @@ import functools
 import hashlib
 import html
 import json
+import os
 import shutil
 import zipfile
 from collections.abc import Sequence
@@ -40,6 +41,7 @@ from governance.dsse import (
     verify_envelope,
 )
 from keys.errors import KeyError_, KeyNotAuthorized
+from keys.files import PUBLIC, make_dirs, write_file
 from keys.keyring import public_key_document
 from keys.roster import ROSTER_TOPICS, parse_time
 from ledger import clock, envelope
@@ -141,7 +143,7 @@ def build_pack(app: Any, batch_id: str, out: Path, make_zip: bool = False,
     proofs = {k: app.tlog.inclusion(opened[k].envelope["seq"] - 1, after.size) for k in ordered}
     consistency = app.tlog.consistency(before.size, after.size)
 
-    out.mkdir(parents=True)
+    make_dirs(out)
     try:
         files: dict[str, bytes] = {}
         lines = []
@@ -170,8 +172,8 @@ def build_pack(app: Any, batch_id: str, out: Path, make_zip: bool = False,
         files[REPORT] = render_report(predicate).encode()
         for name, data in files.items():
             path = out / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
+            make_dirs(path.parent, exist_ok=True)
+            write_file(path, data)
         statement = {
             "_type": STATEMENT_TYPE,
             "subject": [{"name": n, "digest": {"sha256": _sha256(d)}}
@@ -181,7 +183,7 @@ def build_pack(app: Any, batch_id: str, out: Path, make_zip: bool = False,
         }
         payload = envelope.canonical(statement)
         dsse = sign_envelope(payload, app.signer(operator))
-        (out / STATEMENT).write_text(json.dumps(dsse, indent=2) + "\n", encoding="utf-8")
+        write_file(out / STATEMENT, json.dumps(dsse, indent=2) + "\n")
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise
@@ -281,6 +283,7 @@ def zip_pack(folder: Path) -> Path:
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
             zf.write(path, path.relative_to(folder).as_posix())
+    os.chmod(target, PUBLIC)  # zipfile creates it with 0o666 minus the umask
     return target
 
 
@@ -290,11 +293,11 @@ def countersign(folder: Path, signer: Any) -> None:
     path = folder / STATEMENT
     original = path.read_bytes()
     dsse = json.loads(original)
-    path.write_text(json.dumps(add_signature(dsse, signer), indent=2) + "\n", encoding="utf-8")
+    write_file(path, json.dumps(add_signature(dsse, signer), indent=2) + "\n")
     try:
         verify_pack(folder)
     except PackInvalid as e:
-        path.write_bytes(original)
+        write_file(path, original)
         raise InputError(f"{signer.name} may not countersign this pack: {e}",
                          hint="countersign with a key that held the operator or auditor "
                               "role when the pack was built (`ledger keys list`)") from e
@@ -334,7 +337,7 @@ table{{border-collapse:collapse;margin:1rem 0}}td,th{{border:1px solid #ccc;padd
 <h1>Erasure evidence</h1>
 <p>Ledger <code>{e(p['ledger']['origin'])}</code>, batch <code>{e(p['batch']['id'])}</code>
 ({e(p['batch']['mode'])}), approved by <b>{e(str(p['batch']['approved_by']))}</b>.
-Reason: {e(p['batch']['reason'])}. Targets: {e(counts)}.</p>
+Reason: {e(p['batch']['reason'] or 'sealed, erased with the batch key')}. Targets: {e(counts)}.</p>
 <h2>Request timeline</h2><table>{timeline}</table><p>Completed {e(on_time)}.</p>
 <h2>Where the memory could be reached</h2>
 <table><tr><th>store</th><th>reach after erasure</th><th>items</th><th>checked</th></tr>

@@ -29,6 +29,9 @@ def register(cli: typer.Typer, open_app: OpenApp, policy_cli: typer.Typer) -> No
     cli.command("sweep")(sweep_command)
     cli.add_typer(requests_cli, name="requests")
     policy_cli.command("check")(policy_check_command)
+    from governance import resume_cli
+
+    resume_cli.register(cli, requests_cli, open_app)
 
 
 def _session() -> AbstractContextManager[tuple[Any, Projections]]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -250,7 +251,8 @@ class TreeScan:
             _matcher = self.matcher
             try:
                 self._pool = ProcessPoolExecutor(
-                    self.procs, mp_context=multiprocessing.get_context("fork"))
+                    self.procs, mp_context=multiprocessing.get_context("fork"),
+                    initializer=_die_with_parent, initargs=(os.getpid(),))
                 # start every worker now, while the matcher is set for them to inherit
                 for f in [self._pool.submit(os.getpid) for _ in range(self.procs)]:
                     f.result()
@@ -289,6 +291,22 @@ class TreeScan:
         else:
             mine.set_result(fut.result())
         self._pump()
+
+
+def _die_with_parent(parent: int) -> None:
+    """In a scan worker: be killed when the erasing process dies. A `kill -9` of an
+    erasure otherwise left its workers waiting on their task pipe for ever (each holds
+    the other's copy of its write end), holding the home's files and the caller's
+    stdout open (issue 20: a resumed erasure's parent never saw the child end)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
+    if os.getppid() != parent:  # it died before the prctl
+        os._exit(0)
 
 
 def _runs(pages: Sequence[int]) -> Iterator[tuple[int, int]]:

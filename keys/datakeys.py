@@ -26,6 +26,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import NullPool
 
+from keys import aead
 from keys.aead import new_data_key
 from keys.bytescan import ByteMatcher
 from keys.errors import DataKeyUnavailable, KeystoreError
@@ -136,6 +137,12 @@ class DataKeyStore:
             sa.Column("key_id", sa.String(64), primary_key=True),
             sa.Column("destroyed_at", sa.String(40), nullable=False),
         )
+        self.notes = sa.Table(  # sealed working notes of an erasure (ADR 0019)
+            "sealed_notes", md,
+            sa.Column("key_id", sa.String(64), primary_key=True),
+            sa.Column("nonce", sa.LargeBinary, nullable=False),
+            sa.Column("ct", sa.LargeBinary, nullable=False),
+        )
         md.create_all(engine)
         table, ph = (engine.dialect.identifier_preparer.format_table(self.keys),
                      "?" if engine.dialect.paramstyle == "qmark" else "%s")
@@ -145,6 +152,7 @@ class DataKeyStore:
         self._cache: dict[str, bytes] = {}
         self._destroyed: dict[str, str] = {}  # destruction is final: safe to remember
         self._checks: list[tuple[list[bytes], Future[dict[Path, list[int]]]]] = []  # see settle()
+        self._deferred: list[bytes] = []  # see destroy(defer=True), finish_deferred()
 
     @property
     def is_sqlite(self) -> bool:
@@ -216,8 +224,62 @@ class DataKeyStore:
         self._destroyed[key_id] = str(value)
         return str(value)
 
+    def seal_note(self, key_id: str, data: bytes) -> None:
+        """Keep ``data`` in the keystore sealed under the data key ``key_id`` (AES-256-GCM),
+        until that key is destroyed (:meth:`destroy` deletes the note with the key): where
+        crypto-shredding itself reaches, for a working copy that must outlive other keys
+        (an erasure's needles, ADR 0019). Replaces an earlier note of the same key."""
+        nonce, ct = aead.seal(self.get(key_id), data, _note_aad(key_id))
+        with self.engine.begin() as conn:
+            conn.execute(self.notes.delete().where(self.notes.c.key_id == key_id))
+            conn.execute(self.notes.insert(), [{"key_id": key_id, "nonce": nonce, "ct": ct}])
+
+    def open_note(self, key_id: str) -> bytes | None:
+        """The note sealed under ``key_id``; None when there is none or the key is gone."""
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(self.notes.c.nonce, self.notes.c.ct)
+                               .where(self.notes.c.key_id == key_id)).first()
+        key = self.get_many([key_id]).get(key_id) if row is not None else None
+        if row is None or key is None:
+            return None
+        return aead.open_sealed(key, bytes(row[0]), bytes(row[1]), _note_aad(key_id))
+
+    def present(self, key_ids: Iterable[str]) -> set[str]:
+        """Which of these key ids have a key in the store (not cached: the store's rows)."""
+        return self._ids_in(self.keys, key_ids)
+
+    def destroyed_among(self, key_ids: Iterable[str]) -> set[str]:
+        """Which of these key ids the store records as destroyed."""
+        return self._ids_in(self.destroyed, key_ids)
+
+    def _ids_in(self, table: sa.Table, key_ids: Iterable[str]) -> set[str]:
+        ids = sorted(set(key_ids))
+        out: set[str] = set()
+        with self.engine.connect() as conn:
+            for i in range(0, len(ids), 500):
+                out.update(r[0] for r in conn.execute(
+                    sa.select(table.c.key_id).where(table.c.key_id.in_(ids[i:i + 500]))))
+        return out
+
+    def all_key_ids(self) -> list[str]:
+        with self.engine.connect() as conn:
+            return [r[0] for r in conn.execute(sa.select(self.keys.c.key_id))]
+
+    def finish_deferred(self, vacuum: bool = False) -> None:
+        """After ``destroy(defer=True)`` calls: compact once, then look for the destroyed
+        keys' bytes and repair (as :meth:`destroy` does). ``vacuum``: rebuild the file
+        from its live rows first, so no page keeps a key destroyed by an earlier,
+        interrupted process whose bytes this one never knew (ADR 0019)."""
+        material, self._deferred = self._deferred, []
+        if vacuum:
+            self.vacuum()
+        else:
+            self.compact()
+        if material and self.is_sqlite:
+            self._repair(material, self._residue(material))
+
     def destroy(self, key_ids: Iterable[str], at: datetime, *,
-                check_later: bool = False) -> list[str]:
+                check_later: bool = False, defer: bool = False) -> list[str]:
         """Crypto-shred: delete keys and compact so no copy stays in the keystore files.
 
         Returns the ids that were destroyed by this call (already destroyed ids are
@@ -238,9 +300,13 @@ class DataKeyStore:
                 conn.execute(self.keys.delete().where(self.keys.c.key_id.in_(present)))
                 conn.execute(self.destroyed.insert(), [
                     {"key_id": k, "destroyed_at": at.isoformat()} for k in sorted(present)])
+                conn.execute(self.notes.delete().where(self.notes.c.key_id.in_(present)))
         for k in ids:
             self._cache.pop(k, None)
         self._destroyed.update({k: at.isoformat() for k in present})
+        if defer:
+            self._deferred.extend(material)
+            return sorted(present)
         if ids:
             # Always compact, even when nothing was present: a previous attempt may have
             # deleted the row and then failed to truncate the WAL.
@@ -330,11 +396,13 @@ class DataKeyStore:
             with self.engine.connect() as conn:
                 busy, _log, _ckpt = conn.exec_driver_sql(
                     "PRAGMA wal_checkpoint(TRUNCATE)").one()
-            if busy:
+            if busy:  # after waiting busy_timeout (10 s) for the readers to move on
+                name = self.engine.url.database or "keystore"
                 raise KeystoreError(
-                    "keystore checkpoint was blocked by another open connection; the destroyed "
-                    "key may persist in the WAL file. Close other ledger processes and run the "
-                    "erasure again")
+                    f"could not settle {Path(name).name}-wal: its checkpoint was blocked for "
+                    "10 s by another open connection (a reader or a backup in another "
+                    "process); the destroyed key may persist in that WAL file. Stop that "
+                    "reader and run the erasure again (it resumes)")
             return
         table = f'"{self.schema}".data_keys' if self.schema else "data_keys"
         with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
@@ -347,3 +415,7 @@ class DataKeyStore:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _note_aad(key_id: str) -> bytes:
+    return b"memory-ledger/sealed-note/" + key_id.encode()

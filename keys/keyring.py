@@ -15,6 +15,7 @@ import stat
 from pathlib import Path
 
 from keys.errors import KeyringError, PublicKeyFileError
+from keys.files import write_file
 from keys.signing import Signer, key_id
 
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
@@ -73,7 +74,7 @@ class Keyring:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(doc, f)
         pub = self.folder / f"{name}.pub"
-        pub.write_text(json.dumps(public_key_document(name, signer.public_key)), encoding="utf-8")
+        write_file(pub, json.dumps(public_key_document(name, signer.public_key)))
         return signer
 
     def load(self, name: str) -> Signer:

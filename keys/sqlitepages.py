@@ -21,6 +21,8 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from keys.heldfiles import HeldFile
+
 __all__ = ["WalFrames", "freelist_trunks", "scrub_btree_page", "scrub_pages", "wal_frames",
            "write_transaction"]
 
@@ -148,7 +150,7 @@ def wal_frames(path: Path) -> WalFrames | None:
     headers of exactly the frames a checkpoint copies.
     """
     try:
-        with open(path, "rb") as f:
+        with HeldFile(path) as f:  # never close a file SQLite has open
             head = f.read(32)
             if len(head) < 32:
                 return None

@@ -32,11 +32,11 @@ from eventsourcing.persistence import Mapper, Transcoder
 from pydantic import TypeAdapter, ValidationError
 
 from keys.datakeys import DataKeyStore, make_engine, store_sqlite
-from keys.errors import DataKeyUnavailable, KeyError_, KeyNotAuthorized, KeyringError
+from keys.errors import DataKeyUnavailable, KeyError_, KeyNotAuthorized, KeyringError, KeystoreError
 from keys.keyring import Keyring, read_public_key_file
 from keys.roster import ROLES, ROOT, KeyRoster
 from keys.signing import Signer
-from ledger import bulk_reads, clock, envelope, logs, policy_rules, sqlite_recorder
+from ledger import bulk_reads, clock, envelope, faults, logs, policy_rules, sqlite_recorder
 from ledger.census import SubjectCensus
 from ledger.domain import (
     OPERATOR,
@@ -134,6 +134,7 @@ class LedgerApp(Application[UUID]):
             self.root_public_key = None  # an auditor's copy may lack it; verify takes --root-key
         self._known_keys: dict[str, bytes] = (
             {config.root_kid: self.root_public_key} if self.root_public_key else {})
+        self._reading_roster = False
         assert isinstance(self.mapper, SigningMapper)
         self.mapper.configure(self.ledger_id, self.datakeys, self._resolve_key)
 
@@ -148,8 +149,15 @@ class LedgerApp(Application[UUID]):
 
     def _resolve_key(self, kid: str) -> bytes:
         pub = self._known_keys.get(kid)
-        if pub is None:
-            roster = self.roster()
+        if pub is None and not self._reading_roster:
+            # loading the roster verifies its own events, which resolves their keys: a
+            # roster event signed by a key the roster does not know must fail here, not
+            # load the roster again (a RecursionError, issue 20 item 5)
+            self._reading_roster = True
+            try:
+                roster = self.roster()
+            finally:
+                self._reading_roster = False
             self._known_keys.update({k: e.public_key for k, e in roster.state.entries.items()})
             pub = self._known_keys.get(kid)
         if pub is None:
@@ -215,6 +223,19 @@ class LedgerApp(Application[UUID]):
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
+    def root_signer(self) -> Signer:
+        """The home's ``root`` key, checked (by key id) to be this ledger's root before
+        anything is signed with it: another ledger's root key would append roster events
+        the verifier rejects, for ever (issue 20, item 5)."""
+        root = self.signer("root")
+        roster_root = self.roster().state.root_kid
+        if root.kid != self.config.root_kid or root.kid != roster_root:
+            raise InputError(
+                f"the key keys/root.key ({root.kid}) is not this ledger's root key "
+                f"({roster_root or self.config.root_kid}); nothing was written",
+                hint="restore the ledger's own root key from its backup")
+        return root
+
     def signer(self, actor: str | None) -> Signer:
         try:
             return self.keyring.load(actor or self.config.default_actor)
@@ -234,6 +255,10 @@ class LedgerApp(Application[UUID]):
                     f"event ({clock.format_instant(last)})",
                     hint=f"unset {clock.ENV} or set it to a later time; history is append-only")
             wanted = (roles,) if isinstance(roles, str) else roles
+            if wanted == (ROOT,) and self.exists(self.roster_id) and \
+                    signer.kid != self.roster().state.root_kid:
+                raise InputError(f"{signer.name} ({signer.kid}) is not the roster's root key; "
+                                 "nothing was written", hint="see `ledger keys list`")
             if wanted != (ROOT,):
                 try:
                     self.roster().state.holds(signer.kid, wanted, at)
@@ -291,8 +316,16 @@ class LedgerApp(Application[UUID]):
 
             def store_keys() -> None:
                 nonlocal stored
-                self.datakeys.store(keys, at)
+                try:
+                    self.datakeys.store(keys, at)
+                except KeystoreError:
+                    # a key an interrupted command stored for an event it never committed
+                    # (an orphan) is discarded, and this command stores its own
+                    if not self._discard_orphans(keys):
+                        raise
+                    self.datakeys.store(keys, at)
                 stored = True
+                faults.point("keys-stored")  # the window of issue 20, item 4
 
             try:
                 events: list[Any] = []
@@ -309,6 +342,30 @@ class LedgerApp(Application[UUID]):
         if not event_ids:
             return []
         return [envelope.event_id(s.originator_id, s.originator_version) for s in saved]
+
+    def _discard_orphans(self, key_ids: Iterable[str]) -> list[str]:
+        """Keys in the keystore for items that have no event: stored by a command that
+        was killed between the keystore's commit and the event store's (they encrypt
+        nothing that was committed). Called under the write lock, so no command of
+        another process is between those two commits. Discards them; returns their ids,
+        or [] when one of the ids belongs to an item that exists (a real conflict)."""
+        present = sorted(self.datakeys.present(key_ids))
+        if not present or any(self.exists(UUID(k)) for k in present):
+            return []
+        self.datakeys.discard(present)
+        log.warning("datakeys.orphans_discarded", count=len(present))
+        return present
+
+    def repair(self, dry_run: bool = False) -> dict[str, Any]:
+        """`ledger repair`: find (and discard) every orphan data key, under the write lock."""
+        with self._write_lock():
+            orphans = [k for k in self.datakeys.all_key_ids()
+                       if _is_uuid(k) and not self.exists(UUID(k))]
+            if orphans and not dry_run:
+                self.datakeys.discard(orphans)
+        if orphans:
+            log.warning("datakeys.orphans_found", count=len(orphans), discarded=not dry_run)
+        return {"orphan_keys": orphans, "discarded": 0 if dry_run else len(orphans)}
 
     def _extend_tree(self, saved: Sequence[Any], ids: Sequence[int | None],
                      sealed: Sequence[tuple[int, bytes]]) -> None:
@@ -460,7 +517,7 @@ class LedgerApp(Application[UUID]):
         """Authorize a public key for a role; without one, create a key in this home."""
         if role not in ROLES:
             raise InputError(f"unknown role {role!r}", hint=f"roles: {', '.join(ROLES)}")
-        root = self.signer("root")
+        root = self.root_signer()
         created: Signer | None = None
         if public_key is None:
             try:
@@ -488,7 +545,7 @@ class LedgerApp(Application[UUID]):
 
     def revoke_key(self, kid: str, role: str | None = None, revoked_from: datetime | None = None,
                    reason: str | None = None) -> None:
-        root = self.signer("root")
+        root = self.root_signer()
         with self.writing(root, ROOT) as at:
             roster = self.roster()
             try:
@@ -501,7 +558,7 @@ class LedgerApp(Application[UUID]):
     def rotate_key(self, name: str, reason: str | None = None) -> tuple[str, str]:
         """Replace the key ``name``: the new key takes its active roles, the old is revoked."""
         old = self.signer(name)
-        root = self.signer("root")
+        root = self.root_signer()
         new = Signer.generate(name)
         with self.writing(root, ROOT) as at:
             roster = self.roster()
@@ -529,10 +586,11 @@ class LedgerApp(Application[UUID]):
             json.dump({"name": signer.name, "algorithm": "ed25519", "kid": signer.kid,
                        "seed": bytes(signer.signing_key).hex()}, f)
         os.replace(tmp, path)
+        from keys.files import write_file
         from keys.keyring import public_key_document
 
-        self.keyring.public_key_path(signer.name).write_text(
-            json.dumps(public_key_document(signer.name, signer.public_key)), encoding="utf-8")
+        write_file(self.keyring.public_key_path(signer.name),
+                   json.dumps(public_key_document(signer.name, signer.public_key)))
 
     # ------------------------------------------------------------------ subjects
     def register_subject(self, data: dict[str, Any], actor: str | None = None) -> UUID:
@@ -946,16 +1004,21 @@ class LedgerApp(Application[UUID]):
         return ids[0]
 
     def shred(self, item_ids: Sequence[UUID], reason: str,
-              actor: str | None = None) -> list[str]:
+              actor: str | None = None, defer: bool = False) -> list[str]:
         """Destroy the data keys of many items, then record one signed event per item.
 
-        Already-shredded items are skipped, so a retried erasure is safe.
+        Already-shredded items are skipped, so a retried erasure is safe; an item whose key
+        an interrupted run destroyed without recording it gets its event now. ``defer``:
+        the keystore is compacted and checked later, by ``datakeys.finish_deferred()``
+        (an erasure destroys its keys in several commits, ADR 0019).
         """
         with self.writing(self.signer(actor), WRITER_OR_OPERATOR) as at:
             aggs: list[Any] = self.get_many(item_ids)
             todo = [a for a in aggs if getattr(a, "data_key_destroyed_at", None) is None]
             # the keystore files are read for the keys' bytes while the events are written
-            self.datakeys.destroy([str(a.id) for a in todo], at, check_later=True)
+            self.datakeys.destroy([str(a.id) for a in todo], at, check_later=not defer,
+                                  defer=defer)
+            faults.point("keys-deleted")
             try:
                 for agg in todo:
                     agg.trigger_event(type(agg).DataKeyDestroyed, timestamp=at,
@@ -1068,27 +1131,62 @@ class LedgerApp(Application[UUID]):
 
     def finish_batch(self, operator: str, batch_id: UUID, event_ids: list[str],
                      reach: dict[str, Any], request_id: UUID | None = None) -> list[str]:
-        """Record the executed batch and close it; complete its request and shred the
-        request's own identifiers."""
-        signer = self.signer(operator)
-        with self.writing(signer, OPERATOR) as at:
+        """Record the executed batch and close it (both steps at once)."""
+        ids = self.execute_batch(operator, batch_id, event_ids, reach)
+        return [*ids, *self.close_batch(operator, batch_id, request_id)]
+
+    def execute_batch(self, operator: str, batch_id: UUID, event_ids: list[str],
+                      reach: dict[str, Any]) -> list[str]:
+        """Record what the batch did and reached (its ``Executed`` event)."""
+        with self.writing(self.signer(operator), OPERATOR) as at:
             batch: Any = self.repository.get(batch_id)
+            if batch.status in ("executed", "closed"):
+                return []
             batch.trigger_event(RedactionBatch.Executed, timestamp=at, event_ids=event_ids,
                                 reach=reach)
-            batch.trigger_event(RedactionBatch.Closed, timestamp=at, outcome="completed")
-            aggs: list[Any] = [batch]
+            ids = self.commit(batch)
+        log.info("batch.executed", batch_id=str(batch_id), events=len(event_ids))
+        return ids
+
+    def close_batch(self, operator: str, batch_id: UUID,
+                    request_id: UUID | None = None) -> list[str]:
+        """Close an executed batch and destroy its data key (its reason, and the sealed
+        notes of its erasure); complete its request and destroy the request's key (its
+        reason and identifiers). One commit; a key an interrupted close destroyed gets
+        its event now (ADR 0019)."""
+        with self.writing(self.signer(operator), OPERATOR) as at:
+            batch: Any = self.repository.get(batch_id)
+            aggs: list[Any] = []
+            if batch.status != "closed":
+                batch.trigger_event(RedactionBatch.Closed, timestamp=at, outcome="completed")
+            self._destroy_own_key(batch, RedactionBatch.DataKeyDestroyed, "batch closed", at)
+            if batch.pending_events:
+                aggs.append(batch)
             if request_id is not None:
                 req: Any = self.repository.get(request_id)
-                req.trigger_event(ErasureRequest.Completed, timestamp=at,
-                                  batch_id=str(batch_id), event_ids=event_ids)
-                if req.data_key_destroyed_at is None and self.datakeys.get_many([str(req.id)]):
-                    self.datakeys.destroy([str(req.id)], at)
-                    req.trigger_event(ErasureRequest.DataKeyDestroyed, timestamp=at,
-                                      key_id=str(req.id), reason="request completed")
-                aggs.append(req)
-            ids = self.commit(*aggs)
-        log.info("batch.closed", batch_id=str(batch_id), events=len(event_ids))
+                if req.completed_at is None:
+                    req.trigger_event(ErasureRequest.Completed, timestamp=at,
+                                      batch_id=str(batch_id), event_ids=batch.event_ids)
+                self._destroy_own_key(req, ErasureRequest.DataKeyDestroyed,
+                                      "request completed", at)
+                if req.pending_events:
+                    aggs.append(req)
+            ids = self.commit(*aggs) if aggs else []
+        log.info("batch.closed", batch_id=str(batch_id))
         return ids
+
+    def _destroy_own_key(self, agg: Any, event: Any, reason: str, at: datetime) -> None:
+        """Destroy the data key of a request or batch (if it ever had one) and record it."""
+        kid = str(agg.id)
+        if getattr(agg, "data_key_destroyed_at", None) is not None:
+            return
+        present = self.datakeys.present([kid])
+        if not (present or self.datakeys.destroyed_at(kid)):
+            return  # never had content to seal
+        self.datakeys.destroy([kid], at)
+        if not present:  # destroyed by an interrupted close: its bytes were never known
+            self.datakeys.vacuum()
+        agg.trigger_event(event, timestamp=at, key_id=kid, reason=reason)
 
     # ------------------------------------------------------------------ policy
     def policy_id(self) -> UUID:
@@ -1243,6 +1341,14 @@ def _id_candidates(ref_or_id: str, from_ref: Any) -> list[UUID]:
     except LedgerError:
         pass
     return out
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        UUID(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _first_line(e: BaseException) -> str:

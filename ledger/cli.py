@@ -615,7 +615,9 @@ def checkpoint_cmd(
         results = [r.as_json() for r in getattr(app, "last_witnessing", [])]
     if out_file is not None:
         try:
-            out_file.write_text(cp.note, encoding="utf-8")
+            from keys.files import write_file
+
+            write_file(out_file, cp.note)  # 0o644 whatever the umask
         except OSError as e:
             raise InputError(f"cannot write {out_file}: {e}") from e
     out({"origin": cp.checkpoint.origin, "size": cp.size, "root": b64(cp.root),

@@ -89,6 +89,9 @@ class DataKeyDestroyedMixin:
         # Forget the plaintext in memory too (a cached aggregate must not outlive its key).
         for name in getattr(aggregate, "PERSONAL_STATE", ()):
             setattr(aggregate, name, None)
+        # which event recorded it (an erasure resumed after a crash lists it again)
+        aggregate.data_key_destroyed_event = \
+            f"{self.originator_id}/{self.originator_version}"  # type: ignore[attr-defined]
 
 
 # --------------------------------------------------------------------------- Subject
@@ -131,14 +134,14 @@ class Artifact(Aggregate, _Erasable, _Copyable):
     """Raw source material (a chat, a document, a note) that atoms derive from."""
 
     TOPIC = "memory-ledger:artifact"
-    PERSONAL_STATE = ("title", "body", "media_url")
+    PERSONAL_STATE = ("title", "body", "media_url", "source")
 
     class Event(LedgerEvent):
         pass
 
     class Created(Event, Aggregate.Created):
         TOPIC = "memory-ledger:artifact.captured.v1"
-        PERSONAL: ClassVar[tuple[str, ...]] = ("title", "body", "media_url")
+        PERSONAL: ClassVar[tuple[str, ...]] = ("title", "body", "media_url", "source")
         subject_id: str
         ref: str | None
         kind: str
@@ -169,6 +172,7 @@ class Artifact(Aggregate, _Erasable, _Copyable):
 
         def apply(self, aggregate: Any) -> None:
             aggregate.status = "deleted"
+            aggregate.tombstone_event = f"{self.originator_id}/{self.originator_version}"
 
     def __init__(self, subject_id: str, ref: str | None, kind: str, captured_at: str,
                  source: str | None, private: bool, title: str | None, body: str | None,
@@ -199,7 +203,8 @@ class Atom(Aggregate, _Erasable, _Copyable):
     """One remembered fact, preference or episode: the Konshus and Persona atom fields."""
 
     TOPIC = "memory-ledger:atom"
-    PERSONAL_STATE = ("text", "gist", "details", "tags", "source_data")
+    PERSONAL_STATE = ("text", "gist", "details", "tags", "source_data", "extractor",
+                      "session_id")
 
     # Set from the Created event (see ATOM_FIELDS); declared here for type checkers.
     subject_id: str
@@ -232,7 +237,8 @@ class Atom(Aggregate, _Erasable, _Copyable):
 
     class Created(Event, Aggregate.Created):
         TOPIC = "memory-ledger:atom.created.v1"
-        PERSONAL: ClassVar[tuple[str, ...]] = ("text", "gist", "details", "tags", "source_data")
+        PERSONAL: ClassVar[tuple[str, ...]] = ("text", "gist", "details", "tags", "source_data",
+                                               "extractor", "session_id")
         subject_id: str
         ref: str | None
         kind: str
@@ -268,6 +274,7 @@ class Atom(Aggregate, _Erasable, _Copyable):
             aggregate._note_erased(self)
 
     class Rehearsed(Event):
+        PERSONAL: ClassVar[tuple[str, ...]] = ("session_id",)
         TOPIC = "memory-ledger:atom.rehearsed.v1"
         session_id: str | None
         reason: str | None
@@ -281,6 +288,7 @@ class Atom(Aggregate, _Erasable, _Copyable):
         """The old side of a correction: the fact stops being valid, nothing is overwritten."""
 
         TOPIC = "memory-ledger:atom.superseded.v1"
+        PERSONAL: ClassVar[tuple[str, ...]] = ("reason",)  # the correction's reason
         superseded_by: str
         valid_to: str
         reason: str | None
@@ -322,6 +330,7 @@ class Atom(Aggregate, _Erasable, _Copyable):
             aggregate.status = STATUS_BY_MODE[self.mode]
             aggregate.redaction_mode = self.mode
             aggregate.redacted_at = self.timestamp.isoformat()
+            aggregate.tombstone_event = f"{self.originator_id}/{self.originator_version}"
 
     class Unredacted(Event):
         TOPIC = "memory-ledger:atom.unredacted.v1"
@@ -355,6 +364,8 @@ class Atom(Aggregate, _Erasable, _Copyable):
 
         def apply(self, aggregate: Any) -> None:
             aggregate.flags = sorted({*aggregate.flags, self.flag})
+            aggregate.flag_events = {**getattr(aggregate, "flag_events", {}),
+                                     self.flag: f"{self.originator_id}/{self.originator_version}"}
 
     class FlagResolved(Event):
         TOPIC = "memory-ledger:atom.flag-resolved.v1"
@@ -457,6 +468,7 @@ class Record(Aggregate, _Erasable, _Copyable):
 
         def apply(self, aggregate: Any) -> None:
             aggregate.status = STATUS_BY_MODE[self.mode]
+            aggregate.tombstone_event = f"{self.originator_id}/{self.originator_version}"
 
     def __init__(self) -> None:
         self.subject_id = ""
@@ -477,14 +489,14 @@ class ErasureRequest(Aggregate, _Erasable, _Copyable):
     """
 
     TOPIC = "memory-ledger:request"
-    PERSONAL_STATE = ("identifiers",)
+    PERSONAL_STATE = ("identifiers", "reason")
 
     class Event(LedgerEvent):
         SIGNER_ROLES = OPERATOR
 
     class Created(Event, Aggregate.Created):
         TOPIC = "memory-ledger:request.received.v1"
-        PERSONAL: ClassVar[tuple[str, ...]] = ("identifiers",)
+        PERSONAL: ClassVar[tuple[str, ...]] = ("identifiers", "reason")
         subject_id: str
         subject_ref: str
         reason: str
@@ -531,16 +543,23 @@ class ErasureRequest(Aggregate, _Erasable, _Copyable):
         self.event_ids: list[str] = []
 
 
-class RedactionBatch(Aggregate, _Copyable):
-    """What one erasure covers, approved by an operator before anything is destroyed."""
+class RedactionBatch(Aggregate, _Erasable, _Copyable):
+    """What one erasure covers, approved by an operator before anything is destroyed.
+
+    The reason is free text (it may name the person): sealed under the batch's own data
+    key, which also seals what the erasure's probes and raw scan look for while the batch
+    runs (governance/erasure.py), and is destroyed when the batch closes (ADR 0019).
+    """
 
     TOPIC = "memory-ledger:batch"
+    PERSONAL_STATE = ("reason",)
 
     class Event(LedgerEvent):
         SIGNER_ROLES = OPERATOR
 
     class Created(Event, Aggregate.Created):
         TOPIC = "memory-ledger:batch.opened.v1"
+        PERSONAL: ClassVar[tuple[str, ...]] = ("reason",)
         request_id: str | None
         mode: str
         reason: str
@@ -552,6 +571,13 @@ class RedactionBatch(Aggregate, _Copyable):
             aggregate.reason = self.reason
             aggregate.targets = {k: list(v) for k, v in self.targets.items()}
             aggregate.status = "opened"
+            aggregate._note_erased(self)
+
+    class DataKeyDestroyed(DataKeyDestroyedMixin, Event):
+        TOPIC = "memory-ledger:batch.data-key-destroyed.v1"
+        SIGNER_ROLES = OPERATOR
+        key_id: str
+        reason: str
 
     class Approved(Event):
         """Signed by the approving operator's key: the authorization of the erasure."""

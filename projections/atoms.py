@@ -230,6 +230,9 @@ class AtomStore:
                     row["last_seq"] = e.seq
                 if content_gone(ev):
                     row["content_erased"] = True
+                    for sealed in ("session_id", "extractor", "source"):  # ADR 0004
+                        if sealed in row:
+                            row[sealed] = None
                     if isinstance(ev, DataKeyDestroyedMixin):
                         row["data_key_destroyed_at"] = e.timestamp
                     if "detail_brightness" in row:

@@ -26,6 +26,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from keys.bytescan import file_identity
 from keys.datakeys import make_engine, store_sqlite
+from keys.heldfiles import HeldFile, read_file
 from keys.sqlitepages import freelist_trunks, scrub_pages, wal_frames, write_transaction
 from ledger.errors import EnvironmentProblem
 from ledger.home import StorageURL
@@ -257,7 +258,8 @@ class Store:
         with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
             busy, _log, _done = c.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()
         if busy:
-            log.warning("projections.compaction_blocked", backend="sqlite")
+            log.warning("projections.compaction_blocked", backend="sqlite",
+                        file=self.sqlite_path.name if self.sqlite_path else None)
         return not busy
 
     # ------------------------------------------------------------------ residue repair
@@ -305,7 +307,7 @@ class Store:
         path = self.sqlite_path
 
         def read(pgno: int) -> bytes:
-            with open(path, "rb") as f:
+            with HeldFile(path) as f:  # never close a file SQLite has open
                 f.seek((pgno - 1) * page_size)
                 return f.read(page_size)
 
@@ -390,7 +392,7 @@ class Store:
         """Occurrences of any needle per file name (raw bytes, no SQL)."""
         found: dict[str, int] = {}
         for path in self.files():
-            data = path.read_bytes()
+            data = read_file(path)  # never close a file SQLite has open
             count = sum(data.count(n) for n in needles)
             if count:
                 found[path.name] = count

@@ -247,7 +247,7 @@ def test_redact_user_cli_dry_run_lists_flags_and_real_run_checks_the_plan(home: 
     real = run_cli(*h, "redact-user", "user_9f4e", "--reason", "GDPR Art. 17", "--operator",
                    "operator", "--identifier", "J. Miller", "--plan", digest)
     assert real.code == 0, real.err
-    assert "1 memories of others flagged for review" in real.err
+    assert "1 memory of others flagged for review" in real.err
     assert "refers-to-erased" in real.out
 
 
@@ -371,4 +371,4 @@ def test_redact_user_on_a_terminal_asks_and_a_refusal_writes_nothing(
     assert ledger_files(snapshot(home)) == ledger_files(before)
     monkeypatch.setattr(typer, "confirm", lambda text, **_: True)
     r = run_cli(*h, "redact-user", "u1", "--reason", "x", "--operator", "operator")
-    assert r.code == 0 and r.err.splitlines()[-1].startswith("OK: erased 1 atoms")
+    assert r.code == 0 and r.err.splitlines()[-1].startswith("OK: erased 1 atom")

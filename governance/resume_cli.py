@@ -1,0 +1,72 @@
+"""Commands that finish what an interrupted process left (ADR 0019), mounted on the
+``ledger`` CLI by :func:`register`: ``ledger requests resume REQUEST`` (an erasure request
+stopped at any step) and ``ledger repair`` (data keys stored for events that were never
+committed). Heavy imports stay inside the command functions.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+_open: list[Any] = []
+
+
+def register(cli: typer.Typer, requests_cli: typer.Typer, open_app: Any) -> None:
+    _open[:] = [open_app]
+    requests_cli.command("resume")(requests_resume)
+    cli.command("repair")(repair_command)
+
+
+def requests_resume(
+    request: Annotated[str, typer.Argument(help="The request id (`ledger requests list`).")],
+    operator: Annotated[str, typer.Option(
+        "--operator", "--as", help="Operator key that signs (default: operator).")]
+    = "operator",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
+) -> None:
+    """Finish an interrupted erasure request: the same request and batch, from the step
+    where it stopped, to its close.
+
+    Example: ledger requests resume 6093ed56-8cc6-49d9-8f18-e99daa44fcd2
+    """
+    from governance.cli import _out, _verdict, open_session
+    from governance.erasure import resume_request
+
+    with open_session(_open[0]) as (app, proj):
+        data = resume_request(app, proj, request, operator)
+    _out(data, as_json, "\n".join([f"request {data['request_id']}",
+                                   f"batch {data.get('batch_id')}",
+                                   *data.get("event_ids", [])]))
+    if data.get("no_op"):
+        _verdict(f"OK: nothing to do: request {data['request_id']} was completed at "
+                 f"{data['completed_at']}")
+    else:
+        _verdict(f"OK: request {data['request_id']} completed; batch {data['batch_id']} "
+                 "closed")
+
+
+def repair_command(
+    dry_run: Annotated[bool, typer.Option(help="List what would be repaired; change "
+                                               "nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
+) -> None:
+    """Discard data keys stored for events that were never committed (a process killed
+    between the keystore's commit and the event store's). Commands do it on their own
+    when they meet such a key; this finds them all.
+
+    Example: ledger repair --dry-run
+    """
+    from governance.cli import _out, _verdict
+
+    with _open[0]() as app:
+        data = app.repair(dry_run=dry_run)
+    _out(data, as_json, "\n".join(data["orphan_keys"]))
+    n = len(data["orphan_keys"])
+    if not n:
+        _verdict("OK: nothing to repair")
+    elif dry_run:
+        _verdict(f"dry run: would discard {n} orphan data key(s); nothing changed")
+    else:
+        _verdict(f"OK: discarded {n} orphan data key(s)")

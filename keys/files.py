@@ -1,0 +1,45 @@
+"""Files written with the mode they are meant to have, whatever the process's umask.
+
+``open()`` and ``Path.write_text`` create files with 0o666 minus the umask, so under
+``umask 000`` a public key, an Evidence Pack or a kept checkpoint would be world-writable
+(issue 20, item 8): anyone on the machine could swap the public key a verifier pins.
+These helpers set the mode explicitly (``fchmod`` on the open descriptor, before any byte
+is written, and ``chmod`` on folders they create).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["PUBLIC", "PUBLIC_DIR", "make_dirs", "write_file"]
+
+PUBLIC = 0o644
+"""Readable by all, writable by the owner only: public keys, packs, checkpoints."""
+PUBLIC_DIR = 0o755
+
+
+def write_file(path: str | Path, data: bytes | str, mode: int = PUBLIC) -> None:
+    """Create or replace ``path`` with ``data`` (str: UTF-8), mode exactly ``mode``."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    try:
+        os.fchmod(fd, mode)
+        view = memoryview(raw)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def make_dirs(path: str | Path, mode: int = PUBLIC_DIR, exist_ok: bool = False) -> None:
+    """``mkdir -p`` whose new folders get exactly ``mode``."""
+    path = Path(path)
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    path.mkdir(mode=mode, parents=True, exist_ok=exist_ok)
+    for new in missing:
+        os.chmod(new, mode)
