@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -23,13 +24,22 @@ BIN = Path(sys.executable).parent
 LEDGER = str(BIN / "ledger") if (BIN / "ledger").exists() else None
 
 
-def wall(cmd: list[str], env: dict[str, str]) -> float:
+CPU: dict[str, list[float]] = {}
+
+
+def wall(cmd: list[str], env: dict[str, str], name: str | None = None) -> float:
+    """Wall seconds of one run; its CPU seconds (user + system) go to CPU[name]."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
                        check=False)
     elapsed = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed: {r.stderr.decode()[-500:]}")
+    if name is not None:
+        CPU.setdefault(name, []).append(after.ru_utime - before.ru_utime
+                                        + after.ru_stime - before.ru_stime)
     return elapsed
 
 
@@ -58,18 +68,22 @@ def main() -> int:
             wall(cmd, env)
         for _ in range(args.runs):
             for name, (cmd, _) in cases.items():
-                times[name].append(wall(cmd, env))
+                times[name].append(wall(cmd, env, name))
     base = statistics.median(times["python -c pass"])
     print(f"start-up wall time, {args.runs} runs each, interleaved; {os.cpu_count()} cores; "
           f"python {sys.version.split()[0]}")
-    print(f"{'command':<30} {'median':>8} {'fastest':>8} {'- python':>9} {'target':>7}  ok")
+    print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} (a shared machine "
+          "stretches wall times; CPU time is less affected)")
+    print(f"{'command':<30} {'median':>8} {'fastest':>8} {'- python':>9} {'x python':>8} "
+          f"{'cpu':>7} {'target':>7}  ok")
     failed = False
     for name, (_, target) in cases.items():
         med, fast = statistics.median(times[name]), min(times[name])
+        cpu = statistics.median(CPU[name])
         ok = "" if target is None else ("yes" if med < target else "NO")
         failed |= ok == "NO"
-        print(f"{name:<30} {med:>7.3f}s {fast:>7.3f}s {med - base:>8.3f}s "
-              f"{'' if target is None else f'{target:.1f}s':>7}  {ok}")
+        print(f"{name:<30} {med:>7.3f}s {fast:>7.3f}s {med - base:>8.3f}s {med / base:>7.1f}x "
+              f"{cpu:>6.3f}s {'' if target is None else f'{target:.1f}s':>7}  {ok}")
     return 1 if failed else 0
 
 
