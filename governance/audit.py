@@ -944,6 +944,18 @@ def _pointer(*parts: str | int) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
+
+def _counted(r: dict[str, Any], section: str, title: str, by: str, label: str) -> list[str]:
+    """An HTML section of event counts, one table row per ``by`` key."""
+    sec = r[section]
+    out = [f"<h2>{html.escape(title)}</h2><p>"
+           f"{_n(sec['events'], section, 'events', tag='span')} events.</p>"]
+    if sec[by]:
+        out.append(f"<table><tr><th>{label}</th><th>events</th></tr>" + "".join(
+            f"<tr>{_t(t)}{_n(n, section, by, t)}</tr>" for t, n in sec[by].items())
+            + "</table>")
+    return out
+
 def _n(value: Any, *path: str | int, tag: str = "td") -> str:
     """A number shown on the page, tied to its place in the JSON report."""
     text = "-" if value is None else str(value)
@@ -1255,21 +1267,9 @@ def render_html(r: dict[str, Any]) -> str:
     out.append("<h2>Evidence packs</h2>")
     out.append(f"<p>{_n(ep['events'], 'evidence_packs', 'events', tag='span')} recorded. "
                f"{html.escape(ep['note'])}</p>")
-    sw = r["sweeps"]
-    out.append(f"<h2>Sweeps (expiry, archive)</h2><p>"
-               f"{_n(sw['events'], 'sweeps', 'events', tag='span')} events.</p>")
-    if sw["by_topic"]:
-        out.append("<table><tr><th>topic</th><th>events</th></tr>" + "".join(
-            f"<tr>{_t(t)}{_n(n, 'sweeps', 'by_topic', t)}</tr>"
-            for t, n in sw["by_topic"].items()) + "</table>")
-
-    pa = r["policy_archiving"]
-    out.append(f"<h2>Policy archiving (memoryPolicy rules at creation)</h2><p>"
-               f"{_n(pa['events'], 'policy_archiving', 'events', tag='span')} events.</p>")
-    if pa["by_rule"]:
-        out.append("<table><tr><th>rule</th><th>events</th></tr>" + "".join(
-            f"<tr>{_t(t)}{_n(n, 'policy_archiving', 'by_rule', t)}</tr>"
-            for t, n in pa["by_rule"].items()) + "</table>")
+    out += _counted(r, "sweeps", "Sweeps (expiry, archive)", "by_topic", "topic")
+    out += _counted(r, "policy_archiving", "Policy archiving (memoryPolicy rules at creation)",
+                    "by_rule", "rule")
 
     # policy and keys
     pol = r["policy"]

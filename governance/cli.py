@@ -202,9 +202,10 @@ def redact_user_command(
     review = len(data.get("review_artifacts", []))
     if dry_run:
         _out(data, as_json, _plan_text(data))
-        _verdict(f"dry run: would erase {counts} of the subject and flag {flagged} memories "
-                 f"of others for review ({review} artifacts of others listed); nothing "
-                 f"changed; plan {data['plan_digest']}")
+        _verdict(f"dry run: would erase {counts} of the subject and flag "
+                 f"{plural(flagged, 'memories')} of others for review "
+                 f"({plural(review, 'artifacts')} of others listed); nothing changed; plan "
+                 f"{data['plan_digest']}")
         return
     if data.get("no_op"):
         _out(data, as_json, data["request_id"])
@@ -228,19 +229,24 @@ def redact_user_command(
 def _plan_text(data: dict[str, Any]) -> str:
     """A dry run for people: ids, counts and identifier positions, never content."""
     t = data["targets"]
-    lines = [f"erase (subject {data['subject_id']}): {len(t['atoms'])} atoms, "
+    refs = data.get("subject_refs", {})
+
+    def who(sid: str) -> str:
+        return f"{refs[sid]} ({sid})" if sid in refs else sid
+
+    lines = [f"erase (subject {who(data['subject_id'])}): {len(t['atoms'])} atoms, "
              f"{len(t['artifacts'])} artifacts, {len(t['subjects'])} subject record"]
     lines += [f"  atom {a}" for a in t["atoms"]] + [f"  artifact {a}" for a in t["artifacts"]]
     lines.append(f"flag for review, not erased (memories of others): "
                  f"{len(data['flag_for_review'])}")
-    lines += [f"  atom {f['atom_id']}  subject {f['subject_id']}: {f['reason']}"
+    lines += [f"  atom {f['atom_id']}  subject {who(f['subject_id'])}: {f['reason']}"
               for f in data.get("flags", [])]
     if data.get("review_artifacts"):
         lines.append(f"artifacts of others to review, not erased: "
                      f"{len(data['review_artifacts'])}")
         lines += [f"  artifact {a}" for a in data["review_artifacts"]]
     for ident in data.get("identifiers", []):
-        per = ", ".join(f"{sid}{' (this subject)' if sid == data['subject_id'] else ''}: "
+        per = ", ".join(f"{who(sid)}{', this subject' if sid == data['subject_id'] else ''}: "
                         f"{c['atoms']} atoms, {c['artifacts']} artifacts"
                         for sid, c in ident["matched"].items()) or "nothing"
         lines.append(f"identifier #{ident['identifier']} matched: {per}")
@@ -414,7 +420,7 @@ def verify_pack_command(
                                                     "--root-key)"
     _verdict(f"OK: pack verified against {trust}: {report.events} signed events, signers "
              f"{', '.join(report.signers)}{summary(report.witnesses)}; "
-             f"{report.flagged_for_review} memories of others flagged for review")
+             f"{plural(report.flagged_for_review, 'memories')} of others flagged for review")
 
 
 __all__ = ["ConflictError", "register"]

@@ -591,6 +591,7 @@ class ErasurePlan:
     flags: dict[str, str] = field(default_factory=dict)
     flag_reasons: dict[str, str] = field(default_factory=dict)
     flag_owners: dict[str, str] = field(default_factory=dict)
+    subject_refs: dict[str, str] = field(default_factory=dict)  # id -> ref, for people
     review_artifacts: list[str] = field(default_factory=list)
     identifiers: list[dict[str, Any]] = field(default_factory=list)
     sessions: list[dict[str, Any]] = field(default_factory=list)
@@ -620,7 +621,8 @@ class ErasurePlan:
                           for a in self.referring],
                 "review_artifacts": sorted(self.review_artifacts),
                 "identifiers": self.identifiers, "sessions": self.sessions,
-                "warnings": self.warnings, "plan_digest": self.digest()}
+                "warnings": self.warnings, "subject_refs": self.subject_refs,
+                "plan_digest": self.digest()}
 
 
 def _atom_fields(row: Any) -> list[tuple[str, str | None]]:
@@ -745,6 +747,13 @@ def plan_user_erasure(app: Any, proj: Projections, subject: str,
                     "shares a tag with an erased memory" if why == "tag"
                     else f"same session ({row['session_id']}) as an erased memory")
     plan.review_artifacts = sorted({aid for aid, owner, _ in art_hits if owner != sid})
+    owners = {sid, *plan.flag_owners.values(), *(o for _, o, _ in atom_hits),
+              *(o for _, o, _ in art_hits)}
+    with proj.store.engine.connect() as conn:
+        for owner in sorted(owners):
+            found = store.subject(conn, owner)
+            if found is not None:
+                plan.subject_refs[owner] = found["ref"]
     for ident in idents:
         per: dict[str, dict[str, int]] = {}
         for kind, hits in (("atoms", atom_hits), ("artifacts", art_hits)):

@@ -153,6 +153,17 @@ def home(tmp_path: Path, db_url: str | None, monkeypatch: pytest.MonkeyPatch) ->
 
 
 @pytest.fixture
+def other_home(tmp_path: Path, backend: str) -> Iterator[Path]:
+    """A second, independent ledger on the same backend."""
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    path = tmp_path / "other-home"
+    LedgerApp.initialize(path, db=None if backend == "sqlite" else f"{PG_URL}?schema={schema}")
+    yield path
+    if backend != "sqlite":
+        drop_schema(schema)
+
+
+@pytest.fixture
 def app(home: Path) -> Iterator[LedgerApp]:
     a = LedgerApp(Config.load(home))
     yield a

@@ -108,17 +108,21 @@ def _atoms(n: int, ref: str | None = None) -> list[dict[str, object]]:
             for i in range(n)]
 
 
-def test_failed_key_store_writes_no_event_and_keeps_the_existing_key(app: LedgerApp) -> None:
+def test_an_orphan_key_is_discarded_and_the_command_succeeds(app: LedgerApp) -> None:
+    """A key stored for an item that has no event (a command killed between the
+    keystore's commit and the event store's) no longer blocks that item for good
+    (issue 20, item 4; this test used to pin the refusal): the command discards it,
+    stores its own and commits."""
     app.register_subject({"ref": "u1"})
     taken = str(app._ref_id("atom", "r1"))
-    existing = app.datakeys.create_many([taken], T0)[taken]
-    rows, count = RawStore(app.config.home).rows(), app.datakeys.count()
-    with pytest.raises(KeystoreError, match="already exists"):
-        app.add_atoms(_atoms(100, ref="r1"))
-    assert RawStore(app.config.home).rows() == rows
-    assert app.datakeys.count() == count
+    orphan = app.datakeys.create_many([taken], T0)[taken]
+    count = app.datakeys.count()
+    app.add_atoms(_atoms(100, ref="r1"))
+    assert app.datakeys.count() == count + 99  # the orphan replaced, not kept
     app.datakeys._cache.clear()
-    assert app.datakeys.get(taken) == existing
+    assert app.datakeys.get(taken) != orphan
+    assert app.get_atom(taken).text is not None
+    assert run_cli("--home", str(app.config.home), "verify").code == 0
 
 
 def test_failed_event_insert_discards_the_stored_keys(app: LedgerApp,

@@ -7,6 +7,7 @@ counts the flags; `ledger review resolve` settles them.
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from pathlib import Path
@@ -258,7 +259,7 @@ def test_pack_counts_flags(app: LedgerApp, proj: Projections, tmp_path: Path) ->
     pack = build_pack(app, res["batch_id"], tmp_path / "pack")
     report = verify_pack(pack, app.root_public_key)
     assert report.ok and report.flagged_for_review == 1 and report.artifacts_for_review == 0
-    predicate = json.loads(__import__("base64").b64decode(
+    predicate = json.loads(base64.b64decode(
         json.loads((pack / "statement.dsse.json").read_text())["payload"]))["predicate"]
     assert predicate["reach"]["flagged_for_review"] == [ids["lunch"]]
     assert predicate["reach"]["flags"] == {"count": 1, "artifacts_for_review": []}
@@ -371,4 +372,4 @@ def test_redact_user_on_a_terminal_asks_and_a_refusal_writes_nothing(
     assert ledger_files(snapshot(home)) == ledger_files(before)
     monkeypatch.setattr(typer, "confirm", lambda text, **_: True)
     r = run_cli(*h, "redact-user", "u1", "--reason", "x", "--operator", "operator")
-    assert r.code == 0 and r.err.splitlines()[-1].startswith("OK: erased 1 atom")
+    assert r.code == 0 and r.err.splitlines()[-1].startswith("OK: erased 1 atom,")

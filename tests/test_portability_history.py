@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from .conftest import run_cli
-from .test_portability_roundtrip import other_home  # noqa: F401  (fixture)
 from .test_portability_support import logs_on_stderr, open_app  # noqa: F401
 
 FORMATS = ["konshus", "mem", "persona"]

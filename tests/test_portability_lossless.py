@@ -115,8 +115,8 @@ def test_reference_bundle_imports_with_nothing_refused_and_exports_every_record(
     assert again["records"]["created"] == 0
 
 
-def _graph_bundle(tmp_path: Path, name: str, tombstones: list[Tombstone] = ()  # type: ignore[assignment]
-                  ) -> Path:
+def _graph_bundle(tmp_path: Path, name: str, tombstones: list[Tombstone] = (),  # type: ignore[assignment]
+                  rows: bool | None = None) -> Path:
     t0 = datetime(2026, 1, 2, tzinfo=UTC)
     store = InMemoryStore()
     store.import_episode(PortableEpisode(
@@ -125,7 +125,9 @@ def _graph_bundle(tmp_path: Path, name: str, tombstones: list[Tombstone] = ()  #
         sensitivity="low", metadata={}, categories=[], importance=0.5, confidence=0.9,
         lifecycle_state="HOT", extraction_state="done", access_count=0, pinned=False,
         vault_refs=[]), None)
-    if not tombstones:
+    for t in tombstones:  # first: the reference store drops what a tombstone names
+        store.apply_tombstone(t)
+    if (not tombstones) if rows is None else rows:
         store.import_entity(PortableEntity(
             id="ent_q", entity_type="person", canonical_name="Zelda Quokkaworth",
             aliases=["ZQ marker alias"], summary="Marker entity summary 5e1d",
@@ -134,8 +136,6 @@ def _graph_bundle(tmp_path: Path, name: str, tombstones: list[Tombstone] = ()  #
             id="edge_q", src_entity_id="ent_q", dst_entity_id="ent_q",
             edge_type="marker edge type 9b2c", t_valid_from=t0, ingestion_time=t0,
             confidence=0.8, evidence_episode_ids=["ep_1"]))
-    for t in tombstones:
-        store.apply_tombstone(t)
     out = tmp_path / name
     BundleExporter().export(store, out)
     return out
@@ -260,3 +260,51 @@ def test_bitemporal_edge_update_supersedes_and_keeps_both_rows(home: Path,
         assert len(revised) == 1  # one Superseded event; the first statement stays in the log
     finally:
         app.close()
+
+
+def test_tombstone_and_its_entity_in_one_bundle_creates_nothing_and_stays_erased(
+        home: Path, tmp_path: Path) -> None:
+    key = PortableSigningKey()
+    tomb = sign_tombstone(Tombstone(
+        id="tomb_ent_q", op=TombstoneOp.DELETE, target_kind="entity", target_id="ent_q",
+        deleted_at=datetime(2026, 2, 1, tzinfo=UTC), actor="user",
+        derived=DerivedRefs(edge_ids=["edge_q"])), key)
+    both = _graph_bundle(tmp_path, "both.mem", [tomb], rows=True)
+    trust = tmp_path / "trusted.hex"
+    trust.write_text(key.verifying_key.raw_representation.hex())
+    r = _import(home, both, "--subject", "u_graph", "--trust", str(trust))
+    assert r.code == 0, r.err
+    rep = json.loads(r.out)
+    refused = {(x["kind"], x["id"]) for x in rep["refusals"]}
+    assert {("entity", "ent_q"), ("edge", "edge_q")} <= refused  # tombstones first
+    assert rep["records"]["by_kind"] == {"tombstone": 1}
+    assert rep["records"]["placeholders"] == 1  # the ledger remembers the deletion
+    stale = _graph_bundle(tmp_path, "stale.mem")  # the rows alone, no tombstone
+    r = _import(home, stale, "--subject", "u_graph")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["records"]["by_kind"] == {"edge": 1}  # the entity stays gone
+    out = _streams(_export(home, tmp_path / "out.mem"))
+    assert out.get("entity", []) == []
+    assert _markers_in_home(home, ["Zelda Quokkaworth", "Marker entity summary 5e1d"]) == []
+
+
+def test_received_tombstone_reason_is_sealed_not_kept_in_the_clear(home: Path,
+                                                                    tmp_path: Path) -> None:
+    """A tombstone's free-text reason may name a person: kept only sealed (issue 20 item 6),
+    and still exported verbatim, signature and all."""
+    key = PortableSigningKey()
+    reason = "Deleted at the request of Zelda Quokkaworth"
+    tomb = sign_tombstone(Tombstone(
+        id="tomb_ep_9", op=TombstoneOp.REDACT, target_kind="episode", target_id="ep_9",
+        deleted_at=datetime(2026, 2, 1, tzinfo=UTC), actor="user", reason=reason), key)
+    bundle = _graph_bundle(tmp_path, "t.mem", [tomb], rows=False)
+    trust = tmp_path / "trusted.hex"
+    trust.write_text(key.verifying_key.raw_representation.hex())
+    r = _import(home, bundle, "--subject", "u_t", "--trust", str(trust))
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["tombstones"]["placeholders"] == 1
+    assert _markers_in_home(home, [reason]) == []
+    out = _streams(_export(home, tmp_path / "out.mem"))
+    kept = [t for t in out["tombstone"] if t["targetID"] == "ep_9"]
+    assert len(kept) == 1 and kept[0]["reason"] == reason
+    assert kept[0]["signature"] == tomb.signature

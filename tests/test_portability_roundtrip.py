@@ -14,7 +14,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +22,6 @@ from ledger.application import LedgerApp
 from ledger.home import Config
 from ledger.inputs import ARTIFACT_KINDS, ATOM_KINDS, PRIVACY_CLASSES, SENSITIVITIES
 
-from .conftest import PG_URL, drop_schema
 from .test_portability_support import (
     bundle_files,
     canon,
@@ -125,17 +123,6 @@ def labels(app: LedgerApp, subject: str) -> dict[str, tuple[Any, ...]]:
                          a.fields["privacy_class"], a.fields["consent_basis"],
                          a.fields["extractor"])
             for a in v.atoms if not a.erased}
-
-
-@pytest.fixture
-def other_home(tmp_path: Path, backend: str) -> Any:
-    """A second, independent ledger on the same backend."""
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    path = tmp_path / "other-home"
-    LedgerApp.initialize(path, db=None if backend == "sqlite" else f"{PG_URL}?schema={schema}")
-    yield path
-    if backend != "sqlite":
-        drop_schema(schema)
 
 
 class Pair:

@@ -165,8 +165,14 @@ def make_export(open_app: OpenApp) -> Callable[..., None]:
                 written = service.write_document(out, doc, signer if sign else None,
                                                  PAYLOAD_TYPES[fmt])
         stats = {**stats, **tally(v.atoms)}
+        if fmt != "mem":  # only a .mem bundle has a place for portable records (ADR 0017)
+            stats["records_not_carried"] = sum(r.content is not None for r in v.records)
         report = {"format": fmt, "subject": v.ref, "written": written, "counts": stats}
         _out(report, as_json, "\n".join(written))
+        if stats.get("records_not_carried"):
+            _verdict(f"warning: {stats['records_not_carried']} portable records (entities, "
+                     f"edges, ...) have no place in {fmt} and were not exported; use "
+                     "--format mem")
         _verdict(f"OK: exported subject {v.ref} as {fmt} ({_counts(stats)})")
 
     return export_

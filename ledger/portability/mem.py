@@ -27,9 +27,9 @@ from typing import Any
 
 from portable_memory import (
     BundleExporter,
-    MemKind,
     ConformanceLevel,
     DerivedRefs,
+    MemKind,
     PortableEpisode,
     PortableMemoryStore,
     StoreInfo,
@@ -274,7 +274,7 @@ def plan_records(plan: Plan, streams: dict[str, list[dict[str, Any]]],
         kind = _tombstone_kind(t)
         if kind is not None:
             target = namespaced(ref, t.target_id)[0]
-            plan.placeholders.append((kind, target, placeholder(kind, ref, target, ct.raw),
+            plan.placeholders.append((kind, target, placeholder(kind, ref, target, None),
                                       t.id))
     plan.tombstones = counts
     if counts["untrusted"] + counts["unsigned"]:
@@ -509,15 +509,19 @@ def export(view: SubjectView, out: Path, *, include_private: bool, key: Portable
         episodes.append(_episode(native))
         ext[v.local_id] = canonical_json(extra)
         stats["atoms"] += 1
-    kept: dict[str, list[dict[str, Any]]] = {}
+    records: dict[str, list[dict[str, Any]]] = {}
     for r in view.records:
-        if r.content is None:
-            continue
-        kept.setdefault(r.kind, []).append(r.content)
-    seen_tombs = {str(t.get("id")) for t in kept.get(TOMBSTONE_KIND, [])}
-    tombstones = [t for t in tombstones if t.id not in seen_tombs]
-    tombstones += [_Line(t) for t in kept.pop(TOMBSTONE_KIND, [])]
-    stats["records"] = sum(len(v) for v in kept.values())
+        if r.content is not None:
+            records.setdefault(r.kind, []).append(r.content)
+    # received tombstones are kept (sealed) as records and go out verbatim; the ledger's
+    # own tombstone for the same target (a placeholder's) is then not written twice
+    kept = records.get(TOMBSTONE_KIND, [])
+    seen_tombs = {str(t.get("id")) for t in kept}
+    seen_targets = {(str(t.get("targetKind")), str(t.get("targetID"))) for t in kept}
+    tombstones = [t for t in tombstones if t.id not in seen_tombs
+                  and (t.target_kind, t.target_id) not in seen_targets]
+    tombstones += [_Line(t) for t in records.pop(TOMBSTONE_KIND, [])]
+    stats["records"] = sum(len(x) for x in records.values())
     ids = [e.id for e in episodes]
     if len(set(ids)) != len(ids):
         dup = sorted({i for i in ids if ids.count(i) > 1})
@@ -527,7 +531,7 @@ def export(view: SubjectView, out: Path, *, include_private: bool, key: Portable
     subject_line = canonical_json(drop_none({"subject_id": view.ref,
                                              "display_name": view.display_name,
                                              "locale": view.locale}))
-    store = _Store(episodes, ext, tombstones, subject_line, kept)
+    store = _Store(episodes, ext, tombstones, subject_line, records)
     _write_new_dir(out, lambda tmp: BundleExporter().export(
         store, tmp, level=ConformanceLevel.L3 if sign_manifest else ConformanceLevel.L2,
         signing_key=key if sign_manifest else None))

@@ -81,7 +81,7 @@ def plan(app: Any, subject_ref: str, lines: Sequence[tuple[str, dict[str, Any]]]
     consented). ``placeholders``: (kind, id) of trusted tombstones' targets: when absent,
     an empty record is created, so a later stale bundle is skipped by id.
     """
-    wanted: dict[UUID, tuple[str, dict[str, Any] | None]] = {}
+    wanted: dict[UUID, tuple[str, dict[str, Any]]] = {}
     for kind, line in lines:
         ident = identity(kind, line)
         if ident is not None and ident.startswith("id:") and (kind, ident[3:]) in covered:
