@@ -240,7 +240,11 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
     else:
         batch_id = batch.id
         mode = batch.mode
-        targets = Targets(**{k: list(v) for k, v in batch.targets.items()})
+        stored = batch.targets
+        targets = Targets(atoms=list(stored.get("atoms", [])),
+                          artifacts=list(stored.get("artifacts", [])),
+                          subjects=list(stored.get("subjects", [])),
+                          records=list(stored.get("records", [])))
         before = app.seq_of(f"{batch_id}/1") - 1
         notes = _read_notes(app, batch_id)
         log.info("erasure.resumed", batch_id=str(batch_id), status=batch.status)

@@ -490,6 +490,7 @@ class ErasureRequest(Aggregate, _Erasable, _Copyable):
 
     TOPIC = "memory-ledger:request"
     PERSONAL_STATE = ("identifiers", "reason")
+    subject_id: str  # set by Created.apply
 
     class Event(LedgerEvent):
         SIGNER_ROLES = OPERATOR
