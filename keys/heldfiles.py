@@ -35,6 +35,8 @@ def held_fd(path: str | Path) -> int:
         fd = _HELD.get(key)
         if fd is not None:
             return fd
+        if len(_HELD) >= 64:
+            _prune()
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         fst = os.fstat(fd)
         got = (fst.st_dev, fst.st_ino)
@@ -42,6 +44,24 @@ def held_fd(path: str | Path) -> int:
         # it is; a second descriptor of a file already held is kept too, never closed
         _HELD.setdefault(got, fd)
         return fd
+
+
+def _prune() -> None:
+    """Close the descriptors of files that no longer exist (no name links to them: a
+    deleted home, a WAL SQLite removed at its last close), so a long-lived process (a
+    server, a test session) does not run out of descriptors. No process can open such
+    a file again, so no lock of another process needs this one's to be kept."""
+    for key, fd in list(_HELD.items()):
+        try:
+            gone = os.fstat(fd).st_nlink == 0
+        except OSError:
+            gone = True
+        if gone:
+            del _HELD[key]
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 class HeldFile:
