@@ -28,8 +28,10 @@ def on_terminal(*args: str, env: dict[str, str] | None = None) -> tuple[int, str
     os.close(slave)
     chunks: list[bytes] = []
     deadline = time.monotonic() + 120
+    poller = select.poll()  # not select(): a long suite may have passed fd 1024
+    poller.register(master, select.POLLIN)
     while time.monotonic() < deadline:
-        ready, _, _ = select.select([master], [], [], 0.5)
+        ready = poller.poll(500)
         if ready:
             try:
                 data = os.read(master, 65536)
