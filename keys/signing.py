@@ -135,6 +135,16 @@ _TIMEOUT = 60.0  # seconds the signing process may stay silent before it is give
 _IN_FLIGHT = 4  # chunks handed to the signing process and not answered yet, at most
 
 
+def _poll(fds: dict[int, int], timeout: float) -> list[tuple[int, int]]:
+    """``poll(2)`` on ``fds`` (descriptor -> events) for up to ``timeout`` seconds: the
+    ready descriptors. Not ``select(2)``, which refuses descriptors of 1024 and above,
+    as a long-lived process that holds many files open reaches them."""
+    poller = select.poll()
+    for fd, events in fds.items():
+        poller.register(fd, events)
+    return poller.poll(max(0.0, timeout) * 1000)
+
+
 def _helper() -> ThreadPoolExecutor:
     """The process's one signing helper thread, started on first use."""
     global _helper_pool
@@ -199,7 +209,8 @@ class _SigningProcess:
         into, out = child.stdin.fileno(), child.stdout.fileno()
         view = memoryview(data)
         while view:
-            readable, writable, _ = select.select([out], [into], [], _TIMEOUT)
+            ready = dict(_poll({out: select.POLLIN, into: select.POLLOUT}, _TIMEOUT))
+            readable, writable = out in ready, into in ready
             if not readable and not writable:
                 raise _WorkerGone("timed out")
             if readable:
@@ -238,7 +249,7 @@ class _SigningProcess:
                     sigs = [bytes(buf[i:i + 64]) for i in range(_HEAD.size, end, 64)]
                     del buf[:end]
                     return sigs
-            ready, _, _ = select.select([fd], [], [], wait if wait is not None else _TIMEOUT)
+            ready = _poll({fd: select.POLLIN}, wait if wait is not None else _TIMEOUT)
             if not ready:
                 if wait is None:
                     raise _WorkerGone("timed out")

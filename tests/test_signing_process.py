@@ -197,3 +197,22 @@ def test_a_silent_signing_process_is_given_up_after_the_timeout(
     assert _child_pid() is None  # stopped: the next stream starts a new one
     assert _stream(SIGNER, messages) == [SIGNER.sign(m) for m in messages]
     assert _child_pid() not in (None, pid)
+
+
+def test_the_signing_process_is_used_when_descriptors_pass_1024() -> None:
+    """A long-lived process (a server, a test session holding many ledger files) has
+    descriptors numbered over 1024, where ``select(2)`` refuses to wait: the stream must
+    still be signed by the signing process, with the sequential bytes."""
+    signing._process.stop()
+    spare = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        assert max(spare) >= 1024
+        messages = _messages(signing.PROCESS_MIN)
+        assert _stream(SIGNER, messages) == [SIGNER.sign(m) for m in messages]
+        child = signing._process._child
+        assert child is not None and child.stdout is not None
+        assert child.stdout.fileno() >= 1024  # the pipes were opened past the limit
+        assert _child_pid() is not None
+    finally:
+        for fd in spare:
+            os.close(fd)
