@@ -234,8 +234,9 @@ def _plan_text(data: dict[str, Any]) -> str:
     def who(sid: str) -> str:
         return f"{refs[sid]} ({sid})" if sid in refs else sid
 
-    lines = [f"erase (subject {who(data['subject_id'])}): {len(t['atoms'])} atoms, "
-             f"{len(t['artifacts'])} artifacts, {len(t['subjects'])} subject record"]
+    lines = [f"erase (subject {who(data['subject_id'])}): {plural(len(t['atoms']), 'atoms')}, "
+             f"{plural(len(t['artifacts']), 'artifacts')}, "
+             f"{plural(len(t['subjects']), 'subject records')}"]
     lines += [f"  atom {a}" for a in t["atoms"]] + [f"  artifact {a}" for a in t["artifacts"]]
     lines.append(f"flag for review, not erased (memories of others): "
                  f"{len(data['flag_for_review'])}")
@@ -247,7 +248,7 @@ def _plan_text(data: dict[str, Any]) -> str:
         lines += [f"  artifact {a}" for a in data["review_artifacts"]]
     for ident in data.get("identifiers", []):
         per = ", ".join(f"{who(sid)}{', this subject' if sid == data['subject_id'] else ''}: "
-                        f"{c['atoms']} atoms, {c['artifacts']} artifacts"
+                        f"{plural(c['atoms'], 'atoms')}, {plural(c['artifacts'], 'artifacts')}"
                         for sid, c in ident["matched"].items()) or "nothing"
         lines.append(f"identifier #{ident['identifier']} matched: {per}")
     for s in data.get("sessions", []):

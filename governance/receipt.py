@@ -279,7 +279,10 @@ def render_html(data: bytes) -> str:
     req, erased = doc["request"], doc["erased"]
     labels = {"atoms": "memories", "artifacts": "source documents (chats, notes)",
               "subjects": "profile (name, details)"}
-    what = "".join(f"<li>{v['count']} {e(labels.get(k, k))}</li>" for k, v in erased.items())
+    one = {"atoms": "memory", "artifacts": "source document (chat, note)"}
+    what = "".join(f"<li>{v['count']} "
+                   f"{e(one.get(k, labels.get(k, k)) if v['count'] == 1 else labels.get(k, k))}"
+                   "</li>" for k, v in erased.items())
     ids = "".join(f"<tr><td>{e(labels.get(k, k))}</td><td><code>{e(i)}</code></td></tr>"
                   for k, v in erased.items() for i in v["ids"])
     names = ", ".join(e(w["witness"].split("+", 1)[0]) for w in doc["witnesses"])

@@ -76,6 +76,7 @@ def register(cli: typer.Typer, opened: Callable[[], Any], audit_cli: typer.Typer
         from governance.receipt import ReceiptInvalid, verify_receipt
         from keys.keyring import read_public_key_file
         from ledger.errors import EXIT_VERIFY, InputError
+        from ledger.text import plural
         from ledger.witness.policy import parse_policy
 
         try:
@@ -94,7 +95,7 @@ def register(cli: typer.Typer, opened: Callable[[], Any], audit_cli: typer.Typer
             raise typer.Exit(EXIT_VERIFY) from None
         if as_json:
             sys.stdout.write(json.dumps(report.as_json(), indent=2, sort_keys=True) + "\n")
-        counts = ", ".join(f"{n} {k}" for k, n in report.erased.items())
+        counts = ", ".join(plural(n, k) for k, n in report.erased.items())
         pinned = [k for k, v in report.trusted.items() if v]
         sys.stderr.write(
             f"OK: receipt for request {report.request_id} verified: erased {counts} by "
