@@ -166,7 +166,7 @@ async def _send(response: Response, scope: Scope, receive: Receive, send: Send) 
 def caller(request: Request) -> Caller:
     found = request.scope.get("state", {}).get("caller")
     if not isinstance(found, Caller):
-        from service.tokens import AuthError
+        from service.auth import AuthError
 
         raise AuthError("no credential")
     return found
@@ -187,6 +187,15 @@ def create_app(settings: Settings, authenticate: Authenticate,
                mounts: Callable[[FastAPI, Backend], Awaitable[None] | None] | None = None
                ) -> ASGIApp:
     """The server's ASGI app. ``mounts`` adds the MCP server and the console."""
+    api = build_api(settings)
+    if mounts is not None:
+        mounts(api, api.state.backend)
+    return Limits(api, settings, authenticate)
+
+
+def build_api(settings: Settings) -> FastAPI:
+    """The FastAPI app of the HTTP API (routes, errors, OpenAPI), without the middleware
+    that bounds and authenticates requests (:func:`create_app` adds it)."""
     backend = Backend(settings.home, max_queue=settings.max_queue)
     lifespans: list[Callable[[], contextlib.AbstractAsyncContextManager[None]]] = []
 
@@ -233,9 +242,22 @@ def create_app(settings: Settings, authenticate: Authenticate,
         async def resource_metadata() -> JSONResponse:
             return JSONResponse(meta)
 
-    if mounts is not None:
-        mounts(api, backend)
-    return Limits(api, settings, authenticate)
+    def openapi() -> dict[str, Any]:
+        if api.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            schema = get_openapi(title=api.title, version=api.version,
+                                 description=api.description, routes=api.routes)
+            schema.setdefault("components", {})["securitySchemes"] = {
+                "bearer": {"type": "http", "scheme": "bearer",
+                           "description": "A token from `ledger tokens create`, or an "
+                                          "OAuth 2.1 access token (`ledger serve --jwks`)."}}
+            schema["security"] = [{"bearer": []}]
+            api.openapi_schema = schema
+        return api.openapi_schema
+
+    api.openapi = openapi  # type: ignore[method-assign]
+    return api
 
 
 def _routes(api: FastAPI) -> None:  # noqa: C901 - one route table, read top to bottom

@@ -78,11 +78,8 @@ def register(cli: typer.Typer, home_of: Callable[[], Path | None]) -> None:
 def _has_tokens(config: Any) -> bool:
     from service.tokens import TokenStore
 
-    store = TokenStore(config)
-    try:
-        return any(not t.revoked for t in store.list())
-    finally:
-        store.close()
+    with TokenStore.open(config) as store:
+        return store.has_active()
 
 
 def build_authenticate(home: Path) -> Callable[[str | None], Any]:
@@ -100,7 +97,7 @@ def build_authenticate(home: Path) -> Callable[[str | None], Any]:
         oauth = OAuthVerifier.from_file(Path(os.environ[JWKS_ENV]),
                                         audience=os.environ[AUDIENCE_ENV],
                                         issuer=os.environ.get(ISSUER_ENV))
-    store = TokenStore(config)
+    store = TokenStore.open(config)
 
     def authenticate(header: str | None) -> Any:
         return caller_from_authorization(header, store, oauth)

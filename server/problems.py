@@ -29,10 +29,10 @@ def status_of(e: LedgerError) -> tuple[int, str]:
     """(HTTP status, problem type slug) of a ledger error."""
     from server.backend import Overloaded
     from service.facade import Forbidden
-    from service.tokens import AuthError
+    from service.auth import AuthError
 
     if isinstance(e, AuthError):
-        return 401, "unauthorized"
+        return e.status, "unauthorized" if e.status == 401 else "insufficient-scope"
     if isinstance(e, Forbidden):
         return 403, "forbidden"
     if isinstance(e, NotFound):
@@ -70,11 +70,19 @@ def problem(status: int, detail: str, *, slug: str | None = None, hint: str | No
 def from_error(e: LedgerError) -> JSONResponse:
     status, slug = status_of(e)
     headers: dict[str, str] = {}
-    if status == 401:
-        headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
+    if isinstance(e, AuthError):
+        headers["WWW-Authenticate"] = _www_authenticate(e)
     if status == 503:
         headers["Retry-After"] = "1"
-    detail = str(e) if status != 401 else "missing, malformed, expired or revoked credential"
-    return problem(status, detail, slug=slug, hint=e.hint if status != 401 else
-                   "send Authorization: Bearer TOKEN (`ledger tokens create`)",
-                   headers=headers)
+    if status == 401:  # which tokens exist, expired or were revoked is nobody's business
+        return problem(401, "missing, malformed, expired or revoked credential", slug=slug,
+                       hint="send Authorization: Bearer TOKEN (`ledger tokens create`)",
+                       headers=headers)
+    return problem(status, str(e), slug=slug, hint=e.hint, headers=headers)
+
+
+def _www_authenticate(e: LedgerError) -> str:
+    from service.auth import www_authenticate
+
+    value: str = www_authenticate(e)  # type: ignore[arg-type]
+    return value
