@@ -47,6 +47,7 @@ from ledger.portability.cli import register as register_portability
 from ledger.witness.cli import register as register_witness
 from projections.cli import register as register_projections
 from server.cli import register as register_server
+from server.mcp_cli import register as register_mcp
 
 if TYPE_CHECKING:
     from ledger.application import LedgerApp
@@ -820,6 +821,7 @@ register_portability(cli, opened)
 register_witness(cli, opened)
 register_receipt(cli, opened, audit_cli)
 register_server(cli, lambda: STATE.home)
+register_mcp(cli, lambda: STATE.home)
 
 
 # ---------------------------------------------------------------------- entry point

@@ -10,4 +10,6 @@ from server.backend import Backend
 
 def mount_all(api: Any, backend: Backend) -> None:
     """Mount the MCP server and the console on the FastAPI app ``api``."""
-    return None
+    from server.mcp_server import mount_mcp
+
+    mount_mcp(api, backend)  # /mcp, streamable HTTP; its session manager in the lifespan
