@@ -62,7 +62,7 @@ class AuthError(LedgerError):
     error: str | None = "invalid_token"
     status = 401
 
-    def __init__(self, reason: str, message: str, hint: str | None = None,
+    def __init__(self, message: str, hint: str | None = None, *, reason: str = "invalid",
                  token_id: str | None = None) -> None:
         super().__init__(message, hint)
         self.reason = reason
@@ -75,7 +75,7 @@ class MissingCredentials(AuthError):
     error = None
 
     def __init__(self) -> None:
-        super().__init__("missing", "this request carries no credential",
+        super().__init__("this request carries no credential", reason="missing",
                          hint="send `Authorization: Bearer TOKEN` with a token from "
                               "`ledger tokens create`")
 
@@ -112,29 +112,30 @@ class Authenticator(Protocol):
     def authenticate(self, token: str) -> Caller: ...
 
 
+def _malformed(message: str) -> MalformedAuthorization:
+    return MalformedAuthorization(message, reason="malformed_header",
+                                  hint="send exactly `Authorization: Bearer TOKEN`, one "
+                                       "token, ASCII")
+
+
 def _bearer_token(header_value: str | None) -> str:
     """The one token of an ``Authorization: Bearer`` value, or raise (never echoing it)."""
     if header_value is None or not header_value.strip():
         raise MissingCredentials
-    hint = "send exactly `Authorization: Bearer TOKEN`, one token, ASCII"
     if len(header_value) > MAX_HEADER or len(header_value.encode("utf-8")) > MAX_HEADER:
-        raise MalformedAuthorization("malformed_header", f"the Authorization header is longer "
-                                     f"than {MAX_HEADER} bytes", hint=hint)
+        raise _malformed(f"the Authorization header is longer than {MAX_HEADER} bytes")
     if not header_value.isascii() or not _PRINTABLE_ASCII.fullmatch(header_value):
-        raise MalformedAuthorization("malformed_header", "the Authorization header holds "
-                                     "characters outside printable ASCII", hint=hint)
+        raise _malformed("the Authorization header holds characters outside printable ASCII")
     parts = header_value.strip(" ").split(" ")
     scheme, rest = parts[0], [p for p in parts[1:] if p]
     if scheme.lower() != "bearer":
-        raise MalformedAuthorization("malformed_header", "the Authorization scheme is not "
-                                     "Bearer", hint=hint)
+        raise _malformed("the Authorization scheme is not Bearer")
     if len(rest) != 1:
-        raise MalformedAuthorization("malformed_header", f"the Authorization header holds "
-                                     f"{len(rest)} tokens, not one", hint=hint)
+        raise _malformed(f"the Authorization header holds {len(rest)} tokens, not one")
     token = rest[0]
     if not _B64TOKEN.fullmatch(token):
-        raise MalformedAuthorization("malformed_header", "the bearer token holds characters "
-                                     "a token cannot have (RFC 6750 b64token)", hint=hint)
+        raise _malformed("the bearer token holds characters a token cannot have "
+                         "(RFC 6750 b64token)")
     return token
 
 
@@ -155,14 +156,16 @@ def caller_from_authorization(header_value: str | None, store: Authenticator | N
     token = _bearer_token(header_value)
     if token.startswith("mlt_"):
         if store is None:
-            raise InvalidToken("unknown", "ledger tokens are not accepted by this server",
-                               hint="use an OAuth access token for this server")
+            raise InvalidToken("ledger tokens are not accepted by this server",
+                               hint="use an OAuth access token for this server",
+                               reason="unknown")
         return store.authenticate(token)
     if oauth is not None and _looks_like_jwt(token):
         return oauth.authenticate(token)
-    raise InvalidToken("malformed", "the bearer token is of no kind this server accepts",
+    raise InvalidToken("the bearer token is of no kind this server accepts",
                        hint="use a token printed by `ledger tokens create`"
-                       + (" or an OAuth access token" if oauth is not None else ""))
+                       + (" or an OAuth access token" if oauth is not None else ""),
+                       reason="malformed")
 
 
 def www_authenticate(error: AuthError | None = None, resource_metadata: str | None = None,

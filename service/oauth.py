@@ -59,6 +59,7 @@ __all__ = [
     "load_jwks",
     "metadata_url",
     "protected_resource_metadata",
+    "resource_metadata",
 ]
 
 log = structlog.get_logger("ledger")
@@ -194,7 +195,7 @@ class OAuthVerifier:
     def verify(self, token: str) -> dict[str, Any]:
         """Steps 1-7 of the module's list: the verified claims, or raise."""
         def invalid(reason: str, what: str) -> InvalidToken:
-            return InvalidToken(reason, f"the access token {what}",
+            return InvalidToken(f"the access token {what}", reason=reason,
                                 hint="ask the authorization server for a token for "
                                      f"{self.audience}")
 
@@ -250,10 +251,10 @@ class OAuthVerifier:
                 raise invalid("claims", f"has a non-numeric {name!r} claim")
             times[name] = float(value)
         if now > times["exp"] + self.leeway:
-            raise ExpiredToken("expired", "the access token has expired",
+            raise ExpiredToken("the access token has expired", reason="expired",
                                hint="get a new access token")
         if "nbf" in times and now + self.leeway < times["nbf"]:
-            raise ExpiredToken("not_yet_valid", "the access token is not valid yet",
+            raise ExpiredToken("the access token is not valid yet", reason="not_yet_valid",
                                hint="check the clocks of this server and the issuer")
         if "iat" in times and now + self.leeway < times["iat"]:
             raise invalid("claims", "was issued in the future")
@@ -262,7 +263,7 @@ class OAuthVerifier:
     def caller_from_claims(self, claims: Mapping[str, Any]) -> Caller:
         """Step 8: the scope of verified claims (see the module's docstring)."""
         def refuse(what: str) -> InsufficientScope:
-            return InsufficientScope("scope", f"the access token {what}",
+            return InsufficientScope(f"the access token {what}", reason="scope",
                                      hint="ask for scope memory:assistant, memory:operator "
                                           "or memory:auditor")
 
@@ -291,8 +292,8 @@ class OAuthVerifier:
                          f"{TENANT_CLAIM!r} claim to confine it")
         cred = claims.get("jti") or claims.get("client_id")
         if not isinstance(cred, str) or not _CRED.fullmatch(cred):
-            raise InvalidToken("claims", "the access token has no usable jti or client_id "
-                               "to record its acts by",
+            raise InvalidToken("the access token has no usable jti or client_id to record "
+                               "its acts by", reason="claims",
                                hint="configure the authorization server to issue RFC 9068 "
                                     "access tokens")
         return Caller(credential_id=f"oauth:{cred}", role=role, subjects=subjects,
@@ -325,3 +326,9 @@ def protected_resource_metadata(resource: str, authorization_servers: Sequence[s
     if documentation is not None:
         doc["resource_documentation"] = documentation
     return doc
+
+
+def resource_metadata(audience: str, issuer: str | None = None) -> dict[str, Any]:
+    """The metadata document of ``ledger serve --audience URL [--issuer URL]``: the
+    resource is the audience, the authorization server the pinned issuer, if any."""
+    return protected_resource_metadata(audience, [issuer] if issuer else ())

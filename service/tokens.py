@@ -384,7 +384,7 @@ class TokenStore:
     def _check(self, token: str) -> TokenRecord:
         m = _TOKEN.fullmatch(token) if isinstance(token, str) else None
         if m is None:
-            raise InvalidToken("malformed", "the bearer token is not a ledger token",
+            raise InvalidToken("the bearer token is not a ledger token", reason="malformed",
                                hint="use the token printed by `ledger tokens create`")
         digest = hashlib.sha256(token.encode("ascii")).digest()
         with self._lock:
@@ -399,7 +399,8 @@ class TokenStore:
             row = self._row(token_id)
             if row is None:
                 self._forget(digest)
-                raise InvalidToken("unknown", "the bearer token is not known to this ledger",
+                raise InvalidToken("the bearer token is not known to this ledger",
+                                   reason="unknown",
                                    hint="ask an operator for a token (`ledger tokens create`)")
             if hit is None:  # first sight in this process: the one slow step
                 self._verify_secret(row.secret_hash, token, token_id)  # raises
@@ -410,10 +411,10 @@ class TokenStore:
                 while len(self._cache) > CACHE_SIZE:
                     self._cache.popitem(last=False)
         if record.revoked_at is not None:
-            raise RevokedToken("revoked", "the bearer token has been revoked",
+            raise RevokedToken("the bearer token has been revoked", reason="revoked",
                                hint="ask an operator for a new token", token_id=record.token_id)
         if record.expires_at is not None and record.expires_at <= self._now():
-            raise ExpiredToken("expired", "the bearer token has expired",
+            raise ExpiredToken("the bearer token has expired", reason="expired",
                                hint="ask an operator for a new token", token_id=record.token_id)
         return record
 
@@ -422,12 +423,14 @@ class TokenStore:
             try:
                 self._hasher.verify(encoded, token)
             except VerifyMismatchError:
-                raise InvalidToken("mismatch", "the bearer token is not known to this ledger",
+                raise InvalidToken("the bearer token is not known to this ledger",
+                                   reason="mismatch",
                                    hint="ask an operator for a token (`ledger tokens create`)",
                                    token_id=token_id) from None
             except (VerificationError, InvalidHashError):
                 log.error("auth.stored_hash_unreadable", token_id=token_id)
-                raise InvalidToken("unreadable_hash", "the bearer token cannot be checked",
+                raise InvalidToken("the bearer token cannot be checked",
+                                   reason="unreadable_hash",
                                    hint="revoke it and create a new one") from None
 
     def _forget(self, digest: bytes) -> None:

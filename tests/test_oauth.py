@@ -34,6 +34,7 @@ from service.oauth import (
     load_jwks,
     metadata_url,
     protected_resource_metadata,
+    resource_metadata,
 )
 
 AUD = "https://memory.example/mcp"
@@ -266,7 +267,10 @@ def test_protected_resource_metadata() -> None:
                    "resource_name": "memory-ledger"}
     with pytest.raises(InputError):
         protected_resource_metadata("http://memory.example/mcp")
-    header = www_authenticate(InvalidToken("audience", "x"), resource_metadata=metadata_url(AUD))
+    assert resource_metadata(AUD, ISS) == doc
+    assert "authorization_servers" not in resource_metadata(AUD)
+    header = www_authenticate(InvalidToken("x", reason="audience"),
+                              resource_metadata=metadata_url(AUD))
     assert header == ('Bearer realm="memory-ledger", error="invalid_token", resource_metadata='
                       '"https://memory.example/.well-known/oauth-protected-resource/mcp"')
 
