@@ -46,6 +46,7 @@ from ledger.errors import (
 from ledger.portability.cli import register as register_portability
 from ledger.witness.cli import register as register_witness
 from projections.cli import register as register_projections
+from server.cli import register as register_server
 
 if TYPE_CHECKING:
     from ledger.application import LedgerApp
@@ -818,6 +819,7 @@ register_audit(cli, opened)
 register_portability(cli, opened)
 register_witness(cli, opened)
 register_receipt(cli, opened, audit_cli)
+register_server(cli, lambda: STATE.home)
 
 
 # ---------------------------------------------------------------------- entry point
