@@ -180,6 +180,7 @@ class Console:
         flash: list[str] = []
         if session is not None and session.flash:
             flash, session.flash = session.flash, []
+        context.setdefault("nav", "")
         body = self.env.get_template(template).render(
             base=self.base(request), csrf=session.csrf if session is not None else "",
             caller=caller, flash=flash, now=clock.format_instant(clock.now()), **context)
@@ -317,7 +318,8 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
     ``secure_cookies``: None sets the cookie's Secure attribute when the request came over
     https (behind a TLS proxy, run uvicorn with ``--proxy-headers``); True or False forces it.
     """
-    c = Console(backend, token_store, sessions or SessionStore(), secure_cookies)
+    c = Console(backend, token_store,
+                sessions if sessions is not None else SessionStore(), secure_cookies)
 
     # -------------------------------------------------------------- sign-in / sign-out
     async def signin_form(request: Request) -> Response:
@@ -338,6 +340,8 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
         s = c.sessions.get(request.cookies.get(COOKIE))
 
         def again(status: int, error: str) -> Response:
+            if s is not None and not s.signed_in:
+                c.sessions.end(s)  # a form is good for one attempt: the next gets a new id
             fresh = c.sessions.anonymous()
             resp = c.render(request, "signin.html", status=status, session=fresh,
                             title="Sign in", note=None, error=error)
@@ -548,7 +552,7 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
     @c.page()
     async def integrity_page(request: Request, s: Session, caller: Caller) -> Response:
         fresh = None
-        if request.query_params.get("verify") == "since":
+        if request.url.path.endswith("/verification"):
             v = await c.backend.read(lambda svc: svc.verification(caller))
             fresh = Verified(at=v.checked_at, by=caller.credential_id, result=v.model_dump())
             c.last_verified = fresh
@@ -593,7 +597,7 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
         Route("/requests", file_request, methods=["POST"]),
         Route("/requests/{rid}", request_page, methods=["GET"]),
         Route("/requests/{rid}/execute", execute, methods=["POST"]),
-        Route("/requests/{rid}/pack", build_pack, methods=["POST"]),
+        Route("/requests/{rid}/evidence-pack", build_pack, methods=["POST"]),
         Route("/packs/{pid}", download_pack, methods=["GET"]),
         Route("/review", review_page, methods=["GET"]),
         Route("/review/{atom}/reveal", reveal, methods=["POST"]),
@@ -601,6 +605,7 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
         Route("/audit", audit_page, methods=["GET"]),
         Route("/audit/report.{fmt:str}", audit_download, methods=["GET"]),
         Route("/integrity", integrity_page, methods=["GET"]),
+        Route("/integrity/verification", integrity_page, methods=["GET"]),
         Route("/policy", policy_page, methods=["GET"]),
         Route("/policy/sweep", sweep, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
