@@ -553,7 +553,9 @@ def run_stdio(home: Path | None, token_file: Path | None) -> None:
     token = read_token(token_file)
     from service.tokens import TokenStore
 
-    store = TokenStore.open(Config.load(found))
+    # ttl=0: the token's row (revoked? expired?) is read again on every request, one
+    # primary-key query; the argon2 check is done once
+    store = TokenStore.open(Config.load(found), ttl=0)
     try:
         first = store.authenticate(token)  # refuse before anything else starts
 

@@ -10,7 +10,8 @@ import json
 import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +24,14 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import LATEST_PROTOCOL_VERSION, CallToolResult
 
+from ledger import clock
 from server.backend import Backend
 from server.mcp_server import SourceIn, build_mcp, fixed_caller
 from service.caller import Caller
 from service.models import AtomCorrectionIn, AtomIn, ErasureRequestIn, RecallIn
 
 from .conftest import run_cli
-from .serving import LEDGER, home_digest, issue, revoke, serving
+from .serving import LEDGER, Server, home_digest, issue, revoke, serving
 
 NOW = "2030-01-02T03:04:05Z"  # one clock for the server and the CLI: equal scores
 TOOLS = {  # name: (readOnly, destructive, idempotent)
@@ -420,22 +422,38 @@ def _http_transport(url: str, token: str | None, header: str | None = None) -> A
                                                                       timeout=60))
 
 
+@dataclass
+class Served:
+    server: Server
+    url: str
+    tokens: dict[str, str]
+
+
 @pytest.fixture
-def served(home: Path) -> Iterator[Any]:
+def served(home: Path) -> Iterator[Served]:
+    """`ledger serve` on a loopback port with tokens issued first (it refuses to start
+    without one): alice's, another tenant's, a revoked one and one about to expire."""
     _seed(home)
-    with serving(home, env={"LEDGER_NOW": NOW}) as server:
-        yield server
+    tokens: dict[str, str] = {}
+    _, tokens["alice"] = issue(home, "assistant-a", "assistant", ["alice"])
+    _, tokens["tenant"] = issue(home, "tenant-z", "assistant", tenant="zeta")
+    revoked_id, tokens["revoked"] = issue(home, "revoked", "assistant", ["bob"])
+    revoke(home, revoked_id)
+    _, tokens["expired"] = issue(home, "expired", "assistant", ["bob"],
+                                 expires_at=clock.now() + timedelta(seconds=1))
+    with serving(home) as server:  # LEDGER_NOW too, when the test pins it
+        yield Served(server, f"{server.url}/mcp", tokens)
 
 
 def test_http_every_tool_equals_the_cli(home: Path, tmp_path: Path, pinned: None,
-                                        served: Any) -> None:
-    _, token = issue(home, "assistant-a", "assistant", ["alice"])
+                                        served: Served) -> None:
+    token = served.tokens["alice"]
 
     async def run() -> None:
-        async with Client(_http_transport(f"{served.url}/mcp", token)) as c:
+        async with Client(_http_transport(served.url, token)) as c:
             assert c.protocol_version == LATEST_PROTOCOL_VERSION
             await _walk_every_tool(c, home, tmp_path)
-        async with Client(_http_transport(f"{served.url}/mcp", token), mode="legacy") as c:
+        async with Client(_http_transport(served.url, token), mode="legacy") as c:
             assert c.protocol_version == "2025-11-25"
             listed = _ok(await c.call_tool("list_memories", {"subject": "alice"}))
             assert listed["memories"]
@@ -443,16 +461,12 @@ def test_http_every_tool_equals_the_cli(home: Path, tmp_path: Path, pinned: None
     anyio.run(run)
 
 
-def test_http_refuses_bad_credentials_and_scopes_every_tool(home: Path, served: Any
+def test_http_refuses_bad_credentials_and_scopes_every_tool(home: Path, served: Served
                                                             ) -> None:
-    _, alice = issue(home, "assistant-a", "assistant", ["alice"])
-    _, tenant = issue(home, "tenant-z", "assistant", tenant="zeta")
-    revoked_id, revoked = issue(home, "revoked", "assistant", ["bob"])
-    revoke(home, revoked_id)
-    _, expired = issue(home, "expired", "assistant", ["bob"],
-                       expires_at=datetime.now(UTC) + timedelta(seconds=1))
+    alice, tenant = served.tokens["alice"], served.tokens["tenant"]
+    revoked, expired = served.tokens["revoked"], served.tokens["expired"]
     bob_atom = _cli_json(home, "atom", "show", "bob_1")["atom_id"]
-    url = f"{served.url}/mcp"
+    url = served.url
     anyio.run(anyio.sleep, 1.2)  # the expired token is past its time
     cases = 0
     before = home_digest(home)
