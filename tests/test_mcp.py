@@ -62,10 +62,17 @@ def _seed(home: Path) -> None:
     assert r.code == 0, r.err
 
 
+def _leaves(group: BaseException) -> list[BaseException]:
+    if isinstance(group, BaseExceptionGroup):
+        return [leaf for e in group.exceptions for leaf in _leaves(e)]
+    return [group]
+
+
 def _ok(r: CallToolResult) -> dict[str, Any]:
     assert not r.is_error, r.content
     assert r.structured_content is not None
-    return r.structured_content
+    data: dict[str, Any] = r.structured_content
+    return data
 
 
 def _text(r: CallToolResult) -> str:
@@ -339,6 +346,7 @@ async def over_stdio(home: Path, token: str | None, errlog: Any,
         yield client
 
 
+@pytest.mark.slow
 def test_stdio_every_tool_equals_the_cli(home: Path, tmp_path: Path, pinned: None) -> None:
     _seed(home)
     token_id, token = issue(home, "desktop", "assistant", ["alice"])
@@ -366,6 +374,7 @@ def test_stdio_every_tool_equals_the_cli(home: Path, tmp_path: Path, pinned: Non
         assert content not in err
 
 
+@pytest.mark.slow
 def test_stdio_legacy_handshake_works_too(home: Path, tmp_path: Path) -> None:
     _seed(home)
     _, token = issue(home, "desktop", "assistant", ["bob"])
@@ -385,7 +394,11 @@ def test_stdio_legacy_handshake_works_too(home: Path, tmp_path: Path) -> None:
 def test_ledger_mcp_refuses_to_start_without_a_good_token(home: Path, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
+    revoked_id, revoked = issue(home, "gone", "assistant", ["alice"])
+    revoke(home, revoked_id)
     monkeypatch.delenv("LEDGER_TOKEN", raising=False)
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
     before = home_digest(home)
     r = run_cli("--home", str(home), "mcp")
     assert r.code == 3 and r.out == ""
@@ -393,20 +406,15 @@ def test_ledger_mcp_refuses_to_start_without_a_good_token(home: Path, tmp_path: 
     monkeypatch.setenv("LEDGER_TOKEN", "mlt_not-a-real-token")
     r = run_cli("--home", str(home), "mcp")
     assert r.code == 2 and r.out == "" and "mlt_not" not in r.err, r
-    _, token = issue(home, "later", "assistant", ["alice"])
-    revoked_id, revoked = issue(home, "gone", "assistant", ["alice"])
-    revoke(home, revoked_id)
     monkeypatch.setenv("LEDGER_TOKEN", revoked)
     r = run_cli("--home", str(home), "mcp")
     assert r.code == 2 and "revoked" in r.err and revoked not in r.err
     monkeypatch.delenv("LEDGER_TOKEN")
     r = run_cli("--home", str(home), "mcp", "--token-file", str(tmp_path / "missing"))
     assert r.code == 2 and "cannot read the token file" in r.err
-    empty = tmp_path / "empty"
-    empty.write_text("\n")
     r = run_cli("--home", str(home), "mcp", "--token-file", str(empty))
     assert r.code == 2 and "is empty" in r.err
-    del token
+    assert home_digest(home) == before
 
 
 # ----------------------------------------------------------------------------- HTTP
@@ -445,6 +453,7 @@ def served(home: Path) -> Iterator[Served]:
         yield Served(server, f"{server.url}/mcp", tokens)
 
 
+@pytest.mark.slow
 def test_http_every_tool_equals_the_cli(home: Path, tmp_path: Path, pinned: None,
                                         served: Served) -> None:
     token = served.tokens["alice"]
@@ -461,6 +470,7 @@ def test_http_every_tool_equals_the_cli(home: Path, tmp_path: Path, pinned: None
     anyio.run(run)
 
 
+@pytest.mark.slow
 def test_http_refuses_bad_credentials_and_scopes_every_tool(home: Path, served: Served
                                                             ) -> None:
     alice, tenant = served.tokens["alice"], served.tokens["tenant"]
@@ -489,9 +499,12 @@ def test_http_refuses_bad_credentials_and_scopes_every_tool(home: Path, served: 
             cases += 1
 
     async def refused_client(header: str | None) -> None:
-        with pytest.raises(Exception):  # noqa: B017, PT011 - the SDK raises its own errors
+        with pytest.raises(ExceptionGroup) as e:  # the SDK's task groups wrap its error
             async with Client(_http_transport(url, None, header)) as c:
                 await c.list_tools()
+        leaves = _leaves(e.value)
+        assert [type(x) for x in leaves] == [MCPError], leaves
+        assert "error response" in str(leaves[0])
 
     async def scoped() -> int:
         n = 0
