@@ -135,6 +135,14 @@ def check_point(tmp: Path, template: Path, point: str, db: str | None, atoms: in
     r = crash(home, point)
     assert r.returncode == -9, (point, r.returncode, r.stderr[-2000:])
     known.update(keystore_keys(home) if db is None else pg_keys(home))
+    return check_resumed(tmp, home, point, atoms, known, monkeypatch)
+
+
+def check_resumed(tmp: Path, home: Path, point: str, atoms: int, known: dict[str, bytes],
+                  monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Run the same `redact-user` again in ``home`` (an erasure stopped at ``point``) and
+    check that it finished the same request and left nothing behind (``known``: every
+    data key the keystore held before and after the stop)."""
     monkeypatch.setenv("LEDGER_HOME", str(home))
     monkeypatch.delenv("LEDGER_FAULT", raising=False)
     again = run_cli("redact-user", "target", "--reason", "GDPR Art. 17 request of Zoë",
