@@ -56,14 +56,17 @@ from ledger.transparency import b64, verify_since, verify_with_roster
 from ledger.verify import Failure, Report, check_checkpoint, verify_log
 
 __all__ = ["FORMATS", "REPORT_VERSION", "VERIFY_SCOPES", "Period", "build_report",
-           "parse_period", "render", "render_html", "render_json", "render_text",
-           "write_atomic"]
+           "parse_period", "policy_history", "render", "render_html", "render_html_body",
+           "render_json", "render_text", "write_atomic"]
 
 REPORT_VERSION = 1
 FORMATS = ("text", "json", "html")
 VERIFY_SCOPES = ("full", "since", "none")
 RECALL_REASON = "recalled"
 """The reason ``ledger recall`` gives its rehearsal events (LedgerApp.rehearse_atoms)."""
+REVEAL_REASON_PREFIX = "revealed:"
+"""The reason of the rehearsal event the console writes when a person reveals a flagged
+memory's content (``revealed:`` and the credential id; ADR 0032): a retrieval too."""
 
 CATEGORIES = ("created", "recalled", "rehearsed", "lifecycle", "redacted", "governance",
               "keys")
@@ -201,7 +204,10 @@ def category(topic: str, payload: dict[str, Any]) -> str:
     if topic in CREATION_TOPICS:
         return "created"
     if topic == Atom.Rehearsed.TOPIC:
-        return "recalled" if payload.get("reason") == RECALL_REASON else "rehearsed"
+        reason = payload.get("reason")
+        retrieved = reason == RECALL_REASON or (
+            isinstance(reason, str) and reason.startswith(REVEAL_REASON_PREFIX))
+        return "recalled" if retrieved else "rehearsed"
     if topic == Atom.Redacted.TOPIC and policy_rule(payload) is not None:
         return "lifecycle"  # a policy effect, reported under its own heading
     if topic in KEY_DESTROYED or topic in (Atom.Redacted.TOPIC, Atom.Unredacted.TOPIC,
@@ -318,6 +324,12 @@ def _policy_summary(env: dict[str, Any], names: dict[str, str]) -> dict[str, Any
         "rightToBeForgottenSla": {k: sla.get(k) for k in (
             "acknowledgmentHours", "completionHours", "tombstoneRetentionDays")},
     }
+
+
+def policy_history(app: Any) -> list[dict[str, Any]]:
+    """Every signed ``policy.set`` event, oldest first: id, time, signer, SLA, audit flags."""
+    names = _names(_roster(app)[0])
+    return [_policy_summary(e, names) for e in _policy_events(app)]
 
 
 def _governance(app: Any) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
@@ -934,8 +946,7 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}
 .ok{color:#276749;font-weight:600}.fail{color:#c53030;font-weight:600}
 code{font-size:.8rem}svg{max-width:100%;height:auto}
 .legend span{display:inline-block;margin-right:1rem;font-size:.8rem}
-.legend i{display:inline-block;width:.8rem;height:.8rem;margin-right:.3rem;
-vertical-align:middle}
+.legend svg{margin-right:.3rem;vertical-align:middle}
 """
 
 
@@ -1060,9 +1071,15 @@ def _activity_svg(r: dict[str, Any]) -> str:
                          f'{label[5:] if unit != "month" else label[:7]}</text>')
     parts.append(f'<text x="{left}" y="{height - 4}" font-size="11" fill="#4a5568">'
                  f'per {unit} (UTC); {r["activity"]["reported"]} reported events</text></svg>')
-    legend = "".join(f'<span><i style="background:{_COLORS[c]}"></i>{c}</span>'
-                     for c in CATEGORIES)
+    legend = "".join(f"<span>{_swatch(_COLORS[c])}{c}</span>" for c in CATEGORIES)
     return "".join(parts) + f'<div class="legend">{legend}</div>'
+
+
+def _swatch(color: str) -> str:
+    """A legend's colour square: SVG with a fill attribute (no style attribute, which a
+    strict Content-Security-Policy refuses)."""
+    return (f'<svg class="swatch" width="12" height="12" viewBox="0 0 12 12" '
+            f'aria-hidden="true"><rect width="12" height="12" fill="{color}"/></svg>')
 
 
 def _turnaround_svg(r: dict[str, Any]) -> str:
@@ -1107,22 +1124,29 @@ def _turnaround_svg(r: dict[str, Any]) -> str:
     parts.append(f'<text x="{left}" y="{height - 4}" font-size="11" fill="#4a5568">bar: time '
                  "from receipt to completion (dashed: still open, up to now); black line: "
                  "completion deadline</text></svg>")
-    legend = "".join(f'<span><i style="background:{c}"></i>{s}</span>'
-                     for s, c in _STATUS_COLORS.items())
+    legend = "".join(f"<span>{_swatch(c)}{s}</span>" for s, c in _STATUS_COLORS.items())
     return "".join(parts) + f'<div class="legend">{legend}</div>'
 
 
 def render_html(r: dict[str, Any]) -> str:
     """One self-contained page: inline CSS and SVG, no script, nothing fetched."""
-    a, v, e = r["activity"], r["verification"], r["erasure_requests"]
-    out: list[str] = [
+    return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "style-src 'unsafe-inline'; img-src data:\">",
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>Memory audit report {html.escape(_period_label(r))}</title>",
         f"<style>{_CSS}</style></head><body>",
-        "<h1>Memory audit report</h1>",
+        "<h1>Memory audit report</h1>", render_html_body(r), "</body></html>"]) + "\n"
+
+
+def render_html_body(r: dict[str, Any], level: int = 2) -> str:
+    """The report's body without its page or title: what :func:`render_html` wraps, and
+    what the console shows inside its own page. Styled by class names only (no style
+    attribute), so it renders under a strict Content-Security-Policy. ``level``: the
+    heading level of its sections (3 to nest them under a page's own h2)."""
+    a, v, e = r["activity"], r["verification"], r["erasure_requests"]
+    out: list[str] = [
         f'<p class="muted">Ledger <code>{html.escape(r["ledger_id"])}</code> · period '
         f"{html.escape(_period_label(r))} · generated {html.escape(r['generated_at'])}<br>"
         f"{html.escape(r['scope_note'])}"
@@ -1299,5 +1323,8 @@ def render_html(r: dict[str, Any]) -> str:
                        f"<tr>{_t(x['at'])}{_t(x['change'])}{_t(x['kid'])}{_t(x['name'])}"
                        f"{_t(x['role'])}</tr>" for x in k["items"]) + "</table>")
     out.append('<p class="muted">Ids and counts only: this report holds no memory content. '
-               "Produced by <code>ledger audit</code>.</p></body></html>")
-    return "\n".join(out) + "\n"
+               "Produced by <code>ledger audit</code>.</p>")
+    body = "\n".join(out)
+    if level != 2:
+        body = re.sub(r"<(/?)h([23])>", lambda m: f"<{m[1]}h{int(m[2]) + level - 2}>", body)
+    return body

@@ -1,0 +1,432 @@
+"""`ledger serve`: one ASGI app with the HTTP API (`/v1`), the MCP server (`/mcp`) and the
+console (`/console`) over the typed facade (ADR 0030).
+
+The surfaces parse, authenticate, call the facade through :class:`server.backend.Backend`
+and render; the caller's scope comes from its credential, never from an id in the
+request. Every request is bounded: its body (``max_body``), its headers (uvicorn's
+h11 limit), its time (``request_timeout``; a write already queued still finishes and is
+logged: it is the answer that is cut, never the command).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import structlog
+from fastapi import Body, Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ledger.errors import LedgerError
+from server import problems
+from server.auth_context import CALLER
+from server.backend import Backend
+from service.caller import Caller
+from service.models import (
+    ArtifactIn,
+    ArtifactOut,
+    AtomAdded,
+    AtomCorrectionIn,
+    AtomIn,
+    AtomOut,
+    AtomsAdded,
+    CheckpointOut,
+    Corrected,
+    ErasureOutcome,
+    ErasurePlanOut,
+    ErasureRequestIn,
+    EventIds,
+    ExecuteIn,
+    HistoryEntry,
+    ImportFormat,
+    ImportIn,
+    ImportReport,
+    MemoryRow,
+    Problem,
+    RecallIn,
+    RecallOut,
+    RedactIn,
+    RehearseIn,
+    RequestStatus,
+    RosterEntry,
+    SubjectIn,
+    SubjectOut,
+    VerificationOut,
+)
+
+log = structlog.get_logger("ledger.server")
+Authenticate = Callable[[str | None], Caller]
+
+API_VERSION = "1.0.0"
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": Problem, "content": {problems.PROBLEM_JSON: {}},
+           "description": problems.TITLES[code]}
+    for code in (400, 401, 403, 404, 409, 413, 422, 503)}
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path
+    max_body: int = 1024 * 1024  # JSON requests
+    max_import: int = 32 * 1024 * 1024  # POST /v1/imports
+    request_timeout: float = 30.0
+    long_timeout: float = 600.0  # erasure execution, evidence packs, verification
+    max_queue: int = 1024
+    resource_metadata: dict[str, Any] | None = None  # RFC 9728, OAuth mode
+
+
+LONG_PATHS = ("/execute", "/evidence-pack", "/verification", "/imports")
+
+
+class Limits:
+    """Pure ASGI middleware: body size and request time, before any route runs; the caller
+    (bearer token) for the whole request, so mounted apps (MCP, console) see it too."""
+
+    def __init__(self, app: ASGIApp, settings: Settings, authenticate: Authenticate) -> None:
+        self.app = app
+        self.settings = settings
+        self.authenticate = authenticate
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path: str = scope.get("path", "")
+        limit = self.settings.max_import if path.startswith("/v1/imports") \
+            else self.settings.max_body
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            await _send(problems.problem(413, f"the request body is larger than {limit} "
+                                              "bytes", slug="too-large"), scope, receive, send)
+            return
+        received = 0
+
+        async def bounded_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise _TooLarge()
+            return message
+
+        token = None
+        if path.startswith("/v1/") or path.startswith("/mcp"):
+            if not _public(path):
+                try:
+                    auth = headers.get(b"authorization")
+                    caller = self.authenticate(auth.decode("latin-1") if auth else None)
+                except LedgerError as e:
+                    log.info("request.refused", path=path, reason=type(e).__name__)
+                    await _send(problems.from_error(e), scope, receive, send)
+                    return
+                token = CALLER.set(caller)
+                scope.setdefault("state", {})["caller"] = caller
+        timeout = self.settings.long_timeout if any(p in path for p in LONG_PATHS) \
+            or path.startswith("/mcp") else self.settings.request_timeout
+        started = time.perf_counter()
+        try:
+            await asyncio.wait_for(self.app(scope, bounded_receive, send), timeout)
+        except _TooLarge:
+            await _send(problems.problem(413, f"the request body is larger than {limit} bytes",
+                                         slug="too-large"), scope, receive, send)
+        except TimeoutError:
+            log.warning("request.timeout", path=path, seconds=timeout)
+            await _send(problems.problem(504, f"the request took longer than {timeout:.0f} s; "
+                                              "a write it queued still completes",
+                                         slug="timeout"), scope, receive, send)
+        finally:
+            if token is not None:
+                CALLER.reset(token)
+            log.debug("request.done", path=path,
+                      ms=round((time.perf_counter() - started) * 1000, 2))
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _public(path: str) -> bool:
+    return path in ("/v1/health", "/v1/openapi.json")
+
+
+async def _send(response: Response, scope: Scope, receive: Receive, send: Send) -> None:
+    with contextlib.suppress(RuntimeError):  # a response already started: nothing to add
+        await response(scope, receive, send)
+
+
+def caller(request: Request) -> Caller:
+    found = request.scope.get("state", {}).get("caller")
+    if not isinstance(found, Caller):
+        from service.auth import AuthError
+
+        raise AuthError("no credential")
+    return found
+
+
+CallerDep = Annotated[Caller, Depends(caller)]
+
+
+def backend_of(request: Request) -> Backend:
+    b: Backend = request.app.state.backend
+    return b
+
+
+BackendDep = Annotated[Backend, Depends(backend_of)]
+
+
+def create_app(settings: Settings, authenticate: Authenticate,
+               mounts: Callable[[FastAPI, Backend], Awaitable[None] | None] | None = None
+               ) -> ASGIApp:
+    """The server's ASGI app. ``mounts`` adds the MCP server and the console."""
+    api = build_api(settings)
+    if mounts is not None:
+        mounts(api, api.state.backend)
+    return Limits(api, settings, authenticate)
+
+
+def build_api(settings: Settings) -> FastAPI:
+    """The FastAPI app of the HTTP API (routes, errors, OpenAPI), without the middleware
+    that bounds and authenticates requests (:func:`create_app` adds it)."""
+    backend = Backend(settings.home, max_queue=settings.max_queue)
+    lifespans: list[Callable[[], contextlib.AbstractAsyncContextManager[None]]] = []
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        await asyncio.to_thread(backend.start)
+        async with contextlib.AsyncExitStack() as stack:
+            for make in lifespans:
+                await stack.enter_async_context(make())
+            log.info("server.started")
+            try:
+                yield
+            finally:
+                log.info("server.stopping")
+        await asyncio.to_thread(backend.close)
+        log.info("server.stopped")
+
+    api = FastAPI(title="memory-ledger", version=API_VERSION, lifespan=lifespan,
+                  openapi_url="/v1/openapi.json", docs_url=None, redoc_url=None,
+                  description="Signed, event-sourced memory for AI assistants, with proofs of "
+                              "erasure. Every request needs `Authorization: Bearer TOKEN`; "
+                              "the caller's scope comes from its credential.",
+                  responses=ERRORS)
+    api.state.backend = backend
+    api.state.lifespans = lifespans
+
+    @api.exception_handler(LedgerError)
+    async def ledger_error(_request: Request, e: LedgerError) -> Response:
+        return problems.from_error(e)
+
+    @api.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, e: RequestValidationError) -> Response:
+        errors = [{"field": ".".join(str(p) for p in err.get("loc", ())[1:]) or "body",
+                   "problem": err.get("msg", "invalid")} for err in e.errors()]
+        first = errors[0] if errors else {"field": "body", "problem": "invalid"}
+        return problems.problem(422, f"{first['field']}: {first['problem']}",
+                                slug="invalid-request", errors=errors)
+
+    _routes(api)
+    if settings.resource_metadata is not None:
+        meta = settings.resource_metadata
+
+        @api.get("/.well-known/oauth-protected-resource", include_in_schema=False)
+        async def resource_metadata() -> JSONResponse:
+            return JSONResponse(meta)
+
+    def openapi() -> dict[str, Any]:
+        if api.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            schema = get_openapi(title=api.title, version=api.version,
+                                 description=api.description, routes=api.routes)
+            schema.setdefault("components", {})["securitySchemes"] = {
+                "bearer": {"type": "http", "scheme": "bearer",
+                           "description": "A token from `ledger tokens create`, or an "
+                                          "OAuth 2.1 access token (`ledger serve --jwks`)."}}
+            schema["security"] = [{"bearer": []}]
+            api.openapi_schema = schema
+        return api.openapi_schema
+
+    api.openapi = openapi  # type: ignore[method-assign]
+    return api
+
+
+def _routes(api: FastAPI) -> None:  # noqa: C901 - one route table, read top to bottom
+    @api.get("/v1/health", tags=["service"], include_in_schema=False)
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    # ------------------------------------------------------------------ subjects
+    @api.post("/v1/subjects", status_code=201, tags=["subjects"])
+    async def register_subject(body: SubjectIn, c: CallerDep, b: BackendDep) -> SubjectOut:
+        return await b.write(lambda s: s.register_subject(c, body))
+
+    @api.get("/v1/subjects/{subject}", tags=["subjects"])
+    async def show_subject(subject: str, c: CallerDep, b: BackendDep) -> SubjectOut:
+        return await b.read(lambda s: s.get_subject(c, subject))
+
+    @api.get("/v1/subjects/{subject}/state", tags=["memories"])
+    async def state(subject: str, c: CallerDep, b: BackendDep,
+                    as_of: str | None = None, valid_at: str | None = None) -> dict[str, Any]:
+        return await b.read(lambda s: s.state(c, subject, as_of, valid_at))
+
+    @api.get("/v1/subjects/{subject}/export", tags=["portability"],
+             responses={200: {"content": {"application/json": {}, "application/zip": {}},
+                              "description": "The export document, or the .mem bundle "
+                                             "zipped."}})
+    async def export(subject: str, c: CallerDep, b: BackendDep,
+                     format: Literal["konshus", "persona", "mem"] = "konshus",  # noqa: A002
+                     include_private: bool = False) -> Response:
+        out = await b.read(lambda s: s.export(c, subject, format, include_private))
+        return Response(out.content, media_type=out.media_type, headers={
+            "Content-Disposition": f'attachment; filename="{out.filename}"'})
+
+    # ------------------------------------------------------------------ artifacts
+    @api.post("/v1/artifacts", status_code=201, tags=["artifacts"])
+    async def capture_artifact(body: ArtifactIn, c: CallerDep, b: BackendDep) -> ArtifactOut:
+        return await b.write(lambda s: s.capture_artifact(c, body))
+
+    @api.get("/v1/artifacts/{artifact}", tags=["artifacts"])
+    async def show_artifact(artifact: str, c: CallerDep, b: BackendDep) -> ArtifactOut:
+        return await b.read(lambda s: s.get_artifact(c, artifact))
+
+    @api.delete("/v1/artifacts/{artifact}", tags=["artifacts"])
+    async def delete_artifact(artifact: str, c: CallerDep, b: BackendDep,
+                              reason: Annotated[str, Query(min_length=1, max_length=1000)],
+                              flag_unsourced: bool = False) -> ErasureOutcome:
+        return await b.write(lambda s: s.delete_artifact(c, artifact, reason, flag_unsourced))
+
+    # ------------------------------------------------------------------ atoms
+    @api.post("/v1/atoms", status_code=201, tags=["atoms"])
+    async def add_atom(body: AtomIn, c: CallerDep, b: BackendDep) -> AtomAdded:
+        return await b.add_atom(c, body)
+
+    @api.post("/v1/atoms/batch", status_code=201, tags=["atoms"])
+    async def add_atoms(body: Annotated[list[AtomIn], Body(min_length=1, max_length=1000)],
+                        c: CallerDep, b: BackendDep) -> AtomsAdded:
+        return await b.write(lambda s: s.add_atoms(c, body))
+
+    @api.get("/v1/atoms/{atom}", tags=["atoms"])
+    async def show_atom(atom: str, c: CallerDep, b: BackendDep) -> AtomOut:
+        return await b.read(lambda s: s.get_atom(c, atom))
+
+    @api.get("/v1/atoms/{atom}/history", tags=["atoms"])
+    async def atom_history(atom: str, c: CallerDep, b: BackendDep) -> list[HistoryEntry]:
+        return await b.read(lambda s: s.history(c, atom))
+
+    @api.post("/v1/atoms/{atom}/corrections", status_code=201, tags=["atoms"])
+    async def correct_atom(atom: str, body: AtomCorrectionIn, c: CallerDep,
+                           b: BackendDep) -> Corrected:
+        return await b.write(lambda s: s.correct_atom(c, atom, body))
+
+    @api.post("/v1/atoms/{atom}/redactions", tags=["atoms"])
+    async def redact_atom(atom: str, body: RedactIn, c: CallerDep,
+                          b: BackendDep) -> ErasureOutcome:
+        return await b.write(lambda s: s.redact_atom(c, atom, body))
+
+    @api.delete("/v1/atoms/{atom}", tags=["atoms"])
+    async def delete_atom(atom: str, c: CallerDep, b: BackendDep,
+                          reason: Annotated[str, Query(min_length=1, max_length=1000)]
+                          ) -> ErasureOutcome:
+        return await b.write(lambda s: s.delete_atom(c, atom, reason))
+
+    @api.post("/v1/rehearsals", status_code=201, tags=["atoms"])
+    async def rehearse(body: RehearseIn, c: CallerDep, b: BackendDep) -> EventIds:
+        return await b.write(lambda s: s.rehearse(c, body.atom_ids, body.session_id))
+
+    # ------------------------------------------------------------------ recall and reads
+    @api.post("/v1/recall", tags=["memories"])
+    async def recall(body: RecallIn, c: CallerDep, b: BackendDep) -> RecallOut:
+        found = await b.read(lambda s: s.recall(c, body.model_copy(update={"rehearse": False})))
+        if body.rehearse and c.may_write_memory and found.items:
+            ids = [i.atom_id for i in found.items]
+            await b.write(lambda s: s.rehearse(c, ids, body.session_id))
+            found = found.model_copy(update={"items": [
+                i.model_copy(update={"rehearsed": True}) for i in found.items]})
+        return found
+
+    @api.get("/v1/memories", tags=["memories"])
+    async def list_memories(c: CallerDep, b: BackendDep, subject: str | None = None,
+                            privacy_class: str | None = None,
+                            min_salience: Annotated[float | None, Query(ge=0, le=1)] = None
+                            ) -> list[MemoryRow]:
+        return await b.read(lambda s: s.list_memories(c, subject, privacy_class, min_salience))
+
+    @api.get("/v1/memories/{atom}", tags=["memories"])
+    async def inspect_memory(atom: str, c: CallerDep, b: BackendDep) -> dict[str, Any]:
+        return await b.read(lambda s: s.inspect_memory(c, atom))
+
+    # ------------------------------------------------------------------ import
+    @api.post("/v1/imports", tags=["portability"],
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/json": {"schema": {"type": "object"}},
+                  "application/zip": {"schema": {"type": "string", "format": "binary"}},
+                  "text/plain": {"schema": {"type": "string"}}}}})
+    async def import_document(request: Request, c: CallerDep, b: BackendDep,
+                              format: ImportFormat,  # noqa: A002
+                              subject: str | None = None, dry_run: bool = False,
+                              skip_unsupported: bool = False) -> ImportReport:
+        content = await request.body()
+        options = ImportIn(format=format, subject=subject, dry_run=dry_run,
+                           skip_unsupported=skip_unsupported)
+        run = b.read if dry_run else b.write
+        return await run(lambda s: s.import_document(c, content, options))
+
+    # ------------------------------------------------------------------ erasure requests
+    @api.post("/v1/requests", status_code=201, tags=["erasure"])
+    async def file_request(body: ErasureRequestIn, c: CallerDep,
+                           b: BackendDep) -> RequestStatus:
+        return await b.write(lambda s: s.file_request(c, body))
+
+    @api.get("/v1/requests", tags=["erasure"])
+    async def list_requests(c: CallerDep, b: BackendDep,
+                            status: Literal["open", "overdue", "completed",
+                                            "completed-late"] | None = None
+                            ) -> list[RequestStatus]:
+        return await b.read(lambda s: s.list_requests(c, status))
+
+    @api.get("/v1/requests/{request_id}", tags=["erasure"])
+    async def request_status(request_id: str, c: CallerDep, b: BackendDep) -> RequestStatus:
+        return await b.read(lambda s: s.request_status(c, request_id))
+
+    @api.get("/v1/requests/{request_id}/plan", tags=["erasure"])
+    async def request_plan(request_id: str, c: CallerDep, b: BackendDep) -> ErasurePlanOut:
+        return await b.read(lambda s: s.plan_request(c, request_id))
+
+    @api.post("/v1/requests/{request_id}/execute", tags=["erasure"])
+    async def execute_request(request_id: str, body: ExecuteIn, c: CallerDep,
+                              b: BackendDep) -> ErasureOutcome:
+        return await b.write(lambda s: s.execute_request(c, request_id, body.plan_digest))
+
+    @api.post("/v1/batches/{batch_id}/evidence-pack", tags=["erasure"],
+              responses={200: {"content": {"application/zip": {}},
+                               "description": "The Evidence Pack, zipped."}})
+    async def evidence_pack(batch_id: str, c: CallerDep, b: BackendDep) -> Response:
+        pack = await b.write(lambda s: s.build_pack(c, batch_id))
+        return Response(pack.content, media_type="application/zip", headers={
+            "Content-Disposition": f'attachment; filename="{pack.filename}"'})
+
+    # ------------------------------------------------------------------ integrity
+    @api.get("/v1/checkpoint", tags=["integrity"], response_class=PlainTextResponse,
+             responses={200: {"content": {"text/plain": {}},
+                              "description": "The latest signed checkpoint (C2SP note)."}})
+    async def checkpoint(c: CallerDep, b: BackendDep) -> PlainTextResponse:
+        cp: CheckpointOut = await b.read(lambda s: s.checkpoint(c))
+        return PlainTextResponse(cp.note)
+
+    @api.get("/v1/verification", tags=["integrity"])
+    async def verification(c: CallerDep, b: BackendDep) -> VerificationOut:
+        return await b.read(lambda s: s.verification(c))
+
+    @api.get("/v1/keys", tags=["integrity"])
+    async def roster(c: CallerDep, b: BackendDep) -> list[RosterEntry]:
+        return await b.read(lambda s: s.roster(c))

@@ -1,0 +1,186 @@
+"""How a server process runs facade calls: one reader thread, one writer thread, and group
+commit of concurrent atom adds (ADR 0030).
+
+A :class:`service.facade.MemoryService` is not thread-safe, so each thread owns one: reads
+(recall, show, list, export, verification) run on the reader's service and never wait for
+a write in progress; writes run one at a time on the writer's service. Adds that arrive
+while the writer is busy are queued and written together as one signed command
+(``add_atoms``): one write lock, one fsync, one tree update for the group. Every caller's
+item is resolved under that caller's own scope first; an item refused there fails alone.
+If the grouped command fails as a whole (two items with the same ref, say), each item is
+written again on its own, so one bad item never takes its neighbours with it.
+
+A write is answered only after its command committed: an acknowledged add is in the log.
+The queue is bounded: past ``max_queue`` waiting writes a new one is refused with
+:class:`Overloaded` (HTTP 503 with Retry-After) instead of growing without limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import structlog
+
+from ledger.errors import LedgerError
+from service.caller import Caller
+from service.facade import MemoryService
+from service.models import AtomAdded, AtomIn
+from service.root import close_service, open_service
+
+T = TypeVar("T")
+log = structlog.get_logger("ledger.server")
+
+MAX_GROUP = 256
+
+
+class Overloaded(LedgerError):
+    """Too many writes are waiting; try again shortly (HTTP 503)."""
+
+
+@dataclass
+class _Job:
+    fn: Callable[[MemoryService], Any] | None
+    add: tuple[Caller, AtomIn] | None = None
+    future: Future[Any] = field(default_factory=Future)
+
+
+class _Worker(threading.Thread):
+    """A thread that owns one MemoryService and runs jobs from its queue."""
+
+    def __init__(self, name: str, home: Path, max_queue: int, group: bool) -> None:
+        super().__init__(name=name, daemon=True)
+        self.home = home
+        self.jobs: queue.Queue[_Job | None] = queue.Queue()
+        self.max_queue = max_queue
+        self.group = group
+        self.ready: Future[None] = Future()
+        self.groups = 0
+        self.grouped_items = 0
+
+    def submit(self, job: _Job) -> Future[Any]:
+        if self.jobs.qsize() >= self.max_queue:
+            raise Overloaded("the server is busy: too many requests are waiting",
+                             hint="retry after a second")
+        self.jobs.put(job)
+        return job.future
+
+    def stop(self) -> None:
+        self.jobs.put(None)
+
+    def run(self) -> None:
+        try:
+            svc = open_service(self.home)
+        except BaseException as e:  # reported to whoever waits for start-up
+            self.ready.set_exception(e)
+            return
+        self.ready.set_result(None)
+        try:
+            while True:
+                job = self.jobs.get()
+                if job is None:
+                    break
+                if job.add is not None and self.group:
+                    batch = [job]
+                    stop = False
+                    while len(batch) < MAX_GROUP:
+                        try:
+                            nxt = self.jobs.get_nowait()
+                        except queue.Empty:
+                            break
+                        if nxt is None:
+                            stop = True
+                            break
+                        if nxt.add is None:
+                            self._run_adds(svc, batch)
+                            batch = []
+                            self._run(svc, nxt)
+                            continue
+                        batch.append(nxt)
+                    if batch:
+                        self._run_adds(svc, batch)
+                    if stop:
+                        break
+                    continue
+                self._run(svc, job)
+        finally:
+            close_service(svc)
+
+    @staticmethod
+    def _run(svc: MemoryService, job: _Job) -> None:
+        if not job.future.set_running_or_notify_cancel():
+            return
+        try:
+            if job.add is not None:
+                job.future.set_result(svc.add_atom(*job.add))
+            else:
+                assert job.fn is not None
+                job.future.set_result(job.fn(svc))
+        except BaseException as e:
+            job.future.set_exception(e)
+
+    def _run_adds(self, svc: MemoryService, batch: list[_Job]) -> None:
+        live = [j for j in batch if j.future.set_running_or_notify_cancel()]
+        if not live:
+            return
+        items = [j.add for j in live if j.add is not None]
+        results = svc.add_atoms_grouped(items)
+        self.groups += 1
+        self.grouped_items += len(live)
+        for j, r in zip(live, results, strict=True):
+            if isinstance(r, BaseException):
+                j.future.set_exception(r)
+            else:
+                j.future.set_result(r)
+
+
+class Backend:
+    """The facade for a server process: ``await backend.read(fn)``,
+    ``await backend.write(fn)``, ``await backend.add_atom(caller, item)``."""
+
+    def __init__(self, home: Path, max_queue: int = 1024) -> None:
+        self.home = home
+        self.writer = _Worker("ledger-writer", home, max_queue, group=True)
+        self.reader = _Worker("ledger-reader", home, max_queue, group=False)
+
+    def start(self) -> None:
+        self.writer.start()
+        self.writer.ready.result()
+        self.reader.start()
+        self.reader.ready.result()
+
+    def close(self) -> None:
+        """Finish every queued job, then close the ledger (graceful shutdown)."""
+        for w in (self.writer, self.reader):
+            if w.is_alive():
+                w.stop()
+        for w in (self.writer, self.reader):
+            if w.is_alive():
+                w.join()
+
+    async def read(self, fn: Callable[[MemoryService], T]) -> T:
+        fut = self.reader.submit(_Job(fn))
+        result: T = await asyncio.wrap_future(fut)
+        return result
+
+    async def write(self, fn: Callable[[MemoryService], T]) -> T:
+        fut = self.writer.submit(_Job(fn))
+        result: T = await asyncio.wrap_future(fut)
+        return result
+
+    async def add_atom(self, caller: Caller, item: AtomIn) -> AtomAdded:
+        fut = self.writer.submit(_Job(None, add=(caller, item)))
+        result: AtomAdded = await asyncio.wrap_future(fut)
+        return result
+
+    def call_sync(self, fn: Callable[[MemoryService], T], write: bool = False) -> T:
+        """For a caller on its own thread (the stdio MCP server)."""
+        worker = self.writer if write else self.reader
+        result: T = worker.submit(_Job(fn)).result()
+        return result

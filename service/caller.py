@@ -1,0 +1,78 @@
+"""Who is calling: the scope every surface hands the facade (ADR 0027).
+
+A surface (the CLI, the HTTP API, the MCP server, the console) turns a credential into a
+:class:`Caller` and passes it to every :class:`service.facade.MemoryService` call. The
+facade enforces it in one place: a caller's role says which use cases it may run, its
+subjects and tenant say which memories it may see. Nothing in a request body widens it:
+an id outside the scope answers :class:`ledger.errors.NotFound`, exactly as an unknown id
+does, so ids of other people do not leak.
+
+Tenants namespace subject refs: a caller of tenant ``acme`` that names subject
+``user_1`` means the stored subject ``acme:user_1``; the same ref in another tenant is
+another person. The tenant is derived from the signed log (the ref), not from a side table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+Role = Literal["assistant", "operator", "auditor"]
+ROLES: tuple[Role, ...] = ("assistant", "operator", "auditor")
+TENANT_SEP = ":"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """A credential's scope, as the facade enforces it.
+
+    ``subjects``: the subject refs (as the caller names them, inside its tenant) it may
+    touch; ``None`` means every subject of its tenant (every subject, without a tenant).
+    ``signing_key``: the home's key that signs the operator acts of this caller
+    (operators only; the CLI's ``--operator``). ``credential_id`` names the credential in
+    audit records and logs (a token id, never its secret; ``local`` for the CLI).
+    """
+
+    credential_id: str
+    role: Role
+    subjects: frozenset[str] | None = None
+    tenant: str | None = None
+    signing_key: str | None = None
+    expires_at: datetime | None = None
+
+    def stored_ref(self, ref: str) -> str:
+        """The ref as stored in the log: namespaced by the caller's tenant."""
+        if self.tenant is None:
+            return ref
+        return f"{self.tenant}{TENANT_SEP}{ref}"
+
+    def visible_ref(self, stored: str) -> str | None:
+        """The ref as the caller names it, or None when the subject is outside its scope."""
+        if self.tenant is not None:
+            prefix = f"{self.tenant}{TENANT_SEP}"
+            if not stored.startswith(prefix):
+                return None
+            ref = stored[len(prefix):]
+        else:
+            ref = stored
+        if self.subjects is not None and ref not in self.subjects:
+            return None
+        return ref
+
+    @property
+    def may_write_memory(self) -> bool:
+        return self.role in ("assistant", "operator")
+
+    @property
+    def is_operator(self) -> bool:
+        return self.role == "operator"
+
+    @property
+    def unrestricted(self) -> bool:
+        return self.tenant is None and self.subjects is None
+
+
+def local_operator(signing_key: str = "operator") -> Caller:
+    """The CLI's caller: whoever can read the home's private keys acts as its operator."""
+    return Caller(credential_id="local", role="operator", signing_key=signing_key)

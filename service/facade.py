@@ -1,0 +1,709 @@
+"""The typed facade every surface calls (ADR 0027).
+
+One :class:`MemoryService` per open ledger: it holds the write side
+(:class:`ledger.application.LedgerApp`) and the read models
+(:class:`projections.service.Projections`), and offers every use case as a method that
+takes the :class:`service.caller.Caller` first and returns a value of
+:mod:`service.models`. Surfaces (the CLI, the HTTP API, the MCP server, the console)
+parse, authenticate, call these methods and render; they hold no domain logic.
+
+Scope is enforced here, once for every surface:
+* the caller's role decides the use case (assistants read and write memory of their
+  subjects; auditors read and verify; operators also erase, build packs and sweep);
+* a subject, atom, artifact, request or batch outside the caller's subjects or tenant
+  answers :class:`~ledger.errors.NotFound` with the same wording as an unknown id;
+* operator acts are signed with the caller's ``signing_key`` exactly as the CLI's
+  ``--operator`` signs them.
+
+Threads: a ``MemoryService`` is not thread-safe (the write side signs under a
+per-command mapper state, the read models keep connections). A server gives each worker
+thread its own service, or serialises calls (``server/``).
+"""
+
+from __future__ import annotations
+
+import io
+import tempfile
+import zipfile
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from ledger import clock
+from ledger.errors import InputError, LedgerError, NotFound
+from service.caller import Caller
+from service.models import (
+    ArtifactIn,
+    ArtifactOut,
+    AtomAdded,
+    AtomCorrectionIn,
+    AtomIn,
+    AtomOut,
+    AtomsAdded,
+    CheckpointOut,
+    Corrected,
+    ErasureOutcome,
+    ErasurePlanOut,
+    ErasureRequestIn,
+    EventIds,
+    ExportFormat,
+    ExportOut,
+    FlagOut,
+    HistoryEntry,
+    ImportIn,
+    ImportReport,
+    MemoryRow,
+    PackOut,
+    RecallIn,
+    RecallItemOut,
+    RecallOut,
+    RedactIn,
+    RequestStatus,
+    RosterEntry,
+    SubjectIn,
+    SubjectOut,
+    VerificationOut,
+)
+
+if TYPE_CHECKING:
+    from ledger.application import LedgerApp
+    from ledger.domain import Atom
+    from projections.service import Projections
+
+ATOM_CONTENT = ("text", "gist", "details", "tags")
+EXPORT_MEDIA = {"konshus": "application/json", "persona": "application/json",
+                "mem": "application/zip"}
+
+
+class Forbidden(NotFound):
+    """The caller's role may not run this use case. A subclass of NotFound so that a
+    surface which does not distinguish them leaks nothing; the HTTP API answers 403 for a
+    role that is refused outright (the use case exists, the caller may not run it) and
+    404 for an id outside the caller's scope."""
+
+
+def _erased_marker() -> str:
+    from ledger.domain import ERASED
+
+    return str(ERASED)
+
+
+class MemoryService:
+    """Every use case of one ledger, scoped by the caller (module docstring)."""
+
+    def __init__(self, app: LedgerApp, projections: Projections) -> None:
+        self.app = app
+        self.proj = projections
+        self._refs: dict[str, str] = {}  # subject id -> stored ref (refs never change)
+
+    # ------------------------------------------------------------------ scope
+    def _require(self, caller: Caller, *roles: str) -> None:
+        if caller.role not in roles:
+            raise Forbidden(f"a {caller.role} credential may not do this",
+                            hint=f"use a credential with the {' or '.join(roles)} role")
+
+    def _stored_ref_of(self, subject_id: str) -> str:
+        ref = self._refs.get(subject_id)
+        if ref is None:
+            ref = self.app.get_subject(subject_id).ref
+            self._refs[subject_id] = ref
+        return ref
+
+    def _visible(self, caller: Caller, subject_id: str) -> str | None:
+        """The subject's ref as the caller names it, or None when out of its scope."""
+        return caller.visible_ref(self._stored_ref_of(subject_id))
+
+    def subject_id(self, caller: Caller, subject: str) -> str:
+        """Resolve a subject ref (as the caller names it) or id inside the caller's scope."""
+        missing = NotFound(f"no subject {subject!r} in this ledger",
+                           hint="register it first (`ledger subject add`, POST /v1/subjects)")
+        try:
+            if caller.tenant is not None and not _is_uuid(subject):
+                sid = str(self.app.resolve_subject(caller.stored_ref(subject)))
+            else:
+                sid = str(self.app.resolve_subject(subject))
+        except NotFound:
+            raise missing from None
+        if self._visible(caller, sid) is None:
+            raise missing
+        return sid
+
+    def _item_id(self, caller: Caller, kind: str, ref_or_id: str) -> UUID:
+        missing = NotFound(f"no {kind} {ref_or_id!r} in this ledger")
+        try:
+            if caller.tenant is not None and not _is_uuid(ref_or_id):
+                return self.app.resolve(kind, caller.stored_ref(ref_or_id))
+            return self.app.resolve(kind, ref_or_id)
+        except NotFound:
+            raise missing from None
+
+    def _atom(self, caller: Caller, atom: str) -> Atom:
+        aid = self._item_id(caller, "atom", atom)
+        try:
+            found = self.app.get_atom(aid)
+        except NotFound:
+            raise NotFound(f"no atom {atom!r} in this ledger") from None
+        if self._visible(caller, found.subject_id) is None:
+            raise NotFound(f"no atom {atom!r} in this ledger")
+        return found
+
+    def _artifact_subject(self, caller: Caller, artifact: str) -> tuple[UUID, str]:
+        aid = self._item_id(caller, "artifact", artifact)
+        a = self.app.get_artifact(str(aid))
+        if self._visible(caller, a.subject_id) is None:
+            raise NotFound(f"no artifact {artifact!r} in this ledger")
+        return aid, a.subject_id
+
+    def _signing_key(self, caller: Caller) -> str:
+        return caller.signing_key or "operator"
+
+    # ------------------------------------------------------------------ subjects
+    def register_subject(self, caller: Caller, data: SubjectIn) -> SubjectOut:
+        self._require(caller, "assistant", "operator")
+        ref = caller.stored_ref(data.ref)
+        if caller.subjects is not None and data.ref not in caller.subjects:
+            raise Forbidden(f"this credential may not register subject {data.ref!r}",
+                            hint="its subjects are fixed when the token is created")
+        sid = self.app.register_subject(
+            {"ref": ref, "display_name": data.display_name, "locale": data.locale})
+        return self.get_subject(caller, str(sid))
+
+    def get_subject(self, caller: Caller, subject: str) -> SubjectOut:
+        sid = self.subject_id(caller, subject)
+        s = self.app.get_subject(sid)
+        return SubjectOut(subject_id=str(s.id), ref=caller.visible_ref(s.ref) or s.ref,
+                          display_name=_erased_marker() if s.content_erased else s.display_name,
+                          locale=s.locale, content_erased=s.content_erased)
+
+    def list_subjects(self, caller: Caller) -> list[SubjectOut]:
+        from ledger.domain import Subject
+
+        out = []
+        for n in self.app.recorder.select_notifications(
+                start=1, limit=10**9, topics=[Subject.Created.TOPIC]):
+            sid = str(n.originator_id)
+            if self._visible(caller, sid) is not None:
+                out.append(self.get_subject(caller, sid))
+        return out
+
+    # ------------------------------------------------------------------ artifacts
+    def capture_artifact(self, caller: Caller, data: ArtifactIn) -> ArtifactOut:
+        self._require(caller, "assistant", "operator")
+        sid = self.subject_id(caller, data.subject)
+        cmd = data.model_dump()
+        cmd["subject"] = sid
+        cmd["ref"] = caller.stored_ref(data.ref) if data.ref is not None else None
+        if data.captured_at is not None:
+            cmd["captured_at"] = clock.parse_instant(data.captured_at,
+                                                     "captured_at").isoformat()
+        aid = self.app.capture_artifact(cmd)
+        return self.get_artifact(caller, str(aid))
+
+    def get_artifact(self, caller: Caller, artifact: str) -> ArtifactOut:
+        aid, sid = self._artifact_subject(caller, artifact)
+        a = self.app.get_artifact(str(aid))
+        erased = _erased_marker()
+        return ArtifactOut(
+            artifact_id=str(a.id), ref=caller.visible_ref(a.ref) if a.ref else None,
+            subject_id=sid, subject=self._visible(caller, sid) or sid, kind=a.kind,
+            captured_at=a.captured_at, source=erased if a.content_erased else a.source,
+            private=a.private, content_erased=a.content_erased,
+            title=erased if a.content_erased else a.title,
+            body=erased if a.content_erased else a.body)
+
+    def delete_artifact(self, caller: Caller, artifact: str, reason: str,
+                        flag_unsourced: bool = False) -> ErasureOutcome:
+        """Delete an artifact (the subject's own removal: same mechanics as hard
+        erasure); atoms citing it are re-evaluated (Konshus cascade)."""
+        self._require(caller, "assistant", "operator")
+        from governance.erasure import delete_artifact
+
+        aid, _sid = self._artifact_subject(caller, artifact)
+        data = delete_artifact(self.app, self.proj, str(aid), reason=_reason(reason),
+                               operator=self._signing_key(caller),
+                               flag_unsourced=flag_unsourced)
+        return _outcome(data)
+
+    # ------------------------------------------------------------------ atoms
+    def _atom_command(self, caller: Caller, data: AtomIn) -> dict[str, Any]:
+        cmd = data.as_command()
+        cmd["subject"] = self.subject_id(caller, data.subject)
+        if data.ref is not None:
+            cmd["ref"] = caller.stored_ref(data.ref)
+        cmd["artifact_ids"] = [str(self._artifact_subject(caller, a)[0])
+                               for a in data.artifact_ids]
+        for field in ("valid_from", "valid_to"):
+            if cmd[field] is not None:
+                cmd[field] = clock.parse_instant(cmd[field], field).isoformat()
+        return cmd
+
+    def add_atom(self, caller: Caller, data: AtomIn) -> AtomAdded:
+        added = self.add_atoms(caller, [data])
+        return AtomAdded(atom_id=added.atom_ids[0], archived=added.archived)
+
+    def add_atoms(self, caller: Caller, items: Sequence[AtomIn]) -> AtomsAdded:
+        """Record atoms in one signed command: all of them, or none."""
+        self._require(caller, "assistant", "operator")
+        if not items:
+            raise InputError("no atoms to add")
+        commands = [self._atom_command(caller, d) for d in items]
+        ids = self.app.add_atoms(commands)
+        return AtomsAdded(atom_ids=[str(i) for i in ids],
+                          archived=list(getattr(self.app, "last_archived", [])))
+
+    def add_atoms_grouped(self, items: Sequence[tuple[Caller, AtomIn]]
+                          ) -> list[AtomAdded | LedgerError]:
+        """Group commit (server): atoms of several callers in one signed command.
+
+        Each item is resolved under its own caller's scope first; one refused there fails
+        alone. The rest are written as one command; if that command fails as a whole (two
+        items with the same ref, say) each is written on its own, so an item's result is
+        exactly what it would have been alone."""
+        results: list[AtomAdded | LedgerError] = []
+        commands: list[tuple[int, dict[str, Any]]] = []
+        for n, (caller, data) in enumerate(items):
+            try:
+                self._require(caller, "assistant", "operator")
+                commands.append((n, self._atom_command(caller, data)))
+                results.append(InputError("not written"))  # replaced below
+            except LedgerError as e:
+                results.append(e)
+        if not commands:
+            return results
+        try:
+            ids = self.app.add_atoms([c for _, c in commands])
+            archived = list(getattr(self.app, "last_archived", []))
+            for (n, _), aid in zip(commands, ids, strict=True):
+                results[n] = AtomAdded(atom_id=str(aid), archived=archived)
+            return results
+        except LedgerError as e:
+            if len(commands) == 1:
+                results[commands[0][0]] = e
+                return results
+        for n, cmd in commands:
+            try:
+                aid = self.app.add_atoms([cmd])[0]
+                results[n] = AtomAdded(atom_id=str(aid),
+                                       archived=list(getattr(self.app, "last_archived", [])))
+            except LedgerError as e:
+                results[n] = e
+        return results
+
+    def get_atom(self, caller: Caller, atom: str) -> AtomOut:
+        found = self._atom(caller, atom)
+        data = found.as_dict()
+        if data["content_erased"]:
+            for k in ATOM_CONTENT:
+                data[k] = _erased_marker()
+        sid = data["subject_id"]
+        data["subject"] = self._visible(caller, sid) or sid
+        if data.get("ref") is not None:
+            data["ref"] = caller.visible_ref(data["ref"]) if caller.tenant else data["ref"]
+        return AtomOut(**data)
+
+    def history(self, caller: Caller, atom: str) -> list[HistoryEntry]:
+        found = self._atom(caller, atom)
+        return [HistoryEntry(**row) for row in self.app.history(str(found.id))]
+
+    def correct_atom(self, caller: Caller, atom: str, data: AtomCorrectionIn) -> Corrected:
+        self._require(caller, "assistant", "operator")
+        found = self._atom(caller, atom)
+        change = {k: v for k, v in data.model_dump().items() if v is not None}
+        if not set(change) - {"reason"}:
+            raise InputError("nothing to correct", hint="give text, gist or confidence")
+        new = self.app.correct_atom(str(found.id), change)
+        return Corrected(atom_id=str(found.id), new_atom_id=str(new))
+
+    def rehearse(self, caller: Caller, atoms: Sequence[str],
+                 session_id: str | None = None) -> EventIds:
+        self._require(caller, "assistant", "operator")
+        ids = [str(self._atom(caller, a).id) for a in atoms]
+        return EventIds(event_ids=list(self.app.rehearse_atoms(ids, session_id) or []))
+
+    def redact_atom(self, caller: Caller, atom: str, data: RedactIn) -> ErasureOutcome:
+        """Soft, archive or hard redaction of one atom: an operator's act."""
+        self._require(caller, "operator")
+        from governance.erasure import Targets, hard_erase
+
+        found = self._atom(caller, atom)
+        key = self._signing_key(caller)
+        if data.mode in ("soft", "archive"):
+            event = self.app.redact(found.id, data.mode, _reason(data.reason), actor=key)
+            return ErasureOutcome(event_ids=[event], tombstone_ids=[event], atom_id=str(found.id),
+                                  mode=data.mode)
+        return _outcome(hard_erase(self.app, self.proj, Targets(atoms=[str(found.id)]),
+                                   mode="hard", reason=_reason(data.reason), operator=key))
+
+    def delete_atom(self, caller: Caller, atom: str, reason: str) -> ErasureOutcome:
+        """Delete one atom for good (`ledger delete`): key destroyed, every route purged and
+        probed, a signed tombstone left. Assistants may delete their subjects' atoms."""
+        self._require(caller, "assistant", "operator")
+        from governance.erasure import Targets, hard_erase
+
+        found = self._atom(caller, atom)
+        return _outcome(hard_erase(self.app, self.proj, Targets(atoms=[str(found.id)]),
+                                   mode="delete", reason=_reason(reason),
+                                   operator=self._signing_key(caller)))
+
+    # ------------------------------------------------------------------ recall and reads
+    def recall(self, caller: Caller, data: RecallIn) -> RecallOut:
+        sid = self.subject_id(caller, data.subject)
+        result = self.proj.recall(data.query, sid, data.k)
+        rehearsed = bool(result.atom_ids) and data.rehearse and caller.may_write_memory
+        if rehearsed:
+            self.app.rehearse_atoms(result.atom_ids, data.session_id)
+        items = [RecallItemOut(**{**item.as_json(), "marker": ", ".join(item.markers),
+                                  "rehearsed": rehearsed}) for item in result.items]
+        return RecallOut(prompt=result.prompt, items=items, eligible=result.eligible,
+                         pool=result.pool)
+
+    def list_memories(self, caller: Caller, subject: str | None = None,
+                      privacy_class: str | None = None,
+                      min_salience: float | None = None) -> list[MemoryRow]:
+        if subject is None and not caller.unrestricted:
+            raise InputError("name a subject", hint="this credential is scoped to subjects")
+        sid = self.subject_id(caller, subject) if subject is not None else None
+        rows = self.proj.memory_list(sid, privacy_class, min_salience)
+        erased = _erased_marker()
+        return [MemoryRow(**{**r, "text": erased if r["content_erased"] else r["text"]})
+                for r in rows]
+
+    def inspect_memory(self, caller: Caller, atom: str) -> dict[str, Any]:
+        found = self._atom(caller, atom)
+        data = self.proj.memory_inspect(str(found.id))
+        if data["content_erased"]:
+            for k in (*ATOM_CONTENT, "details_now"):
+                if k in data:
+                    data[k] = _erased_marker()
+        return data
+
+    def state(self, caller: Caller, subject: str, as_of: str | None = None,
+              valid_at: str | None = None) -> dict[str, Any]:
+        """What the ledger knew at ``as_of`` (default now), facts valid at ``valid_at``."""
+        sid = self.subject_id(caller, subject)
+        t = clock.parse_instant(as_of, "as_of") if as_of else clock.now()
+        v = clock.parse_instant(valid_at, "valid_at") if valid_at else None
+        d = self.proj.state_as_of(sid, t, v).as_json()
+        erased = _erased_marker()
+
+        def mask(row: dict[str, Any], fields: Sequence[str]) -> dict[str, Any]:
+            return {**row, **{f: erased for f in fields if f in row}} \
+                if row.get("content_erased") else row
+        d["valid"] = [mask(a, ATOM_CONTENT) for a in d["valid"]]
+        d["not_valid"] = [mask(a, ATOM_CONTENT) for a in d["not_valid"]]
+        d["artifacts"] = [mask(a, ("title", "body", "media_url")) for a in d["artifacts"]]
+        if d.get("subject") is not None:
+            d["subject"] = mask(d["subject"], ("display_name",))
+        return d
+
+    # ------------------------------------------------------------------ portability
+    def export(self, caller: Caller, subject: str, fmt: ExportFormat,
+               include_private: bool = False) -> ExportOut:
+        """One subject's memory as Konshus or Persona JSON, or a `.mem` bundle (zipped)."""
+        from ledger.portability import konshus, mem, persona, view
+        from ledger.portability.record import tally
+
+        sid = self.subject_id(caller, subject)
+        v = view.load(self.app, sid)
+        visible = self._visible(caller, sid) or sid
+        if fmt == "mem":
+            signer = self.app.signer(None)
+            with tempfile.TemporaryDirectory(prefix="ledger-export-") as tmp:
+                out = Path(tmp) / "bundle.mem"
+                stats = mem.export(v, out, include_private=include_private,
+                                   key=mem.signing_key(bytes(signer.signing_key)),
+                                   sign_manifest=False)
+                content = _zip_folder(out)
+        else:
+            import json
+
+            module = konshus if fmt == "konshus" else persona
+            doc, stats = module.export(v, include_private=include_private, now=clock.now())
+            content = (json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False)
+                       + "\n").encode()
+        counts = {**stats, **tally(v.atoms)}
+        ext = "mem.zip" if fmt == "mem" else "json"
+        return ExportOut(format=fmt, subject=visible, media_type=EXPORT_MEDIA[fmt],
+                         filename=f"{visible}.{fmt}.{ext}" if fmt != "mem"
+                         else f"{visible}.{ext}",
+                         content=content, counts={k: int(n) for k, n in counts.items()
+                                                  if isinstance(n, int)})
+
+    def import_document(self, caller: Caller, content: bytes, options: ImportIn
+                        ) -> ImportReport:
+        """Import a document (JSON, or a `.mem` bundle as a zip): all or nothing, as the
+        CLI's `ledger import`."""
+        self._require(caller, "assistant", "operator")
+        from ledger.portability import service
+
+        subject = options.subject
+        if subject is None and not caller.unrestricted:
+            raise InputError("name the subject to import under",
+                             hint="this credential is scoped to subjects")
+        if subject is not None:
+            sid = self.subject_id(caller, subject)
+            subject = self._stored_ref_of(sid)
+        with tempfile.TemporaryDirectory(prefix="ledger-import-") as tmp:
+            path = Path(tmp) / "input"
+            if options.format == "mem":
+                _unzip_bundle(content, path)
+            else:
+                path.write_bytes(content)
+            plan = service.plan_file(self.app, path, options.format, subject=subject,
+                                     trusted=[], max_bytes=None,
+                                     skip_unsupported=options.skip_unsupported)
+            report = service.apply_plan(self.app, plan, dry_run=options.dry_run)
+        report["subject"] = caller.visible_ref(report["subject"]) or report["subject"]
+        return ImportReport(**report)
+
+    # ------------------------------------------------------------------ erasure requests
+    def _request(self, caller: Caller, request: str) -> Any:
+        from ledger.domain import ErasureRequest
+
+        missing = NotFound(f"no erasure request {request!r}",
+                           hint="see `ledger requests list` or GET /v1/requests")
+        if not _is_uuid(request):
+            raise missing
+        try:
+            req: Any = self.app.repository.get(UUID(request))
+        except Exception:
+            raise missing from None
+        if not isinstance(req, ErasureRequest) or self._visible(caller, req.subject_id) is None:
+            raise missing
+        return req
+
+    def file_request(self, caller: Caller, data: ErasureRequestIn) -> RequestStatus:
+        """File a right-to-be-forgotten request: receipt logged with its deadlines. Its
+        execution is an operator's act (:meth:`execute_request`)."""
+        self._require(caller, "assistant", "operator")
+        from governance.erasure import open_request
+        from governance.requests import sla_hours
+        from ledger.errors import ConflictError
+
+        sid = self.subject_id(caller, data.subject)
+        pending = open_request(self.app, sid)
+        if pending is not None:
+            raise ConflictError(f"subject already has an open erasure request {pending.id}",
+                                hint="see its status; one request per subject at a time")
+        ack, complete = sla_hours(self.app.policy())
+        rid = self.app.receive_request(sid, data.reason, self._signing_key(caller), ack,
+                                       complete, legal_basis=data.legal_basis,
+                                       identifiers=data.identifiers, sessions=data.sessions)
+        return self.request_status(caller, str(rid))
+
+    def list_requests(self, caller: Caller, status: str | None = None,
+                      now: datetime | None = None) -> list[RequestStatus]:
+        from governance.requests import list_requests
+
+        rows = [r for r in list_requests(self.app, now)
+                if self._visible(caller, r["subject_id"]) is not None]
+        if status is not None:
+            rows = [r for r in rows if r["status"] == status]
+        return [RequestStatus(**r) for r in rows]
+
+    def request_status(self, caller: Caller, request: str,
+                       now: datetime | None = None) -> RequestStatus:
+        from governance.requests import request_status
+
+        req = self._request(caller, request)
+        return RequestStatus(**request_status(req, now or clock.now()))
+
+    def plan_request(self, caller: Caller, request: str) -> ErasurePlanOut:
+        """The dry run of a filed request: what its execution would erase and flag."""
+        self._require(caller, "operator", "auditor")
+        from governance.erasure import plan_user_erasure
+
+        req = self._request(caller, request)
+        plan = plan_user_erasure(self.app, self.proj, req.subject_id, req.identifiers or (),
+                                 req.sessions or ()).as_json()
+        return ErasurePlanOut(request_id=str(req.id), **plan)
+
+    def execute_request(self, caller: Caller, request: str, plan_digest: str
+                        ) -> ErasureOutcome:
+        """Approve and execute a filed request, as `ledger redact-user` does: the batch is
+        signed with the caller's operator key. Refused, writing nothing, when the plan
+        changed since the operator saw ``plan_digest``."""
+        self._require(caller, "operator")
+        from governance.erasure import check_operator, resume_request
+        from ledger.errors import ConflictError
+
+        req = self._request(caller, request)
+        check_operator(self.app, self._signing_key(caller))
+        if req.completed_at is None and req.batch_id is None:
+            current = self.plan_request(caller, request).plan_digest
+            if current != plan_digest:
+                raise ConflictError(
+                    f"the ledger changed since the plan was shown: it was {plan_digest}, it "
+                    f"is {current} now; nothing was written",
+                    hint="review the plan again and approve its new digest")
+        return _outcome(resume_request(self.app, self.proj, str(req.id),
+                                       self._signing_key(caller)))
+
+    # ------------------------------------------------------------------ review queue
+    def list_flags(self, caller: Caller) -> list[FlagOut]:
+        self._require(caller, "operator", "auditor")
+        from governance.cli import open_flags
+
+        out = []
+        for row in open_flags(self.app):
+            try:
+                atom = self.app.get_atom(row["atom_id"])
+            except NotFound:
+                continue
+            if self._visible(caller, atom.subject_id) is not None:
+                out.append(FlagOut(subject_id=atom.subject_id, **row))
+        return out
+
+    # ------------------------------------------------------------------ evidence
+    def build_pack(self, caller: Caller, batch_id: str) -> PackOut:
+        """Build the Evidence Pack of a closed batch, signed with the caller's key, verify
+        it, and hand it back as a zip."""
+        self._require(caller, "operator")
+        from governance.pack import build_pack, verify_pack
+
+        if not _is_uuid(batch_id):
+            raise NotFound(f"no batch {batch_id!r}")
+        self._batch_in_scope(caller, batch_id)
+        with tempfile.TemporaryDirectory(prefix="ledger-pack-") as tmp:
+            folder = build_pack(self.app, batch_id, Path(tmp) / "pack", make_zip=True,
+                                operator=self._signing_key(caller))
+            report = verify_pack(folder.with_suffix(".zip"), self.app.root_public_key, None)
+            content = folder.with_suffix(".zip").read_bytes()
+        return PackOut(batch_id=batch_id, filename=f"evidence-pack-{batch_id}.zip",
+                       content=content, verification=report.as_json())
+
+    def _batch_in_scope(self, caller: Caller, batch_id: str) -> None:
+        from ledger.domain import RedactionBatch
+
+        try:
+            batch: Any = self.app.repository.get(UUID(batch_id))
+        except Exception:
+            raise NotFound(f"no batch {batch_id!r}") from None
+        if not isinstance(batch, RedactionBatch):
+            raise NotFound(f"no batch {batch_id!r}")
+        if caller.unrestricted:
+            return
+        subjects = {self.app.get_atom(a).subject_id for a in batch.targets.get("atoms", [])}
+        subjects |= set(batch.targets.get("subjects", []))
+        if not subjects or any(self._visible(caller, s) is None for s in subjects):
+            raise NotFound(f"no batch {batch_id!r}")
+
+    def checkpoint(self, caller: Caller) -> CheckpointOut:
+        """The latest recorded signed checkpoint (C2SP note)."""
+        from ledger.transparency import b64
+
+        cp = self.app.tlog.recorded()
+        if cp is None:
+            cp = self.app.checkpoint([])
+        return CheckpointOut(origin=cp.checkpoint.origin, size=cp.size, root_hash=b64(cp.root),
+                             note=cp.note)
+
+    def verification(self, caller: Caller) -> VerificationOut:
+        """`ledger verify --since` from the latest recorded checkpoint: the events after it
+        are verified (signatures, roles, sequence, tree), at a cost that follows them."""
+        self._require(caller, "operator", "auditor")
+        from ledger.transparency import verify_since
+
+        root = self.app.root_public_key
+        if root is None:
+            from ledger.errors import EnvironmentProblem
+
+            raise EnvironmentProblem("no trusted root key: keys/root.pub is missing")
+        cp = self.app.tlog.recorded()
+        if cp is None:
+            cp = self.app.checkpoint([])
+        report, extra = verify_since(self.app, cp.note, root)
+        data = {**report.as_json(), **extra}
+        return VerificationOut(ok=bool(data.get("ok")), events=int(data.get("events", 0)),
+                               checked_at=clock.format_instant(clock.now()),
+                               **{k: v for k, v in data.items()
+                                  if k not in ("ok", "events", "checked_at")})
+
+    def roster(self, caller: Caller) -> list[RosterEntry]:
+        """The key roster as `ledger keys list --json` gives it: one row per key and role,
+        with its validity (and the C2SP vkey of log keys)."""
+        self._require(caller, "operator", "auditor")
+        rows = self.app.roster().state.rows()
+        vkeys = self.app.log_vkeys()
+        for r in rows:
+            if r["role"] == "log" and r["kid"] in vkeys:
+                r["vkey"] = vkeys[r["kid"]]
+        return [RosterEntry(**{k: _jsonable(v) for k, v in r.items()}) for r in rows]
+
+    def policy(self, caller: Caller) -> dict[str, Any] | None:
+        self._require(caller, "operator", "auditor")
+        return self.app.policy()
+
+    def audit_report(self, caller: Caller, from_: str | None = None, to: str | None = None
+                     ) -> dict[str, Any]:
+        self._require(caller, "operator", "auditor")
+        from governance.audit import build_report, parse_period
+
+        period = parse_period(from_, to, clock.now())
+        report: dict[str, Any] = build_report(self.app, period)
+        return report
+
+
+# ---------------------------------------------------------------------- helpers
+def _is_uuid(value: str) -> bool:
+    try:
+        UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _reason(reason: str) -> str:
+    if not reason.strip():
+        raise InputError("a reason is required", hint='e.g. "asked by the user"')
+    return reason
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return clock.format_instant(value)
+    if isinstance(value, (set, frozenset, tuple)):
+        return sorted(value)
+    return value
+
+
+def _outcome(data: dict[str, Any]) -> ErasureOutcome:
+    tomb = [e for e in data.get("event_ids", []) if isinstance(e, str)]
+    return ErasureOutcome(**{**data, "tombstone_ids": data.get("tombstone_ids", tomb)})
+
+
+def _zip_folder(folder: Path) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for p in sorted(folder.rglob("*")):
+            if p.is_file():
+                z.write(p, p.relative_to(folder).as_posix())
+    return buf.getvalue()
+
+
+MAX_BUNDLE_FILES = 100_000
+MAX_BUNDLE_BYTES = 256 * 1024 * 1024
+
+
+def _unzip_bundle(content: bytes, dest: Path) -> None:
+    """A `.mem` bundle sent as a zip: unpacked into ``dest``, refusing absolute paths,
+    ``..`` and links, and bounded in files and bytes (a zip bomb is refused whole)."""
+    try:
+        z = zipfile.ZipFile(io.BytesIO(content))
+    except zipfile.BadZipFile as e:
+        raise InputError(f"the .mem bundle is not a zip file: {e}",
+                         hint="send the bundle's folder zipped") from None
+    infos = z.infolist()
+    if len(infos) > MAX_BUNDLE_FILES or sum(i.file_size for i in infos) > MAX_BUNDLE_BYTES:
+        raise InputError("the .mem bundle is too large",
+                         hint=f"at most {MAX_BUNDLE_FILES} files and {MAX_BUNDLE_BYTES} bytes")
+    dest.mkdir()
+    root = dest.resolve()
+    for info in infos:
+        target = (dest / info.filename).resolve()
+        if info.filename.startswith("/") or not target.is_relative_to(root) or \
+                (info.external_attr >> 16) & 0o170000 == 0o120000:
+            raise InputError(f"the .mem bundle has an unsafe path {info.filename!r}")
+    z.extractall(dest)

@@ -1,0 +1,342 @@
+"""The facade's typed values: what a surface sends in and gets back (ADR 0027).
+
+Inputs are pydantic models (the HTTP API and the MCP server take them as request bodies,
+so their JSON Schemas are the API's). Outputs are pydantic models too, so every surface
+renders the same fields; a deep report whose shape belongs to a spec (an Evidence Pack's
+predicate, the audit report, an erasure's reach record) travels as one typed field of
+``dict[str, Any]`` and is documented where it is specified.
+
+Content fields that were erased read as the ``ERASED`` marker, never as a plaintext or
+an empty string, in every output here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ledger.inputs import REF_PATTERN
+
+Sensitivity = Literal["public", "private", "medical", "financial", "legal"]
+Derivation = Literal["stated", "inferred", "observed"]
+AtomKind = Literal["fact", "preference", "relationship", "belief", "goal", "skill",
+                   "episodic", "semantic", "procedural"]
+ExportFormat = Literal["konshus", "mem", "persona"]
+ImportFormat = Literal["konshus", "mem", "persona", "chatgpt", "claude", "mem0", "text"]
+RedactMode = Literal["soft", "archive", "hard"]
+
+MAX_TEXT = 10_000
+MAX_BATCH = 1_000
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+# ----------------------------------------------------------------------------- subjects
+class SubjectIn(_In):
+    ref: str = Field(pattern=REF_PATTERN, description="The subject's opaque id (not an e-mail "
+                                                      "or a name).")
+    display_name: str | None = Field(default=None, max_length=500,
+                                     description="Encrypted under the subject's data key.")
+    locale: str | None = Field(default=None, max_length=35)
+
+
+class SubjectOut(_Out):
+    subject_id: str
+    ref: str
+    display_name: str | None
+    locale: str | None
+    content_erased: bool
+
+
+# ----------------------------------------------------------------------------- artifacts
+class ArtifactIn(_In):
+    subject: str = Field(description="Subject ref or id.")
+    kind: Literal["chat", "document", "journal", "voice", "message", "email", "calendar"]
+    ref: str | None = Field(default=None, pattern=REF_PATTERN)
+    title: str | None = Field(default=None, max_length=1_000)
+    body: str | None = Field(default=None, max_length=1_000_000)
+    source: str | None = Field(default=None, max_length=200)
+    private: bool = False
+    captured_at: str | None = Field(default=None, description="RFC 3339 instant.")
+
+
+class ArtifactOut(_Out):
+    artifact_id: str
+    ref: str | None
+    subject_id: str
+    subject: str
+    kind: str
+    captured_at: str | None
+    source: str | None
+    private: bool
+    content_erased: bool
+    title: str | None
+    body: str | None
+
+
+# ----------------------------------------------------------------------------- atoms
+class Detail(_In):
+    content: str = Field(max_length=MAX_TEXT)
+    brightness: float = Field(ge=0.0, le=1.0)
+
+
+class AtomIn(_In):
+    subject: str = Field(description="Subject ref or id.")
+    text: str = Field(min_length=1, max_length=MAX_TEXT,
+                      description="One short sentence a person can review (encrypted).")
+    kind: AtomKind = "fact"
+    ref: str | None = Field(default=None, pattern=REF_PATTERN)
+    gist: str | None = Field(default=None, max_length=MAX_TEXT)
+    details: list[Detail] = Field(default_factory=list, max_length=100)
+    tags: list[str] = Field(default_factory=list, max_length=100)
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+    sensitivity: Sensitivity = "private"
+    valid_from: str | None = None
+    valid_to: str | None = None
+    derivation: Derivation = "stated"
+    artifact_ids: list[str] = Field(default_factory=list, max_length=100,
+                                    description="Artifact refs or ids it was drawn from.")
+    extractor: str | None = Field(default=None, max_length=200)
+    human_reviewed: bool = False
+    salience: float = Field(default=0.5, ge=0.0, le=1.0)
+    emotional_valence: float = Field(default=0.0, ge=-1.0, le=1.0)
+    privacy_class: str | None = None
+    consent_basis: str | None = None
+    session_id: str | None = Field(default=None, max_length=200)
+    min_sources: int = Field(default=1, ge=1, le=100)
+
+    def as_command(self) -> dict[str, Any]:
+        data = self.model_dump()
+        data["details"] = [d.model_dump() for d in self.details]
+        return data
+
+
+class AtomAdded(_Out):
+    atom_id: str
+    archived: list[str] = Field(default_factory=list,
+                                description="Atoms the policy's maxAtoms archived.")
+
+
+class AtomsAdded(_Out):
+    atom_ids: list[str]
+    archived: list[str] = Field(default_factory=list)
+
+
+class AtomCorrectionIn(_In):
+    text: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT)
+    gist: str | None = Field(default=None, max_length=MAX_TEXT)
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+    reason: str | None = Field(default=None, max_length=1_000)
+
+
+class AtomOut(_Out):
+    """An atom's current state; ``text``/``gist``/``details``/``tags`` read ``ERASED``
+    once its data key is destroyed."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    atom_id: str
+    subject_id: str
+    subject: str
+    ref: str | None
+    kind: str
+    status: str
+    text: str | None
+    content_erased: bool
+
+
+class HistoryEntry(_Out):
+    event_id: str
+    seq: int
+    atom_id: str
+    topic: str
+    timestamp: str
+    signer: str
+    summary: dict[str, Any]
+
+
+class EventIds(_Out):
+    event_ids: list[str]
+
+
+class Corrected(_Out):
+    atom_id: str
+    new_atom_id: str
+
+
+class RedactIn(_In):
+    mode: RedactMode
+    reason: str = Field(min_length=1, max_length=1_000)
+
+
+class ErasureOutcome(_Out):
+    """A hard redaction, a deletion or a request's execution, as `ledger ... --json`
+    reports it: the batch, the signed events and the reach record."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    batch_id: str | None = None
+    event_ids: list[str] = Field(default_factory=list)
+    tombstone_ids: list[str] = Field(default_factory=list,
+                                     description="The atom.redacted / deleted events.")
+
+
+class RehearseIn(_In):
+    atom_ids: list[str] = Field(min_length=1, max_length=MAX_BATCH)
+    session_id: str | None = Field(default=None, max_length=200)
+
+
+# ----------------------------------------------------------------------------- recall
+class RecallIn(_In):
+    query: str = Field(min_length=1, max_length=2_000)
+    subject: str = Field(description="Subject ref or id.")
+    k: int = Field(default=5, ge=1, le=100)
+    session_id: str | None = Field(default=None, max_length=200)
+    rehearse: bool = Field(default=True, description="Record a signed rehearsal event for "
+                                                     "each recalled memory.")
+
+
+class RecallItemOut(_Out):
+    model_config = ConfigDict(frozen=True, extra="allow")
+    atom_id: str
+    text: str
+    marker: str
+    rehearsed: bool
+
+
+class RecallOut(_Out):
+    prompt: str = Field(description='The "What you remember" block for a model\'s context.')
+    items: list[RecallItemOut]
+    eligible: int
+    pool: int
+
+
+class MemoryRow(_Out):
+    model_config = ConfigDict(frozen=True, extra="allow")
+    atom_id: str
+    subject_id: str
+    status: str
+    salience_now: float
+    markers: list[str]
+    content_erased: bool
+    text: str | None
+
+
+# ----------------------------------------------------------------------------- portability
+class ExportOut(_Out):
+    format: ExportFormat
+    subject: str
+    media_type: str
+    filename: str
+    content: bytes = Field(description="The document (JSON) or the .mem bundle as a zip.")
+    counts: dict[str, int]
+
+
+class ImportIn(_In):
+    format: ImportFormat
+    subject: str | None = None
+    dry_run: bool = False
+    skip_unsupported: bool = False
+
+
+class ImportReport(_Out):
+    model_config = ConfigDict(frozen=True, extra="allow")
+    subject: str
+    created: dict[str, int]
+    skipped: dict[str, int]
+    refused: dict[str, int]
+
+
+# ----------------------------------------------------------------------------- governance
+class ErasureRequestIn(_In):
+    subject: str = Field(description="Subject ref or id.")
+    reason: str = Field(min_length=1, max_length=1_000)
+    legal_basis: str | None = Field(default=None, max_length=200)
+    identifiers: list[str] = Field(default_factory=list, max_length=50,
+                                   description="Names or e-mails that find references in "
+                                               "others' memories: flagged for review, never "
+                                               "erased.")
+    sessions: list[str] = Field(default_factory=list, max_length=100)
+
+
+class RequestStatus(_Out):
+    model_config = ConfigDict(frozen=True, extra="allow")
+    request_id: str
+    subject_id: str
+    status: str
+    received_at: str | None
+    ack_due: str | None
+    complete_due: str | None
+    completed_at: str | None
+    overdue: bool
+    batch_id: str | None
+
+
+class ErasurePlanOut(_Out):
+    model_config = ConfigDict(frozen=True, extra="allow")
+    request_id: str
+    subject_id: str
+    plan_digest: str
+    targets: dict[str, list[str]]
+    flag_for_review: list[str]
+
+
+class ExecuteIn(_In):
+    plan_digest: str = Field(min_length=8, max_length=128,
+                             description="The digest of the plan the operator approved: the "
+                                         "execution refuses, writing nothing, if the plan "
+                                         "changed since.")
+
+
+class PackOut(_Out):
+    batch_id: str
+    filename: str
+    content: bytes
+    verification: dict[str, Any]
+
+
+class CheckpointOut(_Out):
+    origin: str
+    size: int
+    root_hash: str
+    note: str = Field(description="The C2SP signed note, as text.")
+
+
+class VerificationOut(_Out):
+    model_config = ConfigDict(frozen=True, extra="allow")
+    ok: bool
+    events: int
+    checked_at: str
+    failure: dict[str, Any] | None = None
+
+
+class FlagOut(_Out):
+    atom_id: str
+    subject_id: str | None
+    flag: str
+    reason: str | None
+    flagged_at: str
+
+
+class RosterEntry(_Out):
+    model_config = ConfigDict(frozen=True, extra="allow")
+    kid: str
+    name: str | None
+    role: str
+    valid_from: str | None
+    revoked_from: str | None
+
+
+class Problem(_Out):
+    """RFC 9457 problem details, as every surface reports an error."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str
+    hint: str | None = None
