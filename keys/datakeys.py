@@ -406,9 +406,9 @@ class DataKeyStore:
                 name = Path(self.engine.url.database or "keystore.sqlite").name
                 raise KeystoreBlocked(
                     f"could not settle {name}: an open read transaction in another process "
-                    f"(a reader, a backup, an sqlite3 shell) kept its write-ahead log "
-                    f"{name}-wal from being checkpointed for the {BUSY_TIMEOUT_S} s this "
-                    "command waited; a destroyed data key's bytes may still be in it. End "
+                    f"(a reader, a backup, an sqlite3 shell) blocked the checkpoint of its "
+                    f"write-ahead log {name}-wal for the {BUSY_TIMEOUT_S} s this command "
+                    "waited; a destroyed data key's bytes may still be in it. End "
                     "that transaction, then run the command again (an erasure resumes)",
                     str(self.engine.url.database or name), BUSY_TIMEOUT_S)
             return

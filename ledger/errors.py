@@ -60,8 +60,8 @@ class CheckpointBlocked(EnvironmentProblem):
         self.name = name
         super().__init__(
             f"could not settle {name}: an open read transaction in another process (a "
-            f"reader, a backup, an sqlite3 shell) kept its write-ahead log {name}-wal from "
-            f"being checkpointed for the {seconds:g} s this command waited"
+            f"reader, a backup, an sqlite3 shell) blocked the checkpoint of its write-ahead "
+            f"log {name}-wal for the {seconds:g} s this command waited"
             + (f"; {consequence}" if consequence else ""),
             hint=hint or f"end that transaction (or the program holding {name} open), then "
                          "run the command again")
