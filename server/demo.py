@@ -37,7 +37,8 @@ def _say(text: str) -> None:
 
 def _ledger(*args: str) -> str:
     exe = str(Path(sys.executable).with_name("ledger"))
-    done = subprocess.run([exe, *args], capture_output=True, text=True, check=False)
+    done = subprocess.run([exe, *args], capture_output=True, text=True,  # noqa: S603 - our own CLI
+                          check=False)
     if done.returncode != 0:
         raise SystemExit(f"ledger {' '.join(args[:3])} failed:\n{done.stderr}")
     return done.stdout
@@ -79,7 +80,7 @@ def main(argv: list[str]) -> int:
     url = f"http://127.0.0.1:{port}"
     exe = str(Path(sys.executable).with_name("ledger"))
     log = (folder / "serve.log").open("wb")
-    proc = subprocess.Popen([exe, "--home", str(home), "serve", "--port", str(port)],
+    proc = subprocess.Popen([exe, "--home", str(home), "serve", "--port", str(port)],  # noqa: S603
                             stdout=log, stderr=subprocess.STDOUT,
                             env={**os.environ, "LEDGER_LOG_LEVEL": "info"})
     try:
