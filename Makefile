@@ -36,6 +36,7 @@ test-fast: $(VENV)/.dev
 lint: $(VENV)/.dev
 	$(BIN)/ruff check ledger keys projections governance tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: $(VENV)/.dev
 	$(BIN)/python benchmarks/append.py
