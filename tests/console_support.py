@@ -18,8 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
-from starlette.applications import Starlette
-from starlette.routing import Mount
 
 from ledger.application import LedgerApp
 from ledger.errors import LedgerError
@@ -122,32 +120,46 @@ def free_port() -> int:
         return port
 
 
+def bearer(tokens: Tokens) -> Any:
+    """The HTTP API's authenticator (``Authorization`` header to caller) over ``tokens``."""
+    def authenticate(header: str | None) -> Caller:
+        if not header or not header.startswith("Bearer "):
+            raise LedgerError("no bearer token")
+        return tokens.authenticate(header.removeprefix("Bearer ").strip())
+    return authenticate
+
+
 @contextmanager
 def serve(home: Path, tokens: Tokens, sessions: SessionStore | None = None
           ) -> Iterator[Served]:
-    """The console mounted at /console, as `ledger serve` mounts it, on a loopback port."""
-    backend = Backend(home)
-    backend.start()
+    """The server's app (server/app.py: /v1 and its Backend) with the console mounted at
+    /console as `ledger serve` mounts it, by uvicorn on a loopback port of this process."""
+    from server.app import Settings, create_app
+
     store = sessions if sessions is not None else SessionStore()
-    app = Starlette(routes=[Mount("/console", app=console_app(backend, tokens,
-                                                              sessions=store))])
+    backends: list[Backend] = []
+
+    def mounts(api: Any, backend: Backend) -> None:
+        backends.append(backend)
+        api.mount("/console", console_app(backend, tokens, sessions=store))
+
+    app = create_app(Settings(home=home), bearer(tokens), mounts=mounts)
     config = uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning",
-                            access_log=False, lifespan="off")
+                            access_log=False, lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("the console server did not start")
         time.sleep(0.02)
     origin = f"http://127.0.0.1:{config.port}"
     try:
-        yield Served(f"{origin}/console", origin, home, tokens, store, backend)
+        yield Served(f"{origin}/console", origin, home, tokens, store, backends[0])
     finally:
         server.should_exit = True
-        thread.join(timeout=20)
-        backend.close()
+        thread.join(timeout=60)
 
 
 def home_digest(home: Path) -> dict[str, str]:

@@ -287,7 +287,7 @@ def test_every_answer_carries_a_strict_csp_and_no_store(served: Served) -> None:
         csp = r.headers["content-security-policy"]
         assert csp.startswith("default-src 'self'") and "frame-ancestors 'none'" in csp
         assert r.headers["x-content-type-options"] == "nosniff"
-        assert r.headers["referrer-policy"] == "no-referrer"
+        assert r.headers["referrer-policy"] == "same-origin"
         if path.endswith(".css"):
             continue
         assert r.headers["cache-control"] == "no-store"
