@@ -309,7 +309,7 @@ def open_request(s: Served, subject: str) -> str:
 
 def test_auditor_finds_no_approve_button_and_a_crafted_post_is_refused(
         served: tuple[Served, datetime], browser: Browser) -> None:
-    s, start = served
+    s = served[0]
     rid = open_request(s, "carol")
     page = sign_in(browser, s.tokens.create("auditor", "auditor"))
     assert page.get_by_role("button", name="File the request").count() == 0
@@ -343,7 +343,7 @@ def test_auditor_finds_no_approve_button_and_a_crafted_post_is_refused(
 
 def test_overdue_count_follows_ledger_now(served: tuple[Served, datetime],
                                           browser: Browser) -> None:
-    s, start = served
+    s = served[0]
     rid = open_request(s, "carol")
     with httpx.Client(base_url=s.origin, timeout=60, headers={
             "Authorization": f"Bearer {s.tokens.create('api-due', 'auditor')}"}) as c:
