@@ -47,6 +47,7 @@ from ledger.portability.cli import register as register_portability
 from ledger.witness.cli import register as register_witness
 from projections.cli import register as register_projections
 from server.cli import register as register_server
+from service.tokens_cli import register as register_tokens
 
 if TYPE_CHECKING:
     from ledger.application import LedgerApp
@@ -820,6 +821,15 @@ register_portability(cli, opened)
 register_witness(cli, opened)
 register_receipt(cli, opened, audit_cli)
 register_server(cli, lambda: STATE.home)
+
+
+def _find_home() -> Path:
+    from ledger.home import find_home
+
+    return find_home(STATE.home)
+
+
+register_tokens(cli, _find_home)
 
 
 # ---------------------------------------------------------------------- entry point

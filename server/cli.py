@@ -43,7 +43,7 @@ def register(cli: typer.Typer, home_of: Callable[[], Path | None]) -> None:
         Refuses to start without a credential: create one with `ledger tokens create`, or
         give --jwks and --audience. Stops gracefully on SIGTERM: requests in flight finish.
 
-        Example: ledger serve --port 8765; ledger tokens create assistant-1 --role assistant --subject user_9f4e
+        Example: ledger tokens create asst-1 --role assistant --subject user_9f4e; ledger serve
         """
         import uvicorn
 

@@ -1,5 +1,5 @@
 """What `ledger serve` mounts beside the HTTP API: the MCP server at /mcp and the console
-at /console, each when its module is installed (both are part of this package)."""
+at /console."""
 
 from __future__ import annotations
 
@@ -9,5 +9,10 @@ from server.backend import Backend
 
 
 def mount_all(api: Any, backend: Backend) -> None:
-    """Mount the MCP server and the console on the FastAPI app ``api``."""
-    return None
+    """Mount the console (and the MCP server) on the FastAPI app ``api``."""
+    from ledger.home import Config
+    from server.console.app import console_app
+    from service.tokens import TokenStore
+
+    store = TokenStore.open(Config.load(backend.home))
+    api.mount("/console", console_app(backend, store))

@@ -7,7 +7,7 @@ One table maps the ledger's error vocabulary (``ledger/errors.py``) to HTTP stat
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.responses import JSONResponse
 
@@ -21,6 +21,9 @@ from ledger.errors import (
     VerificationFailed,
 )
 
+if TYPE_CHECKING:
+    from service.auth import AuthError
+
 PROBLEM_JSON = "application/problem+json"
 BASE = "https://memory-ledger.invalid/problems/"
 
@@ -28,8 +31,8 @@ BASE = "https://memory-ledger.invalid/problems/"
 def status_of(e: LedgerError) -> tuple[int, str]:
     """(HTTP status, problem type slug) of a ledger error."""
     from server.backend import Overloaded
-    from service.facade import Forbidden
     from service.auth import AuthError
+    from service.facade import Forbidden
 
     if isinstance(e, AuthError):
         return e.status, "unauthorized" if e.status == 401 else "insufficient-scope"
@@ -68,6 +71,8 @@ def problem(status: int, detail: str, *, slug: str | None = None, hint: str | No
 
 
 def from_error(e: LedgerError) -> JSONResponse:
+    from service.auth import AuthError
+
     status, slug = status_of(e)
     headers: dict[str, str] = {}
     if isinstance(e, AuthError):
@@ -81,8 +86,7 @@ def from_error(e: LedgerError) -> JSONResponse:
     return problem(status, str(e), slug=slug, hint=e.hint, headers=headers)
 
 
-def _www_authenticate(e: LedgerError) -> str:
+def _www_authenticate(e: AuthError) -> str:
     from service.auth import www_authenticate
 
-    value: str = www_authenticate(e)  # type: ignore[arg-type]
-    return value
+    return www_authenticate(e)

@@ -47,16 +47,19 @@ class Caller:
             return ref
         return f"{self.tenant}{TENANT_SEP}{ref}"
 
+    def item_ref(self, stored: str) -> str | None:
+        """A stored ref (of a subject, an atom or an artifact) as the caller names it:
+        without its tenant's prefix; None when it is not of the caller's tenant."""
+        if self.tenant is None:
+            return stored
+        prefix = f"{self.tenant}{TENANT_SEP}"
+        return stored[len(prefix):] if stored.startswith(prefix) else None
+
     def visible_ref(self, stored: str) -> str | None:
-        """The ref as the caller names it, or None when the subject is outside its scope."""
-        if self.tenant is not None:
-            prefix = f"{self.tenant}{TENANT_SEP}"
-            if not stored.startswith(prefix):
-                return None
-            ref = stored[len(prefix):]
-        else:
-            ref = stored
-        if self.subjects is not None and ref not in self.subjects:
+        """A subject's ref as the caller names it, or None when the subject is outside
+        its scope (another tenant, or not one of its subjects)."""
+        ref = self.item_ref(stored)
+        if ref is None or (self.subjects is not None and ref not in self.subjects):
             return None
         return ref
 

@@ -206,7 +206,7 @@ class MemoryService:
         a = self.app.get_artifact(str(aid))
         erased = _erased_marker()
         return ArtifactOut(
-            artifact_id=str(a.id), ref=caller.visible_ref(a.ref) if a.ref else None,
+            artifact_id=str(a.id), ref=caller.item_ref(a.ref) if a.ref else None,
             subject_id=sid, subject=self._visible(caller, sid) or sid, kind=a.kind,
             captured_at=a.captured_at, source=erased if a.content_erased else a.source,
             private=a.private, content_erased=a.content_erased,
@@ -300,7 +300,7 @@ class MemoryService:
         sid = data["subject_id"]
         data["subject"] = self._visible(caller, sid) or sid
         if data.get("ref") is not None:
-            data["ref"] = caller.visible_ref(data["ref"]) if caller.tenant else data["ref"]
+            data["ref"] = caller.item_ref(data["ref"])
         return AtomOut(**data)
 
     def history(self, caller: Caller, atom: str) -> list[HistoryEntry]:
@@ -585,8 +585,9 @@ class MemoryService:
             raise NotFound(f"no batch {batch_id!r}")
         if caller.unrestricted:
             return
-        subjects = {self.app.get_atom(a).subject_id for a in batch.targets.get("atoms", [])}
-        subjects |= set(batch.targets.get("subjects", []))
+        targets: dict[str, list[str]] = getattr(batch, "targets", {})
+        subjects = {self.app.get_atom(a).subject_id for a in targets.get("atoms", [])}
+        subjects |= set(targets.get("subjects", []))
         if not subjects or any(self._visible(caller, s) is None for s in subjects):
             raise NotFound(f"no batch {batch_id!r}")
 

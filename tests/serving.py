@@ -59,10 +59,14 @@ class Server:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> bool:
+        """Signal the server and wait; True when it shut down gracefully: the lifespan
+        closed the ledger (uvicorn re-raises the signal after a graceful shutdown, so the
+        exit status is -SIG, not 0)."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-        return self.proc.wait(timeout)
+        code = self.proc.wait(timeout)
+        return code in (0, -sig) and '"server.stopped"' in self.output()
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")

@@ -154,6 +154,7 @@ UNKNOWN_ID_CASES = [
     ("export", "--format", "konshus", "--subject", "nope", "--out", "{out}"),
     ("keys", "revoke", "ed25519:nope"),
     ("atom", "add", "--subject", "nope", "--text", "x"),
+    ("tokens", "revoke", "tok_0000000000000000"), ("tokens", "revoke", "nope"),
 ]
 
 
@@ -166,6 +167,24 @@ def test_an_unknown_id_is_a_usage_error(kept: Path, tmp_path: Path,
     assert r.code == 2, r
     assert r.err.startswith("error: ") and "Traceback" not in r.err
     assert snapshot(kept) == before or args[0] in ("recall",)  # recall may catch up
+
+
+REFUSED_INPUT_CASES = [
+    ("tokens", "create", "t", "--role", "admin"),
+    ("tokens", "create", "t", "--role", "assistant", "--expires", "soon"),
+    ("tokens", "create", "t", "--role", "assistant", "--expires", "2001-01-01"),
+    ("tokens", "create", "t", "--role", "assistant", "--key", "operator"),
+    ("tokens", "create", "t", "--role", "operator", "--key", "nope"),
+]
+
+
+@pytest.mark.parametrize("args", REFUSED_INPUT_CASES, ids=" ".join)
+def test_input_refused_by_a_rule_is_a_usage_error(kept: Path, args: tuple[str, ...]) -> None:
+    before = snapshot(kept)
+    r = run_cli("--home", str(kept), *args)
+    assert r.code == 2, r
+    assert "error: " in r.err and "hint: " in r.err and "Traceback" not in r.err
+    assert snapshot(kept) == before  # refused: nothing written
 
 
 def test_a_private_key_missing_here_is_an_environment_problem(kept: Path) -> None:

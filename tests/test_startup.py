@@ -36,7 +36,8 @@ TYPERS_OWN = ("pydantic", "rich")
 
 
 @pytest.mark.parametrize("args", [("--help",), ("--version",), ("-h",), ("atom", "--help"),
-                                  ("redact-user", "--help"), ("import", "-h")])
+                                  ("redact-user", "--help"), ("import", "-h"),
+                                  ("tokens", "create", "--help")])
 def test_help_and_version_import_no_heavy_module(args: tuple[str, ...]) -> None:
     names = imported_modules(*args)
     forbidden = HEAVY if len(args) == 1 else tuple(h for h in HEAVY if h not in TYPERS_OWN)

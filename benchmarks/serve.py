@@ -1,0 +1,177 @@
+"""The server against the facade it serves, measured in one run (issue 17).
+
+Prints, for one SQLite ledger on this machine:
+* in-process: the facade's bulk add rate (``add_atoms`` of 256, the largest group the
+  server commits) and one-atom add rate, recall p50/p95 (facade called directly);
+* over HTTP (`ledger serve` on loopback, httpx clients): adds/s, p50 and p95 with 1 and
+  with 32 concurrent clients, recall p50/p95 with 1 client;
+* over MCP (streamable HTTP, the SDK's client): tool-call p50/p95 of `recall`;
+* the ratios the issue sets targets for: HTTP add throughput with 32 clients over the
+  in-process bulk rate (target >= 0.5), HTTP recall p95 over in-process p95 (<= 2).
+
+Loopback only, bounded in count and time. Usage:
+    python benchmarks/serve.py [--atoms 2000] [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(len(s) * q))] * 1000
+
+
+def in_process(home: Path, atoms: int, queries: list[str]) -> dict[str, float]:
+    from service.caller import local_operator
+    from service.models import AtomIn, RecallIn
+    from service.root import opened_service
+
+    op = local_operator()
+    out: dict[str, float] = {}
+    with opened_service(home) as svc:
+        items = [AtomIn(subject="bench", text=f"bulk memory {i} about topic {i % 97}")
+                 for i in range(atoms)]
+        t0 = time.perf_counter()
+        for start in range(0, atoms, 256):
+            svc.add_atoms(op, items[start:start + 256])
+        out["bulk_rate"] = atoms / (time.perf_counter() - t0)
+        n = min(300, atoms // 4)
+        t0 = time.perf_counter()
+        for i in range(n):
+            svc.add_atom(op, AtomIn(subject="bench", text=f"single memory {i}"))
+        out["single_rate"] = n / (time.perf_counter() - t0)
+        svc.recall(op, RecallIn(subject="bench", query="warm up", rehearse=False))
+        lat = []
+        for q in queries:
+            t0 = time.perf_counter()
+            svc.recall(op, RecallIn(subject="bench", query=q, rehearse=False))
+            lat.append(time.perf_counter() - t0)
+        out["recall_p50"], out["recall_p95"] = pct(lat, 0.5), pct(lat, 0.95)
+    return out
+
+
+async def http_adds(url: str, token: str, clients: int, seconds: float) -> dict[str, float]:
+    import httpx
+
+    lat: list[float] = []
+    errors = 0
+    deadline = time.monotonic() + seconds
+
+    async def one(n: int) -> None:
+        nonlocal errors
+        async with httpx.AsyncClient(base_url=url, timeout=60,
+                                     headers={"Authorization": f"Bearer {token}"}) as c:
+            i = 0
+            while time.monotonic() < deadline and i < 100_000:
+                t0 = time.perf_counter()
+                r = await c.post("/v1/atoms", json={"subject": "bench",
+                                                    "text": f"http memory {n}-{i}"})
+                lat.append(time.perf_counter() - t0)
+                errors += r.status_code != 201
+                i += 1
+    t0 = time.perf_counter()
+    await asyncio.gather(*[one(n) for n in range(clients)])
+    wall = time.perf_counter() - t0
+    return {"rate": len(lat) / wall, "p50": pct(lat, 0.5), "p95": pct(lat, 0.95),
+            "errors": errors}
+
+
+def http_recall(url: str, token: str, queries: list[str]) -> dict[str, float]:
+    import httpx
+
+    lat = []
+    with httpx.Client(base_url=url, timeout=60,
+                      headers={"Authorization": f"Bearer {token}"}) as c:
+        c.post("/v1/recall", json={"subject": "bench", "query": "warm up", "rehearse": False})
+        for q in queries:
+            t0 = time.perf_counter()
+            r = c.post("/v1/recall", json={"subject": "bench", "query": q, "rehearse": False})
+            lat.append(time.perf_counter() - t0)
+            assert r.status_code == 200, r.text
+    return {"p50": pct(lat, 0.5), "p95": pct(lat, 0.95)}
+
+
+async def mcp_recall(url: str, token: str, queries: list[str]) -> dict[str, float] | None:
+    try:
+        import httpx
+        from mcp import ClientSession
+        from mcp.client.streamable_http import streamable_http_client
+    except ImportError:
+        return None
+    lat = []
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"},
+                                 timeout=60) as http, \
+            streamable_http_client(f"{url}/mcp/", http_client=http) as (read, write, *_), \
+            ClientSession(read, write) as session:
+        await session.initialize()
+        for q in queries:
+            t0 = time.perf_counter()
+            await session.call_tool("recall", {"subject": "bench", "query": q,
+                                               "rehearse": False})
+            lat.append(time.perf_counter() - t0)
+    return {"p50": pct(lat, 0.5), "p95": pct(lat, 0.95)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--atoms", type=int, default=2000)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--queries", type=int, default=200)
+    args = ap.parse_args()
+    from ledger.application import LedgerApp
+    from tests.serving import issue, serving
+
+    os.environ.pop("LEDGER_NOW", None)
+    queries = [f"topic {i % 97} memory" for i in range(args.queries)]
+    with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
+        home = Path(tmp) / "home"
+        LedgerApp.initialize(home)
+        from service.caller import local_operator
+        from service.models import SubjectIn
+        from service.root import opened_service
+
+        with opened_service(home) as svc:
+            svc.register_subject(local_operator(), SubjectIn(ref="bench"))
+        inproc = in_process(home, args.atoms, queries)
+        _, token = issue(home, "bench", "assistant", ["bench"])
+        with serving(home) as server:
+            one = asyncio.run(http_adds(server.url, token, 1, args.seconds))
+            many = asyncio.run(http_adds(server.url, token, 32, args.seconds))
+            recall = http_recall(server.url, token, queries)
+            try:
+                mcp = asyncio.run(mcp_recall(server.url, token, queries[:100]))
+            except Exception as e:  # the MCP mount may be missing in an older checkout
+                print(f"mcp: not measured ({type(e).__name__})")
+                mcp = None
+    load = os.getloadavg()
+    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {args.atoms} atoms "
+          f"in process, {args.seconds:.0f} s per HTTP run")
+    print(f"in-process  bulk add {inproc['bulk_rate']:8.0f} atoms/s   one-atom add "
+          f"{inproc['single_rate']:6.0f}/s   recall p50 {inproc['recall_p50']:6.1f} ms "
+          f"p95 {inproc['recall_p95']:6.1f} ms")
+    for label, r in (("HTTP  1 client ", one), ("HTTP 32 clients", many)):
+        print(f"{label} add {r['rate']:8.0f} req/s      p50 {r['p50']:6.1f} ms  p95 "
+              f"{r['p95']:6.1f} ms  non-201 {r['errors']:.0f}")
+    print(f"HTTP recall     p50 {recall['p50']:6.1f} ms  p95 {recall['p95']:6.1f} ms")
+    if mcp is not None:
+        print(f"MCP recall tool p50 {mcp['p50']:6.1f} ms  p95 {mcp['p95']:6.1f} ms")
+    print(f"ratio HTTP add (32 clients) / in-process bulk add: "
+          f"{many['rate'] / inproc['bulk_rate']:.3f} (target >= 0.5)")
+    print(f"ratio HTTP recall p95 / in-process recall p95: "
+          f"{recall['p95'] / inproc['recall_p95']:.2f} (target <= 2)")
+    print(f"ratio HTTP add (32 clients) / HTTP add (1 client): "
+          f"{many['rate'] / one['rate']:.2f} (what group commit buys)")
+
+
+if __name__ == "__main__":
+    main()
