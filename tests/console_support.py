@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import secrets
 import socket
 import threading
 import time
@@ -20,12 +19,10 @@ from typing import Any
 import uvicorn
 
 from ledger.application import LedgerApp
-from ledger.errors import LedgerError
 from ledger.home import Config
 from server.backend import Backend
 from server.console import console_app
 from server.console.sessions import SessionStore
-from service.caller import Caller
 
 # Memory content that must never reach a page unless revealed (each in one atom, artifact
 # or display name of the ledger below).
@@ -79,28 +76,24 @@ def build_ledger(home: Path, t0: datetime) -> None:
 
 @dataclass
 class Tokens:
-    """Bearer tokens for the tests: the token store's interface (``authenticate``), with
-    revocation. Refusals are LedgerErrors, as the store's are."""
+    """Tokens of the home's token store (service/tokens.py), as `ledger tokens create`
+    issues them; ``revoke`` as `ledger tokens revoke` does, from another store instance
+    (another process would be the same), so the server notices within the store's TTL."""
 
-    callers: dict[str, Caller] = field(default_factory=dict)
-    revoked: set[str] = field(default_factory=set)
+    home: Path
+    ids: dict[str, str] = field(default_factory=dict)
 
     def create(self, name: str, role: str) -> str:
-        token = "mlt_" + secrets.token_urlsafe(24)
-        self.callers[token] = Caller(credential_id=f"tok_{name}", role=role,  # type: ignore[arg-type]
-                                     signing_key="operator" if role == "operator" else None)
+        from .serving import issue
+
+        token_id, token = issue(self.home, name, role)
+        self.ids[token] = token_id
         return token
 
     def revoke(self, token: str) -> None:
-        self.revoked.add(token)
+        from .serving import revoke
 
-    def authenticate(self, token: str) -> Caller:
-        if token in self.revoked:
-            raise LedgerError("revoked")
-        try:
-            return self.callers[token]
-        except KeyError:
-            raise LedgerError("unknown token") from None
+        revoke(self.home, self.ids[token])
 
 
 @dataclass
@@ -120,30 +113,33 @@ def free_port() -> int:
         return port
 
 
-def bearer(tokens: Tokens) -> Any:
-    """The HTTP API's authenticator (``Authorization`` header to caller) over ``tokens``."""
-    def authenticate(header: str | None) -> Caller:
-        if not header or not header.startswith("Bearer "):
-            raise LedgerError("no bearer token")
-        return tokens.authenticate(header.removeprefix("Bearer ").strip())
-    return authenticate
-
-
 @contextmanager
-def serve(home: Path, tokens: Tokens, sessions: SessionStore | None = None
-          ) -> Iterator[Served]:
-    """The server's app (server/app.py: /v1 and its Backend) with the console mounted at
-    /console as `ledger serve` mounts it, by uvicorn on a loopback port of this process."""
+def serve(home: Path, sessions: SessionStore | None = None) -> Iterator[Served]:
+    """`ledger serve`'s app, composed as server/cli.py's ``app_from_env`` composes it (the
+    HTTP API, its bearer authenticator over the home's token store, ``mount_all`` putting
+    the console at /console), run by uvicorn on a loopback port in this process: so a
+    test's ``LEDGER_NOW`` is the server's clock at its next request. ``sessions``: mount
+    the console with this session store instead (a test clock for lifetimes)."""
     from server.app import Settings, create_app
+    from server.cli import build_authenticate
+    from server.mounts import mount_all
 
-    store = sessions if sessions is not None else SessionStore()
     backends: list[Backend] = []
+    stores: list[SessionStore] = []
 
     def mounts(api: Any, backend: Backend) -> None:
         backends.append(backend)
-        api.mount("/console", console_app(backend, tokens, sessions=store))
+        if sessions is None:
+            mount_all(api, backend)
+        else:
+            from service.tokens import TokenStore
 
-    app = create_app(Settings(home=home), bearer(tokens), mounts=mounts)
+            store = TokenStore.open(Config.load(backend.home))
+            api.mount("/console", console_app(backend, store, sessions=sessions))
+        console = next(r.app for r in api.routes if getattr(r, "path", "") == "/console")
+        stores.append(console.state.console.sessions)
+
+    app = create_app(Settings(home=home), build_authenticate(home), mounts=mounts)
     config = uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning",
                             access_log=False, lifespan="on")
     server = uvicorn.Server(config)
@@ -156,7 +152,7 @@ def serve(home: Path, tokens: Tokens, sessions: SessionStore | None = None
         time.sleep(0.02)
     origin = f"http://127.0.0.1:{config.port}"
     try:
-        yield Served(f"{origin}/console", origin, home, tokens, store, backends[0])
+        yield Served(f"{origin}/console", origin, home, Tokens(home), stores[0], backends[0])
     finally:
         server.should_exit = True
         thread.join(timeout=60)

@@ -30,7 +30,6 @@ from .console_support import (
     IDENTIFIER,
     MARKERS,
     Served,
-    Tokens,
     at,
     build_ledger,
     home_digest,
@@ -124,7 +123,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, d
     build_ledger(home, start)
     os.environ["LEDGER_NOW"] = at(start + timedelta(hours=1))
     try:
-        with serve(home, Tokens()) as s:
+        with serve(home) as s:
             yield s, start
     finally:
         if old is None:
@@ -273,8 +272,26 @@ def test_operator_files_executes_and_proves_an_erasure(served: tuple[Served, dat
     assert MARKERS["bob_atom"] in page.locator("#revealed-text").inner_text()
     br.visit(page, "review-revealed")
     assert audit_json(s)["retrievals"]["events"] == before + 1
-    page.reload()  # a reload is a GET: the content is not shown again
+    page.reload()  # the one-time view: a reload shows nothing, writes nothing
     assert MARKERS["bob_atom"] not in page.content()
+    assert audit_json(s)["retrievals"]["events"] == before + 1
+
+    # resolve it by re-anonymising: a correction, the flag closed
+    page.get_by_text(f"Resolve {atom}").click()
+    page.get_by_role("radio", name=re.compile("re-anonymise")).check()
+    page.get_by_label("New wording (re-anonymise only)").fill(
+        "A colleague met someone at the board meeting")
+    page.get_by_role("button", name="Resolve", exact=True).click()
+    page.wait_for_url("**/console/review")
+    assert "resolved (reanonymise)" in page.locator(".flash").inner_text()
+    assert page.locator("table.flags tbody tr[data-atom]").count() == 0
+    no_markers(br.visit(page, "review-resolved"), "review-resolved")
+
+    # the keyboard: the first Tab reaches the skip link, which moves focus to the content
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.className") == "skip"
+    page.keyboard.press("Enter")
+    assert page.evaluate("document.activeElement.id") == "main"
 
     # sign out: the session ends
     page.get_by_role("button", name="Sign out").click()
