@@ -96,9 +96,8 @@ def test_cookie_is_httponly_samesite_strict_on_the_console_path(served: Served) 
 
 def test_cookie_is_secure_over_https(served: Served) -> None:
     # The same app, as a TLS-terminating server hands it an https request.
-    from server.console import console_app
-
     from ledger.home import Config
+    from server.console import console_app
     from service.tokens import TokenStore
 
     app = console_app(served.backend, TokenStore.open(Config.load(served.home)))
