@@ -20,14 +20,15 @@ delete` and `ledger redact-user`:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec
 from uuid import UUID
 
 import sqlalchemy as sa
@@ -41,9 +42,15 @@ from governance.identifiers import (
     first_matches,
 )
 from governance.scan import TreeScan, scan_tree
-from keys.errors import DataKeyUnavailable, KeyNotAuthorized
+from keys.errors import DataKeyUnavailable, KeyNotAuthorized, KeystoreBlocked
 from ledger import clock, envelope, faults
-from ledger.errors import ConflictError, InputError, NotFound, VerificationFailed
+from ledger.errors import (
+    CheckpointBlocked,
+    ConflictError,
+    InputError,
+    NotFound,
+    VerificationFailed,
+)
 from projections.memory import index_text
 from projections.routes import Reach
 from projections.service import Projections
@@ -204,6 +211,42 @@ and ``tombstone`` count items (``key:150`` stops after the commit that destroyed
 150th key); ``keys-deleted`` is between a keystore commit and its events."""
 
 
+P = ParamSpec("P")
+
+
+def _settled(run: Callable[P, dict[str, Any]]) -> Callable[P, dict[str, Any]]:
+    """An erasure that a reader in another process kept from settling an SQLite file
+    (its write-ahead log could not be checkpointed and emptied within the busy timeout:
+    the projections file, whose old pages may still hold erased content, or the keystore,
+    whose WAL may still hold a destroyed key) stops with :class:`CheckpointBlocked`
+    naming that file and saying how to finish: the batch stays open, and the same
+    command, run again once the reader has gone, resumes it (ADR 0019). The event store
+    is never checkpointed by an erasure (what it holds of an erased item is sealed under
+    a destroyed key), so a reader there does not stop one."""
+
+    @functools.wraps(run)
+    def settled(*args: P.args, **kwargs: P.kwargs) -> dict[str, Any]:
+        try:
+            return run(*args, **kwargs)
+        except (CheckpointBlocked, KeystoreBlocked) as e:
+            keystore = isinstance(e, KeystoreBlocked)
+            name = Path(e.path).name
+            rid = kwargs.get("request_id")
+            log.error("erasure.checkpoint_blocked", file=name, seconds=e.seconds)
+            raise CheckpointBlocked(
+                e.path, e.seconds,
+                "the erasure is not finished: " + (
+                    "a destroyed data key's bytes may still be in that log" if keystore
+                    else "erased content may still be in the file's old pages"),
+                hint=f"end that transaction (or the program holding {name} open), then run "
+                     "the same command again" + (f" or `ledger requests resume {rid}`"
+                                                 if rid else "")
+                     + ": it continues this erasure from where it stopped") from e
+
+    return settled
+
+
+@_settled
 def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reason: str,
                operator: str, request_id: UUID | None = None,
                cascade: dict[str, dict[str, Any]] | None = None,

@@ -29,7 +29,7 @@ from sqlalchemy.pool import NullPool
 from keys import aead
 from keys.aead import new_data_key
 from keys.bytescan import ByteMatcher
-from keys.errors import DataKeyUnavailable, KeystoreError
+from keys.errors import DataKeyUnavailable, KeystoreBlocked, KeystoreError
 from keys.sqlitepages import scrub_pages, write_transaction
 
 log = structlog.get_logger("keys")
@@ -67,6 +67,11 @@ def store_sqlite() -> ModuleType:
     return sqlean  # type: ignore[no-any-return,unused-ignore]
 
 
+BUSY_TIMEOUT_S = 10
+"""How long an SQLite connection of the ledger waits for a lock (``busy_timeout``): also
+how long a ``wal_checkpoint(TRUNCATE)`` waits for readers in other processes to move on."""
+
+
 def make_engine(url: str, schema: str | None = None, pooled: bool = False,
                 module: ModuleType | None = None) -> Engine:
     """Create an engine; SQLite connections get WAL and ``secure_delete``.
@@ -88,7 +93,8 @@ def make_engine(url: str, schema: str | None = None, pooled: bool = False,
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
             cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA busy_timeout=10000")  # first: the next pragmas may wait
+            # first: the next pragmas may wait
+            cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
             _wal(cur, busy_errors)
             cur.execute("PRAGMA secure_delete=ON")
             cur.close()
@@ -396,13 +402,15 @@ class DataKeyStore:
             with self.engine.connect() as conn:
                 busy, _log, _ckpt = conn.exec_driver_sql(
                     "PRAGMA wal_checkpoint(TRUNCATE)").one()
-            if busy:  # after waiting busy_timeout (10 s) for the readers to move on
-                name = self.engine.url.database or "keystore"
-                raise KeystoreError(
-                    f"could not settle {Path(name).name}-wal: its checkpoint was blocked for "
-                    "10 s by another open connection (a reader or a backup in another "
-                    "process); the destroyed key may persist in that WAL file. Stop that "
-                    "reader and run the erasure again (it resumes)")
+            if busy:  # after waiting busy_timeout for the readers to move on
+                name = Path(self.engine.url.database or "keystore.sqlite").name
+                raise KeystoreBlocked(
+                    f"could not settle {name}: an open read transaction in another process "
+                    f"(a reader, a backup, an sqlite3 shell) blocked the checkpoint of its "
+                    f"write-ahead log {name}-wal for the {BUSY_TIMEOUT_S} s this command "
+                    "waited; a destroyed data key's bytes may still be in it. End "
+                    "that transaction, then run the command again (an erasure resumes)",
+                    str(self.engine.url.database or name), BUSY_TIMEOUT_S)
             return
         table = f'"{self.schema}".data_keys' if self.schema else "data_keys"
         with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:

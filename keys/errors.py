@@ -27,6 +27,17 @@ class KeystoreError(KeyError_):
     """The keystore could not complete an operation (for example a secure delete)."""
 
 
+class KeystoreBlocked(KeystoreError):
+    """An open read transaction in another process kept the keystore's write-ahead log
+    from being checkpointed and emptied for the whole busy timeout: a destroyed key's
+    bytes may still be in it. ``path`` is the keystore file, ``seconds`` the wait."""
+
+    def __init__(self, message: str, path: str, seconds: float) -> None:
+        super().__init__(message)
+        self.path = path
+        self.seconds = seconds
+
+
 class KeyringError(KeyError_):
     """A private key file is missing, unreadable or has unsafe permissions."""
 

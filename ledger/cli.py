@@ -47,6 +47,7 @@ from ledger.portability.cli import register as register_portability
 from ledger.witness.cli import register as register_witness
 from projections.cli import register as register_projections
 from server.cli import register as register_server
+from server.mcp_cli import register as register_mcp
 from service.tokens_cli import register as register_tokens
 
 if TYPE_CHECKING:
@@ -821,6 +822,7 @@ register_portability(cli, opened)
 register_witness(cli, opened)
 register_receipt(cli, opened, audit_cli)
 register_server(cli, lambda: STATE.home)
+register_mcp(cli, lambda: STATE.home)
 
 
 def _find_home() -> Path:

@@ -6,6 +6,8 @@ Exit codes: 0 ok, 1 verification failed, 2 usage (bad input, unknown id),
 
 from __future__ import annotations
 
+from pathlib import Path
+
 EXIT_OK = 0
 EXIT_VERIFY = 1
 EXIT_USAGE = 2
@@ -42,6 +44,27 @@ class EnvironmentProblem(LedgerError):
     """The ledger home, a key or a database is missing or unusable."""
 
     exit_code = EXIT_ENV
+
+
+class CheckpointBlocked(EnvironmentProblem):
+    """An open read transaction in another process kept an SQLite file's write-ahead log
+    from being checkpointed and emptied for as long as this process waited (the busy
+    timeout). ``path`` is the database file; ``consequence`` says what is left unsettled
+    (no content: a file name and a number of seconds)."""
+
+    def __init__(self, path: str, seconds: float, consequence: str = "",
+                 hint: str | None = None) -> None:
+        self.path = path
+        self.seconds = seconds
+        name = Path(path).name
+        self.name = name
+        super().__init__(
+            f"could not settle {name}: an open read transaction in another process (a "
+            f"reader, a backup, an sqlite3 shell) blocked the checkpoint of its write-ahead "
+            f"log {name}-wal for the {seconds:g} s this command waited"
+            + (f"; {consequence}" if consequence else ""),
+            hint=hint or f"end that transaction (or the program holding {name} open), then "
+                         "run the command again")
 
 
 class VerificationFailed(LedgerError):

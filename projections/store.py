@@ -25,10 +25,10 @@ import structlog
 from sqlalchemy.engine import Connection, Engine
 
 from keys.bytescan import file_identity
-from keys.datakeys import make_engine, store_sqlite
+from keys.datakeys import BUSY_TIMEOUT_S, make_engine, store_sqlite
 from keys.heldfiles import HeldFile, read_file
 from keys.sqlitepages import freelist_trunks, scrub_pages, wal_frames, write_transaction
-from ledger.errors import EnvironmentProblem
+from ledger.errors import CheckpointBlocked, EnvironmentProblem
 from ledger.home import StorageURL
 from projections.routes import ProbeHit, ProbeResult
 
@@ -158,7 +158,7 @@ class Store:
             return
         with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
             c.exec_driver_sql("VACUUM")
-        self._truncate_wal()
+        self._truncate_wal(required=True)
 
     def compact(self, tables: Iterable[str]) -> CompactionReport:
         """Store-wide compaction after a purge (outside any transaction).
@@ -249,17 +249,23 @@ class Store:
                                  logged=logged, copied=copied)
         except sa.exc.OperationalError as e:  # another writer held the lock past the timeout
             log.warning("projections.checkpoint_unnamed", error=e.__class__.__name__)
-        self._truncate_wal()
+        self._truncate_wal(required=True)
         return out
 
-    def _truncate_wal(self) -> bool:
+    def _truncate_wal(self, *, required: bool = False) -> bool:
         """``wal_checkpoint(TRUNCATE)`` on a connection of its own: the WAL copied into the
-        file and emptied. False (and a warning) when a reader or writer blocked it."""
+        file and emptied. It waits up to the busy timeout for every reader to be on the
+        newest snapshot. Still blocked (a read transaction held open in another process):
+        False and a warning, or :class:`~ledger.errors.CheckpointBlocked` when
+        ``required`` (an erasure, which cannot call the file settled: the old pages may
+        still hold what it erased)."""
         with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
             busy, _log, _done = c.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()
         if busy:
             log.warning("projections.compaction_blocked", backend="sqlite",
                         file=self.sqlite_path.name if self.sqlite_path else None)
+            if required:
+                raise CheckpointBlocked(str(self.sqlite_path), BUSY_TIMEOUT_S)
         return not busy
 
     # ------------------------------------------------------------------ residue repair
@@ -327,7 +333,7 @@ class Store:
         if changed is None:
             log.warning("projections.no_dbpage")  # an SQLite built without it
             return None
-        self.compact(())
+        self._truncate_wal(required=True)
         return changed
 
     def rebuild(self, name: str) -> str:
@@ -375,7 +381,7 @@ class Store:
                                       f"SELECT {names} FROM {copy}")
                 c.exec_driver_sql(f"DROP TABLE {copy}")
                 done = "rebuild"
-        self.compact(())
+        self._truncate_wal(required=True)
         return done
 
     # ------------------------------------------------------------------ raw files

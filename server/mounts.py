@@ -9,10 +9,12 @@ from server.backend import Backend
 
 
 def mount_all(api: Any, backend: Backend) -> None:
-    """Mount the console (and the MCP server) on the FastAPI app ``api``."""
+    """Mount the MCP server and the console on the FastAPI app ``api``."""
     from ledger.home import Config
     from server.console.app import console_app
+    from server.mcp_server import mount_mcp
     from service.tokens import TokenStore
 
+    mount_mcp(api, backend)  # /mcp, streamable HTTP; its session manager in the lifespan
     store = TokenStore.open(Config.load(backend.home))
     api.mount("/console", console_app(backend, store))

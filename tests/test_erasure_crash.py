@@ -28,14 +28,23 @@ from ledger.home import Config
 from tests.conftest import run_cli
 
 ATOMS = 300
-PG_ATOMS = 60
 # (step, expected kill): every boundary of governance/erasure.py STEPS; key:N and
 # tombstone:N stop after the commit (100 items each) that reached the Nth item
 SQLITE_POINTS = ["start", "after-receipt", "after-approval", "key:1", "key:150",
                  "keys-deleted", "subject-key", "after-purge", "probes", "scan",
                  "tombstone:1", "tombstone:150", f"tombstone:{ATOMS + 1}", "after-execute",
                  "after-close"]
-PG_POINTS = ["after-approval", "key:50", "after-purge", "tombstone:50", "after-close"]
+# PostgreSQL: every one of the 15 points applies (the same steps, the keystore, event
+# store and read models in the database; the raw scan reads the home's own files). A
+# smaller subject, committed PG_CHUNK items at a time instead of erasure.CHUNK (100), so
+# that key:N and tombstone:N still stop between commits of one phase (first, middle,
+# last) at a fraction of the cost: 24 atoms and the artifact are three commits each
+PG_ATOMS = 24
+PG_CHUNK = 10
+PG_POINTS = ["start", "after-receipt", "after-approval", "key:1", "key:12",
+             "keys-deleted", "subject-key", "after-purge", "probes", "scan",
+             "tombstone:1", "tombstone:12", f"tombstone:{PG_ATOMS + 1}", "after-execute",
+             "after-close"]
 CHILD = "import sys; from ledger.cli import main; sys.exit(main(sys.argv[1:]))"
 LATE = "2099-01-01T00:00:00Z"  # after every deadline: an open request would be overdue
 
@@ -117,24 +126,46 @@ def destroyed_ids(app: LedgerApp) -> set[str]:
         return {r[0] for r in conn.execute(sa.select(ks.destroyed.c.key_id))}
 
 
-def crash(home: Path, point: str) -> subprocess.CompletedProcess[str]:
+def crash(home: Path, point: str, chunk: int | None = None
+          ) -> subprocess.CompletedProcess[str]:
+    """`redact-user` in a child process that kills itself at ``point`` (``chunk``: items
+    per commit of the key and tombstone phases, instead of ``erasure.CHUNK``)."""
     env = {**os.environ, "LEDGER_FAULT": point, "LEDGER_HOME": str(home),
            "LEDGER_LOG_LEVEL": "warning"}
     env.pop("LEDGER_NOW", None)
-    return subprocess.run([sys.executable, "-c", CHILD, "redact-user", "target",
+    child = CHILD if chunk is None else \
+        f"import governance.erasure as e; e.CHUNK = {int(chunk)}; {CHILD}"
+    return subprocess.run([sys.executable, "-c", child, "redact-user", "target",
                            "--reason", "GDPR Art. 17 request of Zoë", "--operator",
                            "operator"], env=env, capture_output=True, text=True,
                           timeout=300, check=False)
 
 
 def check_point(tmp: Path, template: Path, point: str, db: str | None, atoms: int,
-                monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+                monkeypatch: pytest.MonkeyPatch, chunk: int | None = None,
+                destroyed: int | None = None) -> dict[str, Any]:
+    """Kill `redact-user` at ``point``, then check_resumed; ``destroyed``: how many data
+    keys the killed run must have destroyed (where it stopped)."""
     home = tmp / f"home-{point.replace(':', '-')}"
     shutil.copytree(template, home)
     known = keystore_keys(home) if db is None else pg_keys(home)
-    r = crash(home, point)
+    r = crash(home, point, chunk)
     assert r.returncode == -9, (point, r.returncode, r.stderr[-2000:])
+    if destroyed is not None:
+        app = LedgerApp(Config.load(home))
+        try:
+            assert len(destroyed_ids(app)) == destroyed, point
+        finally:
+            app.close()
     known.update(keystore_keys(home) if db is None else pg_keys(home))
+    return check_resumed(tmp, home, point, atoms, known, monkeypatch)
+
+
+def check_resumed(tmp: Path, home: Path, point: str, atoms: int, known: dict[str, bytes],
+                  monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Run the same `redact-user` again in ``home`` (an erasure stopped at ``point``) and
+    check that it finished the same request and left nothing behind (``known``: every
+    data key the keystore held before and after the stop)."""
     monkeypatch.setenv("LEDGER_HOME", str(home))
     monkeypatch.delenv("LEDGER_FAULT", raising=False)
     again = run_cli("redact-user", "target", "--reason", "GDPR Art. 17 request of Zoë",
@@ -201,23 +232,36 @@ def test_crash_matrix_sqlite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 @pytest.mark.slow
 def test_crash_matrix_postgres(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The points that apply on PostgreSQL (event store and keystore there; the home holds
-    config and keys), with a subject of 60 atoms."""
+    """The same 15 kill points on PostgreSQL (event store, keystore and read models there;
+    the home holds config and keys), a subject of 24 atoms and an artifact committed 10
+    items at a time (PG_CHUNK, in the killed run and in the resumed one): key:1 and
+    tombstone:1 stop after the first of three commits, key:12 and tombstone:12 after the
+    second, tombstone:25 after the artifact's."""
     import uuid
 
+    from governance import erasure
     from tests.conftest import PG_URL, drop_schema
 
     monkeypatch.delenv("LEDGER_NOW", raising=False)
+    monkeypatch.setattr(erasure, "CHUNK", PG_CHUNK)
+    resumed = 0
     for point in PG_POINTS:
         schema = f"t_{uuid.uuid4().hex[:12]}"
         db = f"{PG_URL}?schema={schema}"
         try:
             template = tmp_path / f"template-{point.replace(':', '-')}"
             build(template, db, PG_ATOMS)
-            data = check_point(tmp_path, template, point, db, PG_ATOMS, monkeypatch)
-            assert data.get("resumed") or point == "after-close", point
+            data = check_point(tmp_path, template, point, db, PG_ATOMS, monkeypatch,
+                               chunk=PG_CHUNK, destroyed={"key:1": PG_CHUNK,
+                                                          "key:12": 2 * PG_CHUNK}.get(point))
+            if point == "after-close":
+                assert data["status"] == "already-completed" and data["no_op"]
+            elif point != "start":
+                assert data.get("resumed"), point
+                resumed += 1
         finally:
             drop_schema(schema)
+    assert resumed == len(PG_POINTS) - 2
 
 
 def test_requests_resume_and_redact_user_resume(tmp_path: Path,

@@ -1,5 +1,6 @@
 """Issue 20, items 3, 4, 5, 7 and 8 (item 1: test_erasure_crash.py; item 2:
-test_erasure_readers.py). Each test fails on the code before the issue's fixes."""
+test_erasure_readers.py; item 6: test_portability_sealed_source.py, ``test_item6_*``).
+Each test fails on the code before the issue's fixes (7571491)."""
 
 from __future__ import annotations
 

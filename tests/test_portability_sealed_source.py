@@ -57,7 +57,7 @@ def _redact_user(home: Path, subject: str) -> None:
     assert r.code == 0, r.err
 
 
-def test_mem0_user_id_metadata_and_unknown_keys_gone_after_redact_user(
+def test_item6_mem0_user_id_metadata_and_unknown_keys_gone_after_redact_user(
         home: Path, tmp_path: Path) -> None:
     src = tmp_path / "mem0.json"
     src.write_text(json.dumps(MEM0))
@@ -81,8 +81,8 @@ def test_mem0_user_id_metadata_and_unknown_keys_gone_after_redact_user(
     assert not any(EMAIL.encode() in p.read_bytes() for p in files_under(out))
 
 
-def test_konshus_x_fields_are_sealed_and_erased_with_the_subject(home: Path,
-                                                                 tmp_path: Path) -> None:
+def test_item6_konshus_x_fields_are_sealed_and_erased_with_the_subject(
+        home: Path, tmp_path: Path) -> None:
     doc = json.loads(json.dumps(KONSHUS_EXAMPLE))
     doc["atoms"][0]["x-crm-contact"] = {"email": EMAIL, "note": META}
     src = tmp_path / "k.json"
@@ -100,8 +100,8 @@ def test_konshus_x_fields_are_sealed_and_erased_with_the_subject(home: Path,
     assert _found(home, [EMAIL, META]) == []
 
 
-def test_pasted_text_ref_is_not_a_plain_hash_of_the_memory(home: Path,
-                                                           tmp_path: Path) -> None:
+def test_item6_pasted_text_ref_is_not_a_plain_hash_of_the_memory(
+        home: Path, tmp_path: Path) -> None:
     text = "Keeps a spare key under the blue flowerpot"
     src = tmp_path / "paste.txt"
     src.write_text(f"[2026-01-15] - {text}\n")

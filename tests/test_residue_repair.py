@@ -469,17 +469,29 @@ def test_checkpoint_pages_names_exactly_the_pages_the_checkpoint_writes(
     wal = path.with_name(path.name + "-wal")
     assert not wal.exists() or wal.stat().st_size == 0  # emptied
 
-    reader = store_sqlite().connect(str(path), isolation_level=None)
+    # the reader ends its transaction a second later, within the busy timeout: the
+    # checkpoint that empties the WAL waits for it and succeeds (a reader that stays
+    # makes it raise: test_erasure_readers.py)
+    import threading
+    import time
+
+    reader = store_sqlite().connect(str(path), isolation_level=None,
+                                    check_same_thread=False)
     try:
         with proj.store.checkpoints_held():
             reader.execute("BEGIN")
             reader.execute("SELECT count(*) FROM t").fetchall()  # an older snapshot
             with proj.store.engine.begin() as c:
                 c.exec_driver_sql("DELETE FROM t WHERE rowid % 41 = 0")
+            later = threading.Timer(1.0, reader.execute, ("ROLLBACK",))
+            t0 = time.monotonic()
+            later.start()
             assert proj.store.checkpoint_pages() is None
-            reader.execute("ROLLBACK")
+            assert time.monotonic() - t0 >= 1.0
+            later.join()
     finally:
         reader.close()
+    assert not wal.exists() or wal.stat().st_size == 0
 
 
 def test_checkpoint_pages_claims_nothing_when_the_write_lock_cannot_be_had(
