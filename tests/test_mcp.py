@@ -270,7 +270,7 @@ def _foreign_calls(bob_atom: str) -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
-WRITES = [  # every tool that writes, with arguments valid for bob
+WRITES: list[tuple[str, dict[str, Any]]] = [  # every tool that writes, with arguments valid for bob
     ("remember", {"subject": "bob", "text": "Is allergic to bees"}),
     ("remember", {"subject": "bob", "text": "x", "artifact": {"kind": "chat", "body": "b"}}),
     ("correct_memory", {"atom": "bob_1", "text": "Keeps wasps", "reason": "r"}),
@@ -397,7 +397,13 @@ def test_ledger_mcp_writes_nothing_but_protocol_on_stdout(home: Path) -> None:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     assert proc.stdin is not None and proc.stdout is not None
     lines: queue.Queue[bytes] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
+    out = proc.stdout
+
+    def read() -> None:
+        for line in out:
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
 
     def send(message: dict[str, Any]) -> dict[str, Any] | None:
         assert proc.stdin is not None
