@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_HOME ?= demo-ledger
 
-.PHONY: demo test test-fast lint bench startup clean
+.PHONY: demo serve-demo test test-fast lint bench startup clean
 
 # The runtime alone (what `make demo` and a user of the CLI need) ...
 $(VENV)/.runtime: pyproject.toml
@@ -23,6 +23,10 @@ $(VENV)/.dev: $(VENV)/.runtime
 demo: $(VENV)/.runtime
 	$(BIN)/python -m ledger.demo $(DEMO_HOME)
 
+# `ledger serve` on loopback, used over HTTP and from an MCP client, then stopped.
+serve-demo: $(VENV)/.runtime
+	$(BIN)/python -m server.demo serve-demo-ledger
+
 test: $(VENV)/.dev
 	LEDGER_CHROMIUM="$$(scripts/ensure-chromium.sh)" $(BIN)/python -m pytest -q
 
@@ -32,6 +36,7 @@ test-fast: $(VENV)/.dev
 lint: $(VENV)/.dev
 	$(BIN)/ruff check ledger keys projections governance tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: $(VENV)/.dev
 	$(BIN)/python benchmarks/append.py
@@ -40,4 +45,4 @@ startup: $(VENV)/.runtime
 	$(BIN)/python benchmarks/startup.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .cache $(DEMO_HOME)
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .cache $(DEMO_HOME) serve-demo-ledger

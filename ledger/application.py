@@ -138,6 +138,19 @@ class LedgerApp(Application[UUID]):
         assert isinstance(self.mapper, SigningMapper)
         self.mapper.configure(self.ledger_id, self.datakeys, self._resolve_key)
 
+    acting_credential: str | None = None
+    """The id of the server credential on whose behalf operator acts are signed (a token
+    id, never its secret), recorded in the request and batch events; None from the CLI."""
+
+    @contextlib.contextmanager
+    def acting_for(self, credential: str | None) -> Iterator[None]:
+        """Record ``credential`` in the operator events signed inside the block."""
+        previous, self.acting_credential = self.acting_credential, credential
+        try:
+            yield
+        finally:
+            self.acting_credential = previous
+
     # ------------------------------------------------------------------ plumbing
     def construct_mapper(self) -> Mapper[UUID]:
         return SigningMapper(transcoder=_NoTranscoder())
@@ -1107,7 +1120,7 @@ class LedgerApp(Application[UUID]):
                 ErasureRequest.Created, id=uuid.uuid4(), timestamp=at, subject_id=str(sid),
                 subject_ref=self.get_subject(str(sid)).ref, reason=reason,
                 legal_basis=legal_basis, operator=operator, sessions=list(sessions),
-                identifiers=list(identifiers) or None,
+                identifiers=list(identifiers) or None, credential=self.acting_credential,
                 ack_due=clock.format_instant(at + timedelta(hours=ack_hours)),
                 complete_due=clock.format_instant(at + timedelta(hours=complete_hours)))
             req.trigger_event(ErasureRequest.Acknowledged, timestamp=at)
@@ -1124,7 +1137,8 @@ class LedgerApp(Application[UUID]):
                 RedactionBatch.Created, id=uuid.uuid4(), timestamp=at,
                 request_id=str(request_id) if request_id else None, mode=mode, reason=reason,
                 targets={k: sorted(v) for k, v in targets.items()})
-            batch.trigger_event(RedactionBatch.Approved, timestamp=at, operator=operator)
+            batch.trigger_event(RedactionBatch.Approved, timestamp=at, operator=operator,
+                                credential=self.acting_credential)
             self.commit(batch)
         log.info("batch.approved", batch_id=str(batch.id))
         return batch.id

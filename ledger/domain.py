@@ -507,10 +507,11 @@ class ErasureRequest(Aggregate, _Erasable, _Copyable):
         identifiers: list[str] | None
         ack_due: str
         complete_due: str
+        credential: str | None = None  # the server credential that filed it (its id)
 
         def apply(self, aggregate: Any) -> None:
             for name in ("subject_id", "subject_ref", "reason", "legal_basis", "operator",
-                         "sessions", "identifiers", "ack_due", "complete_due"):
+                         "sessions", "identifiers", "ack_due", "complete_due", "credential"):
                 setattr(aggregate, name, getattr(self, name, None))
             aggregate.received_at = self.timestamp.isoformat()
             aggregate._note_erased(self)
@@ -585,10 +586,12 @@ class RedactionBatch(Aggregate, _Erasable, _Copyable):
 
         TOPIC = "memory-ledger:batch.approved.v1"
         operator: str
+        credential: str | None = None  # the server credential that approved it (its id)
 
         def apply(self, aggregate: Any) -> None:
             aggregate.status = "approved"
             aggregate.approved_by = self.operator
+            aggregate.approved_with = self.credential
 
     class Executed(Event):
         TOPIC = "memory-ledger:batch.executed.v1"

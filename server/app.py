@@ -168,7 +168,7 @@ async def _send(response: Response, scope: Scope, receive: Receive, send: Send) 
         await response(scope, receive, send)
 
 
-def caller(request: Request) -> Caller:
+async def caller(request: Request) -> Caller:  # async: no threadpool hop per request
     found = request.scope.get("state", {}).get("caller")
     if not isinstance(found, Caller):
         from service.auth import AuthError
@@ -180,7 +180,7 @@ def caller(request: Request) -> Caller:
 CallerDep = Annotated[Caller, Depends(caller)]
 
 
-def backend_of(request: Request) -> Backend:
+async def backend_of(request: Request) -> Backend:
     b: Backend = request.app.state.backend
     return b
 
@@ -216,7 +216,8 @@ def build_api(settings: Settings) -> FastAPI:
             finally:
                 log.info("server.stopping")
         await asyncio.to_thread(backend.close)
-        log.info("server.stopped")
+        log.info("server.stopped", write_groups=backend.writer.groups,
+                 grouped_adds=backend.writer.grouped_items)
 
     api = FastAPI(title="memory-ledger", version=API_VERSION, lifespan=lifespan,
                   openapi_url="/v1/openapi.json", docs_url=None, redoc_url=None,

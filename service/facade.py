@@ -26,6 +26,7 @@ import io
 import tempfile
 import zipfile
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -159,6 +160,11 @@ class MemoryService:
     def _signing_key(self, caller: Caller) -> str:
         return caller.signing_key or "operator"
 
+    def _acting(self, caller: Caller) -> AbstractContextManager[None]:
+        """Operator events signed inside record which credential acted (by id)."""
+        return self.app.acting_for(None if caller.credential_id == "local"
+                                   else caller.credential_id)
+
     # ------------------------------------------------------------------ subjects
     def register_subject(self, caller: Caller, data: SubjectIn) -> SubjectOut:
         self._require(caller, "assistant", "operator")
@@ -221,9 +227,10 @@ class MemoryService:
         from governance.erasure import delete_artifact
 
         aid, _sid = self._artifact_subject(caller, artifact)
-        data = delete_artifact(self.app, self.proj, str(aid), reason=_reason(reason),
-                               operator=self._signing_key(caller),
-                               flag_unsourced=flag_unsourced)
+        with self._acting(caller):
+            data = delete_artifact(self.app, self.proj, str(aid), reason=_reason(reason),
+                                   operator=self._signing_key(caller),
+                                   flag_unsourced=flag_unsourced)
         return _outcome(data)
 
     # ------------------------------------------------------------------ atoms
@@ -333,8 +340,9 @@ class MemoryService:
             event = self.app.redact(found.id, data.mode, _reason(data.reason), actor=key)
             return ErasureOutcome(event_ids=[event], tombstone_ids=[event], atom_id=str(found.id),
                                   mode=data.mode)
-        return _outcome(hard_erase(self.app, self.proj, Targets(atoms=[str(found.id)]),
-                                   mode="hard", reason=_reason(data.reason), operator=key))
+        with self._acting(caller):
+            return _outcome(hard_erase(self.app, self.proj, Targets(atoms=[str(found.id)]),
+                                       mode="hard", reason=_reason(data.reason), operator=key))
 
     def delete_atom(self, caller: Caller, atom: str, reason: str) -> ErasureOutcome:
         """Delete one atom for good (`ledger delete`): key destroyed, every route purged and
@@ -343,9 +351,10 @@ class MemoryService:
         from governance.erasure import Targets, hard_erase
 
         found = self._atom(caller, atom)
-        return _outcome(hard_erase(self.app, self.proj, Targets(atoms=[str(found.id)]),
-                                   mode="delete", reason=_reason(reason),
-                                   operator=self._signing_key(caller)))
+        with self._acting(caller):
+            return _outcome(hard_erase(self.app, self.proj, Targets(atoms=[str(found.id)]),
+                                       mode="delete", reason=_reason(reason),
+                                       operator=self._signing_key(caller)))
 
     # ------------------------------------------------------------------ recall and reads
     def recall(self, caller: Caller, data: RecallIn) -> RecallOut:
@@ -488,9 +497,11 @@ class MemoryService:
             raise ConflictError(f"subject already has an open erasure request {pending.id}",
                                 hint="see its status; one request per subject at a time")
         ack, complete = sla_hours(self.app.policy())
-        rid = self.app.receive_request(sid, data.reason, self._signing_key(caller), ack,
-                                       complete, legal_basis=data.legal_basis,
-                                       identifiers=data.identifiers, sessions=data.sessions)
+        with self._acting(caller):
+            rid = self.app.receive_request(sid, data.reason, self._signing_key(caller), ack,
+                                           complete, legal_basis=data.legal_basis,
+                                           identifiers=data.identifiers,
+                                           sessions=data.sessions)
         return self.request_status(caller, str(rid))
 
     def list_requests(self, caller: Caller, status: str | None = None,
@@ -538,8 +549,9 @@ class MemoryService:
                     f"the ledger changed since the plan was shown: it was {plan_digest}, it "
                     f"is {current} now; nothing was written",
                     hint="review the plan again and approve its new digest")
-        return _outcome(resume_request(self.app, self.proj, str(req.id),
-                                       self._signing_key(caller)))
+        with self._acting(caller):
+            return _outcome(resume_request(self.app, self.proj, str(req.id),
+                                           self._signing_key(caller)))
 
     # ------------------------------------------------------------------ review queue
     def list_flags(self, caller: Caller) -> list[FlagOut]:

@@ -220,6 +220,7 @@ class TokenStore:
         self._lock = threading.Lock()
         # sha256(token) -> (record, monotonic time the row was last read)
         self._cache: OrderedDict[bytes, tuple[TokenRecord, float]] = OrderedDict()
+        self._in_flight: dict[bytes, _Flight] = {}  # argon2 checks under way, by digest
 
     @classmethod
     def open(cls, config: Config, *, ttl: float = DEFAULT_TTL,
@@ -403,7 +404,7 @@ class TokenStore:
                                    reason="unknown",
                                    hint="ask an operator for a token (`ledger tokens create`)")
             if hit is None:  # first sight in this process: the one slow step
-                self._verify_secret(row.secret_hash, token, token_id)  # raises
+                self._verify_once(digest, row.secret_hash, token, token_id)  # raises
             record = self._record(row)
             with self._lock:
                 self._cache[digest] = (record, read_at)
@@ -417,6 +418,31 @@ class TokenStore:
             raise ExpiredToken("the bearer token has expired", reason="expired",
                                hint="ask an operator for a new token", token_id=record.token_id)
         return record
+
+    def _verify_once(self, digest: bytes, encoded: str, token: str, token_id: str) -> None:
+        """Verify a token's secret once however many requests present it at the same
+        moment (32 clients starting together would otherwise pay 32 argon2 checks): the
+        first does the work, the others wait for its verdict."""
+        with self._lock:
+            flight = self._in_flight.get(digest)
+            leader = flight is None
+            if leader:
+                flight = self._in_flight[digest] = _Flight()
+        assert flight is not None
+        if not leader:
+            flight.done.wait()
+            if flight.error is not None:
+                raise flight.error
+            return
+        try:
+            self._verify_secret(encoded, token, token_id)
+        except InvalidToken as e:
+            flight.error = e
+            raise
+        finally:
+            with self._lock:
+                self._in_flight.pop(digest, None)
+            flight.done.set()
 
     def _verify_secret(self, encoded: str, token: str, token_id: str) -> None:
         with self._verify_slots:
@@ -436,6 +462,14 @@ class TokenStore:
     def _forget(self, digest: bytes) -> None:
         with self._lock:
             self._cache.pop(digest, None)
+
+
+class _Flight:
+    """One argon2 check in progress, and its verdict for the requests waiting on it."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: InvalidToken | None = None
 
 
 def _unreachable(e: Exception) -> EnvironmentProblem:

@@ -27,7 +27,7 @@ def _cli_json(home: Path, *args: str) -> object:
 def test_every_endpoint_answers_like_the_cli(home: Path, tmp_path: Path) -> None:
     h = str(home)
     assert run_cli("--home", h, "subject", "add", "user_9f4e", "--name", "J. Miller").code == 0
-    _, op = issue(home, "operator-1", "operator")
+    op_id, op = issue(home, "operator-1", "operator")
     _, aud = issue(home, "auditor-1", "auditor")
     _, asst = issue(home, "assistant-1", "assistant", ["user_9f4e", "user_7a1c"])
     with serving(home) as server, server.client(asst) as c, server.client(op) as o, \
@@ -137,6 +137,19 @@ def test_every_endpoint_answers_like_the_cli(home: Path, tmp_path: Path) -> None
         batch = r.json()["batch_id"]
         assert c.get(f"/v1/requests/{rid}").json()["status"] == "completed"
         assert c.get("/v1/atoms", params={}).status_code in (404, 405)
+        # the signed request and approval record which credential acted, never its secret
+        from ledger import envelope
+
+        from .conftest import RawStore
+
+        rows = RawStore(home).rows()
+        approved = [envelope.open_state(r[4]).envelope["payload"] for r in rows
+                    if r[3] == "memory-ledger:batch.approved.v1"]
+        assert approved[-1]["credential"] == op_id
+        received = [envelope.open_state(r[4]).envelope["payload"] for r in rows
+                    if r[3] == "memory-ledger:request.received.v1"]
+        assert received[-1]["credential"].startswith("tok_")
+        assert not any(op.encode() in r[4] or asst.encode() in r[4] for r in rows)
         pack = o.post(f"/v1/batches/{batch}/evidence-pack")
         assert pack.status_code == 200 and pack.headers["content-type"] == "application/zip"
         (tmp_path / "pack.zip").write_bytes(pack.content)

@@ -1,0 +1,22 @@
+"""`make serve-demo` works: the server starts, answers over HTTP and MCP, and stops."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_serve_demo_runs_end_to_end(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "server.demo", str(tmp_path / "d")],
+                          capture_output=True, text=True, timeout=300, check=False,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "HTTP POST /v1/atoms -> 201" in out
+    assert "HTTP GET /v1/subjects/someone_else -> 404" in out
+    assert "MCP remember -> atom" in out and "Takes the 7:40 train" in out
+    assert "ledger serve stopped" in out
+    log = (tmp_path / "d" / "serve.log").read_text()
+    assert '"server.stopped"' in log
+    assert "Takes the 7:40 train" not in log and "mlt_" not in log  # no content, no token
