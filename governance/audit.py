@@ -945,6 +945,7 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}
 .finding{background:#fff5f5;border-left:4px solid #e53e3e;padding:.4rem .8rem;margin:.3rem 0}
 .ok{color:#276749;font-weight:600}.fail{color:#c53030;font-weight:600}
 code{font-size:.8rem}svg{max-width:100%;height:auto}
+.scroll{overflow-x:auto;max-width:100%}
 .legend span{display:inline-block;margin-right:1rem;font-size:.8rem}
 .legend svg{margin-right:.3rem;vertical-align:middle}
 """
@@ -1140,6 +1141,23 @@ def render_html(r: dict[str, Any]) -> str:
         "<h1>Memory audit report</h1>", render_html_body(r), "</body></html>"]) + "\n"
 
 
+_LABELLED = re.compile(r"(<h[234]>.*?</h[234]>|<summary>.*?</summary>|<table>)")
+
+
+def _scrollable(body: str) -> str:
+    """Each table in a focusable region that scrolls sideways on a narrow screen, named
+    after the heading (or summary) above it."""
+    out, label = [], "table"
+    for piece in _LABELLED.split(body):
+        if piece == "<table>":
+            piece = (f'<div class="scroll" role="region" tabindex="0" '
+                     f'aria-label="{html.escape(label)}"><table>')
+        elif piece.startswith(("<h", "<summary>")):
+            label = re.sub(r"<[^>]+>", "", piece)
+        out.append(piece)
+    return "".join(out).replace("</table>", "</table></div>")
+
+
 def render_html_body(r: dict[str, Any], level: int = 2) -> str:
     """The report's body without its page or title: what :func:`render_html` wraps, and
     what the console shows inside its own page. Styled by class names only (no style
@@ -1324,7 +1342,7 @@ def render_html_body(r: dict[str, Any], level: int = 2) -> str:
                        f"{_t(x['role'])}</tr>" for x in k["items"]) + "</table>")
     out.append('<p class="muted">Ids and counts only: this report holds no memory content. '
                "Produced by <code>ledger audit</code>.</p>")
-    body = "\n".join(out)
+    body = _scrollable("\n".join(out))
     if level != 2:
         body = re.sub(r"<(/?)h([23])>", lambda m: f"<{m[1]}h{int(m[2]) + level - 2}>", body)
     return body

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import secrets
 import socket
 import threading
 import time
@@ -18,16 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
-from starlette.applications import Starlette
-from starlette.routing import Mount
 
 from ledger.application import LedgerApp
-from ledger.errors import LedgerError
 from ledger.home import Config
 from server.backend import Backend
 from server.console import console_app
 from server.console.sessions import SessionStore
-from service.caller import Caller
 
 # Memory content that must never reach a page unless revealed (each in one atom, artifact
 # or display name of the ledger below).
@@ -81,28 +76,24 @@ def build_ledger(home: Path, t0: datetime) -> None:
 
 @dataclass
 class Tokens:
-    """Bearer tokens for the tests: the token store's interface (``authenticate``), with
-    revocation. Refusals are LedgerErrors, as the store's are."""
+    """Tokens of the home's token store (service/tokens.py), as `ledger tokens create`
+    issues them; ``revoke`` as `ledger tokens revoke` does, from another store instance
+    (another process would be the same), so the server notices within the store's TTL."""
 
-    callers: dict[str, Caller] = field(default_factory=dict)
-    revoked: set[str] = field(default_factory=set)
+    home: Path
+    ids: dict[str, str] = field(default_factory=dict)
 
     def create(self, name: str, role: str) -> str:
-        token = "mlt_" + secrets.token_urlsafe(24)
-        self.callers[token] = Caller(credential_id=f"tok_{name}", role=role,  # type: ignore[arg-type]
-                                     signing_key="operator" if role == "operator" else None)
+        from .serving import issue
+
+        token_id, token = issue(self.home, name, role)
+        self.ids[token] = token_id
         return token
 
     def revoke(self, token: str) -> None:
-        self.revoked.add(token)
+        from .serving import revoke
 
-    def authenticate(self, token: str) -> Caller:
-        if token in self.revoked:
-            raise LedgerError("revoked")
-        try:
-            return self.callers[token]
-        except KeyError:
-            raise LedgerError("unknown token") from None
+        revoke(self.home, self.ids[token])
 
 
 @dataclass
@@ -123,31 +114,48 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(home: Path, tokens: Tokens, sessions: SessionStore | None = None
-          ) -> Iterator[Served]:
-    """The console mounted at /console, as `ledger serve` mounts it, on a loopback port."""
-    backend = Backend(home)
-    backend.start()
-    store = sessions if sessions is not None else SessionStore()
-    app = Starlette(routes=[Mount("/console", app=console_app(backend, tokens,
-                                                              sessions=store))])
+def serve(home: Path, sessions: SessionStore | None = None) -> Iterator[Served]:
+    """`ledger serve`'s app, composed as server/cli.py's ``app_from_env`` composes it (the
+    HTTP API, its bearer authenticator over the home's token store, ``mount_all`` putting
+    the console at /console), run by uvicorn on a loopback port in this process: so a
+    test's ``LEDGER_NOW`` is the server's clock at its next request. ``sessions``: mount
+    the console with this session store instead (a test clock for lifetimes)."""
+    from server.app import Settings, create_app
+    from server.cli import build_authenticate
+    from server.mounts import mount_all
+
+    backends: list[Backend] = []
+    stores: list[SessionStore] = []
+
+    def mounts(api: Any, backend: Backend) -> None:
+        backends.append(backend)
+        if sessions is None:
+            mount_all(api, backend)
+        else:
+            from service.tokens import TokenStore
+
+            store = TokenStore.open(Config.load(backend.home))
+            api.mount("/console", console_app(backend, store, sessions=sessions))
+        console = next(r.app for r in api.routes if getattr(r, "path", "") == "/console")
+        stores.append(console.state.console.sessions)
+
+    app = create_app(Settings(home=home), build_authenticate(home), mounts=mounts)
     config = uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning",
-                            access_log=False, lifespan="off")
+                            access_log=False, lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("the console server did not start")
         time.sleep(0.02)
     origin = f"http://127.0.0.1:{config.port}"
     try:
-        yield Served(f"{origin}/console", origin, home, tokens, store, backend)
+        yield Served(f"{origin}/console", origin, home, Tokens(home), stores[0], backends[0])
     finally:
         server.should_exit = True
-        thread.join(timeout=20)
-        backend.close()
+        thread.join(timeout=60)
 
 
 def home_digest(home: Path) -> dict[str, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -20,7 +21,6 @@ from .console_support import (
     IDENTIFIER,
     MARKERS,
     Served,
-    Tokens,
     at,
     build_ledger,
     home_digest,
@@ -57,7 +57,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, start: datetime,
     build_ledger(home, start)
     os.environ["LEDGER_NOW"] = at(start + timedelta(hours=1))
     try:
-        with serve(home, Tokens(), SessionStore(monotonic=clock)) as s:
+        with serve(home, SessionStore(monotonic=clock)) as s:
             yield s
     finally:
         if old is None:
@@ -96,9 +96,11 @@ def test_cookie_is_httponly_samesite_strict_on_the_console_path(served: Served) 
 
 def test_cookie_is_secure_over_https(served: Served) -> None:
     # The same app, as a TLS-terminating server hands it an https request.
+    from ledger.home import Config
     from server.console import console_app
+    from service.tokens import TokenStore
 
-    app = console_app(served.backend, served.tokens)
+    app = console_app(served.backend, TokenStore.open(Config.load(served.home)))
     transport = httpx.ASGITransport(app=app)
 
     async def get() -> httpx.Response:
@@ -161,12 +163,18 @@ def test_unknown_token_refused_without_saying_why(served: Served) -> None:
 
 
 def test_revoked_operator_session_ends_at_its_next_request(served: Served) -> None:
+    """Revoked as `ledger tokens revoke` does (another store instance): every server
+    process refuses the token within the store's TTL; the console's next request after
+    that ends the session, and the form it had open writes nothing."""
+    from service.tokens import DEFAULT_TTL
+
     tok = served.tokens.create("revoked", "operator")
     c = sign_in(served, tok)
     page = c.get("/console/requests")
     assert page.status_code == 200
     csrf = csrf_of(page.text)
     served.tokens.revoke(tok)
+    time.sleep(DEFAULT_TTL + 0.5)
     before = home_digest(served.home)
     r = c.post("/console/requests", data={"csrf": csrf, "subject": "carol",
                                           "reason": "asked"})
@@ -174,6 +182,10 @@ def test_revoked_operator_session_ends_at_its_next_request(served: Served) -> No
     assert home_digest(served.home) == before
     r = c.get("/console/requests")  # the session is gone, not only refused once
     assert r.status_code == 303 and r.headers["location"] == "/console/signin"
+    again = client(served)
+    form = again.get("/console/signin")
+    r = again.post("/console/signin", data={"csrf": csrf_of(form.text), "token": tok})
+    assert r.status_code == 401
 
 
 def test_idle_and_absolute_expiry(served: Served, clock: Clock) -> None:
@@ -287,7 +299,7 @@ def test_every_answer_carries_a_strict_csp_and_no_store(served: Served) -> None:
         csp = r.headers["content-security-policy"]
         assert csp.startswith("default-src 'self'") and "frame-ancestors 'none'" in csp
         assert r.headers["x-content-type-options"] == "nosniff"
-        assert r.headers["referrer-policy"] == "no-referrer"
+        assert r.headers["referrer-policy"] == "same-origin"
         if path.endswith(".css"):
             continue
         assert r.headers["cache-control"] == "no-store"
@@ -311,6 +323,23 @@ def test_unknown_request_and_bad_filter_answer_plainly(served: Served) -> None:
     assert r.status_code == 400 and "unknown status" in r.text
 
 
+def test_reveal_only_for_a_flagged_memory_and_nothing_written_otherwise(
+        served: Served) -> None:
+    from service.caller import local_operator
+
+    atom = served.backend.call_sync(lambda svc: svc.get_atom(local_operator(), "c1").atom_id)
+    op = sign_in(served, served.tokens.create("reveal", "operator"))
+    csrf = csrf_of(op.get("/console/review").text)
+    before = home_digest(served.home)
+    for target in (atom, "c1", "not-an-atom"):
+        r = op.post(f"/console/review/{target}/reveal", data={"csrf": csrf})
+        assert r.status_code == 400 and "has no open review flag" in r.text, target
+        assert MARKERS["carol_atom"] not in r.text
+    r = op.post(f"/console/review/{atom}/resolve", data={"csrf": csrf, "action": "dismiss"})
+    assert r.status_code == 400
+    assert home_digest(served.home) == before
+
+
 def test_home_digest_sees_a_write(served: Served, tmp_path: Path) -> None:
     """The refusal checks above can fail: a real filing changes the home's files."""
     op = sign_in(served, served.tokens.create("digest", "operator"))
@@ -319,3 +348,53 @@ def test_home_digest_sees_a_write(served: Served, tmp_path: Path) -> None:
                                            "subject": "bob", "reason": "asked"})
     assert r.status_code == 303
     assert home_digest(served.home) != before
+
+
+@pytest.mark.slow
+def test_ledger_serve_serves_the_console_end_to_end(tmp_path: Path) -> None:
+    """The real `ledger serve` process (tests/serving.py): sign in, file, approve and
+    execute, build the pack, download it, and `ledger verify-pack` it: exit 0."""
+    from .conftest import run_cli
+    from .serving import issue, serving
+
+    home = tmp_path / "home"
+    start = t0()
+    old = os.environ.get("LEDGER_NOW")
+    try:
+        build_ledger(home, start)
+        os.environ["LEDGER_NOW"] = at(start + timedelta(hours=1))
+        _, token = issue(home, "dpo", "operator")
+        with serving(home) as server:
+            c = httpx.Client(base_url=server.url, follow_redirects=False, timeout=120)
+            form = c.get("/console/signin")
+            assert form.headers["content-security-policy"].startswith("default-src 'self'")
+            r = c.post("/console/signin", data={"csrf": csrf_of(form.text), "token": token})
+            assert r.status_code == 303, r.text
+            csrf = csrf_of(c.get("/console/requests").text)
+            r = c.post("/console/requests", data={"csrf": csrf, "subject": "alice",
+                                                  "reason": "asked", "identifiers": IDENTIFIER})
+            assert r.status_code == 303, r.text
+            detail = r.headers["location"]
+            page = c.get(detail).text
+            digest = re.search(r'name="plan_digest" value="([^"]+)"', page)
+            assert digest
+            r = c.post(f"{detail}/execute", data={"csrf": csrf, "plan_digest": digest[1],
+                                                  "reviewed": "yes"})
+            assert r.status_code == 303, r.text
+            r = c.post(f"{detail}/evidence-pack", data={"csrf": csrf})
+            assert r.status_code == 303, r.text
+            page = c.get(r.headers["location"]).text
+            assert "OK: the erasure is proven" in page
+            link = re.search(r'href="(/console/packs/[^"]+)"', page)
+            assert link
+            pack = c.get(link[1])
+            assert pack.headers["content-type"] == "application/zip"
+            out = tmp_path / "pack.zip"
+            out.write_bytes(pack.content)
+        r = run_cli("verify-pack", str(out), "--root-key", str(home / "keys" / "root.pub"))
+        assert r.code == 0, r.err
+    finally:
+        if old is None:
+            os.environ.pop("LEDGER_NOW", None)
+        else:
+            os.environ["LEDGER_NOW"] = old

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import subprocess
+import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -267,6 +270,15 @@ def _foreign_calls(bob_atom: str) -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
+WRITES: list[tuple[str, dict[str, Any]]] = [  # every tool that writes, with arguments valid for bob
+    ("remember", {"subject": "bob", "text": "Is allergic to bees"}),
+    ("remember", {"subject": "bob", "text": "x", "artifact": {"kind": "chat", "body": "b"}}),
+    ("correct_memory", {"atom": "bob_1", "text": "Keeps wasps", "reason": "r"}),
+    ("forget_memory", {"atom": "bob_1", "reason": "r"}),
+    ("file_erasure_request", {"subject": "bob", "reason": "r"}),
+]
+
+
 def test_a_credential_for_alice_sees_nothing_of_bob(home: Path) -> None:
     _seed(home)
     h = str(home)
@@ -374,6 +386,63 @@ def test_stdio_every_tool_equals_the_cli(home: Path, tmp_path: Path, pinned: Non
         assert content not in err
 
 
+def test_ledger_mcp_writes_nothing_but_protocol_on_stdout(home: Path) -> None:
+    """Raw JSON-RPC lines over the pipe, debug logging on: every stdout line is a JSON-RPC
+    message answering ours; the logs (stderr) hold neither the token nor any content; the
+    server ends cleanly when its input closes."""
+    _seed(home)
+    _, token = issue(home, "desktop", "assistant", ["alice"])
+    env = {**os.environ, "LEDGER_TOKEN": token, "LEDGER_LOG_LEVEL": "debug"}
+    proc = subprocess.Popen([LEDGER, "--home", str(home), "mcp"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.stdin is not None and proc.stdout is not None
+    lines: queue.Queue[bytes] = queue.Queue()
+    out = proc.stdout
+
+    def read() -> None:
+        for line in out:
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
+
+    def send(message: dict[str, Any]) -> dict[str, Any] | None:
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(message).encode() + b"\n")
+        proc.stdin.flush()
+        if "id" not in message:
+            return None
+        answer: dict[str, Any] = json.loads(lines.get(timeout=60))
+        assert answer["jsonrpc"] == "2.0" and answer["id"] == message["id"], answer
+        return answer
+
+    try:
+        init = send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}})
+        assert init is not None and init["result"]["protocolVersion"] == "2025-11-25"
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        added = send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "remember", "arguments": {"subject": "alice",
+                                              "text": "Sings in a choir on Thursdays"}}})
+        assert added is not None and not added["result"].get("isError"), added
+        foreign = send({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "get_memory", "arguments": {"atom": "bob_1"}}})
+        assert foreign is not None and foreign["result"]["isError"] is True
+        cp = send({"jsonrpc": "2.0", "id": 4, "method": "resources/read",
+                   "params": {"uri": "ledger://checkpoint"}})
+        assert cp is not None and cp["result"]["contents"][0]["mimeType"] == "text/plain"
+        proc.stdin.close()
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert lines.empty()  # nothing but the four answers
+    assert proc.stderr is not None
+    err = proc.stderr.read().decode()
+    assert token not in err and "choir" not in err and "Keeps bees" not in err
+
+
 @pytest.mark.slow
 def test_stdio_legacy_handshake_works_too(home: Path, tmp_path: Path) -> None:
     _seed(home)
@@ -447,6 +516,7 @@ def served(home: Path) -> Iterator[Served]:
     _, tokens["tenant"] = issue(home, "tenant-z", "assistant", tenant="zeta")
     revoked_id, tokens["revoked"] = issue(home, "revoked", "assistant", ["bob"])
     revoke(home, revoked_id)
+    _, tokens["auditor"] = issue(home, "auditor", "auditor")
     _, tokens["expired"] = issue(home, "expired", "assistant", ["bob"],
                                  expires_at=clock.now() + timedelta(seconds=1))
     with serving(home) as server:  # LEDGER_NOW too, when the test pins it
@@ -486,10 +556,15 @@ def test_http_refuses_bad_credentials_and_scopes_every_tool(home: Path, served: 
         headers = {"Accept": "application/json, text/event-stream",
                    "Content-Type": "application/json",
                    **({"Authorization": header} if header else {})}
+        calls = [{"jsonrpc": "2.0", "id": n, "method": "tools/call",
+                  "params": {"name": name, "arguments": args}}
+                 for n, (name, args) in enumerate(_foreign_calls(bob_atom), start=2)]
+        reads = [{"jsonrpc": "2.0", "id": 100 + n, "method": "resources/read",
+                  "params": {"uri": uri}}
+                 for n, uri in enumerate(("ledger://checkpoint",
+                                          "memory://subjects/bob/memories"))]
         for body in ({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
-                     {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                      "params": {"name": "remember",
-                                 "arguments": {"subject": "bob", "text": "x"}}}):
+                     *calls, *reads):
             r = httpx.post(url, json=body, headers=headers, timeout=30)
             assert r.status_code == 401, (header, r.text)
             assert r.headers["content-type"].startswith("application/problem+json")
@@ -521,6 +596,10 @@ def test_http_refuses_bad_credentials_and_scopes_every_tool(home: Path, served: 
                 n += 1
             with pytest.raises(MCPError):
                 await c.read_resource("memory://subjects/bob/memories")
+        async with Client(_http_transport(url, served.tokens["auditor"])) as c:
+            for name, args in WRITES:  # an auditor reads and verifies; it writes nothing
+                _refused(await c.call_tool(name, args), "auditor credential may not do this")
+                n += 1
         return n
 
     cases += anyio.run(scoped)

@@ -25,8 +25,9 @@ Security, in the order a request meets it:
 * role checks before any write: an auditor's POST to an operator act is refused with 403
   whatever the form says, and the facade checks the role again.
 
-Memory content appears on one page only: the answer to an explicit reveal (a POST that
-first writes a signed retrieval event). Everything else shows ids, counts and times.
+Memory content appears on one page only, once: the page an explicit reveal leads to (a
+POST that first writes a signed retrieval event, then redirects to a one-time view; a
+reload shows nothing). Everything else shows ids, counts and times.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ class SecurityHeaders:
                     (b"content-security-policy", CSP.encode()),
                     (b"x-content-type-options", b"nosniff"),
                     (b"x-frame-options", b"DENY"),
-                    (b"referrer-policy", b"no-referrer"),
+                    (b"referrer-policy", b"same-origin"),
                     (b"cross-origin-opener-policy", b"same-origin"),
                     (b"cross-origin-resource-policy", b"same-origin"),
                     (b"permissions-policy", b"camera=(), microphone=(), geolocation=()"),
@@ -159,6 +160,8 @@ class Console:
             trim_blocks=True, lstrip_blocks=True)
         self.env.filters["short"] = lambda v: (str(v)[:8] + "…") if v else "-"
         self.env.filters["when"] = _when
+        self.env.filters["plural"] = _plural
+        self.env.filters["left"] = _left
 
     # ------------------------------------------------------------------ plumbing
     def base(self, request: Request) -> str:
@@ -288,6 +291,24 @@ def _when(value: Any) -> str:
     except LedgerError:
         return str(value)
     return t.strftime("%Y-%m-%d %H:%M UTC")
+
+
+_IRREGULAR = {"memory": "memories", "batch": "batches", "witness": "witnesses",
+              "entry": "entries"}
+
+
+def _plural(n: Any, word: str) -> str:
+    """``1 atom``, ``2 atoms``, ``2 memories``."""
+    count = int(n or 0)
+    return f"{count} {word if count == 1 else _IRREGULAR.get(word, word + 's')}"
+
+
+def _left(row: Mapping[str, Any]) -> str:
+    """Time left of a request, or how long ago its deadline passed."""
+    left = row.get("time_left")
+    if not left:
+        return "-"
+    return f"overdue by {left[1:]}" if str(left).startswith("-") else str(left)
 
 
 def _lines(value: Any) -> list[str]:
@@ -480,19 +501,20 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
             "content-disposition": f'attachment; filename="{pack.filename}"'})
 
     # -------------------------------------------------------------- review queue
-    async def _review(request: Request, s: Session, caller: Caller, status: int = 200,
-                      revealed: usecases.Revealed | None = None,
-                      done: dict[str, Any] | None = None) -> Response:
+    async def _review(request: Request, s: Session, caller: Caller,
+                      revealed: usecases.Revealed | None = None) -> Response:
         flags = await c.backend.read(lambda svc: svc.list_flags(caller))
         refs = await c.backend.read(lambda svc: {
             f.subject_id: _ref(svc, caller, f.subject_id) for f in flags if f.subject_id})
-        return c.render(request, "review.html", status=status, session=s, caller=caller,
+        return c.render(request, "review.html", session=s, caller=caller,
                         title=f"Review queue ({len(flags)})", nav="review", flags=flags,
-                        refs=refs, revealed=revealed, done=done)
+                        refs=refs, revealed=revealed)
 
     @c.page()
     async def review_page(request: Request, s: Session, caller: Caller) -> Response:
-        return await _review(request, s, caller)
+        shown = request.query_params.get("shown")
+        revealed = s.reveals.pop(shown, None) if shown else None  # shown once
+        return await _review(request, s, caller, revealed=revealed)
 
     @c.page(roles=("operator",), post=True)
     async def reveal(request: Request, s: Session, caller: Caller, form: FormData
@@ -501,7 +523,7 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
         shown = await c.backend.write(lambda svc: usecases.reveal(svc, caller, atom))
         log.info("console.revealed", atom_id=atom, event_id=shown.event_id,
                  credential_id=caller.credential_id)
-        return await _review(request, s, caller, revealed=shown)
+        return c.redirect(request, "/review", shown=s.keep_reveal(shown))
 
     @c.page(roles=("operator",), post=True)
     async def resolve(request: Request, s: Session, caller: Caller, form: FormData

@@ -25,6 +25,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 IDLE_SECONDS = 30 * 60
 ABSOLUTE_SECONDS = 8 * 3600
@@ -57,6 +58,7 @@ class Session:
     credential_id: str | None = None
     role: str | None = None
     packs: OrderedDict[str, Pack] = field(default_factory=OrderedDict, repr=False)
+    reveals: OrderedDict[str, Any] = field(default_factory=OrderedDict, repr=False)
     flash: list[str] = field(default_factory=list)
 
     @property
@@ -73,6 +75,15 @@ class Session:
         while len(self.packs) > MAX_PACKS_PER_SESSION:
             self.packs.popitem(last=False)
         return pid
+
+
+    def keep_reveal(self, shown: Any) -> str:
+        """Keep revealed content for the one page that shows it (popped there); its id."""
+        rid = secrets.token_urlsafe(16)
+        self.reveals[rid] = shown
+        while len(self.reveals) > MAX_PACKS_PER_SESSION:
+            self.reveals.popitem(last=False)
+        return rid
 
 
 class SessionStore:
@@ -139,6 +150,7 @@ class SessionStore:
             self._by_id.pop(session.sid, None)
         session.token = None
         session.packs.clear()
+        session.reveals.clear()
 
     def end_credential(self, credential_id: str) -> int:
         """End every session of a credential (after its token was refused)."""
@@ -146,6 +158,8 @@ class SessionStore:
             gone = [sid for sid, s in self._by_id.items() if s.credential_id == credential_id]
             for sid in gone:
                 self._by_id[sid].token = None
+                self._by_id[sid].packs.clear()
+                self._by_id[sid].reveals.clear()
                 del self._by_id[sid]
         return len(gone)
 

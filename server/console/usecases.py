@@ -59,9 +59,10 @@ def _timeline(st: RequestStatus, now: str) -> list[dict[str, Any]]:
     rows = [("received", data.get("received_at")), ("acknowledged", data.get("acknowledged_at")),
             ("acknowledgment due", data.get("ack_due")), ("completed", data.get("completed_at")),
             ("completion due", data.get("complete_due")), ("now", now)]
-    timed = sorted((clock.parse_instant(at), label) for label, at in rows if at)
+    timed = sorted((clock.parse_instant(at), n, label)  # same instant: in the order above
+                   for n, (label, at) in enumerate(rows) if at)
     return [{"label": label, "at": clock.format_instant(t), "deadline": label.endswith("due"),
-             "now": label == "now"} for t, label in timed]
+             "now": label == "now"} for t, _n, label in timed]
 
 
 def request_detail(svc: MemoryService, caller: Caller, request: str) -> RequestDetail:
