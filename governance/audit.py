@@ -171,7 +171,7 @@ def _sealed_session(app: LedgerApp, env: dict[str, Any]) -> str | None:
     plain = aead.open_sealed(key, base64.b64decode(sealed["nonce"]),
                              base64.b64decode(sealed["ct"]),
                              app.associated_data(env["originator_id"], env["version"],
-                                                        env["topic"]))
+                                                 env["topic"]))
     value = json.loads(plain).get("session_id")
     return str(value) if value is not None else None
 
@@ -338,7 +338,7 @@ def _governance(app: LedgerApp) -> tuple[dict[str, dict[str, Any]], dict[str, di
     requests: dict[str, dict[str, Any]] = {}
     batches: dict[str, dict[str, Any]] = {}
     rows = app.notifications(start=1, limit=10**12,
-                                             topics=[*REQUEST_TOPICS, *BATCH_TOPICS])
+                             topics=[*REQUEST_TOPICS, *BATCH_TOPICS])
     for row in rows:
         env = _env(row.state)
         oid, ts, p, topic = env["originator_id"], env["timestamp"], env["payload"], env["topic"]

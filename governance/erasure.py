@@ -483,7 +483,7 @@ def _open_batch(app: LedgerApp, request_id: UUID | None, targets: Targets | None
     from ledger.domain import RedactionBatch
 
     opened = app.notifications(start=1, limit=10**9,
-                                               topics=[RedactionBatch.Created.TOPIC])
+                               topics=[RedactionBatch.Created.TOPIC])
     want = targets.as_json() if targets is not None else None
     for n in reversed(opened):
         payload = envelope.open_state(n.state).envelope["payload"]
@@ -948,7 +948,7 @@ def open_request(app: LedgerApp, sid: str) -> Any:
     from ledger.domain import ErasureRequest
 
     received = app.notifications(start=1, limit=10**9,
-                                                 topics=[ErasureRequest.Created.TOPIC])
+                                 topics=[ErasureRequest.Created.TOPIC])
     for n in reversed(received):
         if envelope.open_state(n.state).envelope["payload"].get("subject_id") != sid:
             continue
@@ -972,7 +972,7 @@ def _completed_request(app: LedgerApp, proj: Projections, sid: str) -> dict[str,
     from ledger.domain import ErasureRequest
 
     received = app.notifications(start=1, limit=10**9,
-                                                 topics=[ErasureRequest.Created.TOPIC])
+                                 topics=[ErasureRequest.Created.TOPIC])
     rows = [str(n.originator_id) for n in received
             if envelope.open_state(n.state).envelope["payload"].get("subject_id") == sid]
     for rid in reversed(rows):

@@ -137,7 +137,7 @@ def build_pack(app: LedgerApp, batch_id: str, out: Path, make_zip: bool = False,
     # Which events: the roster (to check every signer), the request, the batch, and every
     # tombstone and key destruction the batch lists.
     roster_rows = app.notifications(start=1, limit=10**9,
-                                                    topics=sorted(ROSTER_TOPICS))
+                                    topics=sorted(ROSTER_TOPICS))
     ids = [f"{batch.id}/{v}" for v in range(1, batch.version + 1)]
     if request is not None:
         ids += [f"{request.id}/{v}" for v in range(1, request.version + 1)]

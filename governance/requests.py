@@ -87,7 +87,7 @@ def list_requests(app: LedgerApp, now: datetime | None = None,
     command clock)."""
     at = now or clock.now()
     received = app.notifications(start=1, limit=10**9,
-                                                 topics=[ErasureRequest.Created.TOPIC])
+                                 topics=[ErasureRequest.Created.TOPIC])
     rows = []
     for n in received:
         req = app.aggregate(UUID(str(n.originator_id)))

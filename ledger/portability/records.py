@@ -139,7 +139,7 @@ def of_subject(app: LedgerApp, subject_id: str) -> list[UUID]:
     from ledger import envelope
 
     rows = app.notifications(start=1, limit=10**9,
-                                             topics=[Record.Created.TOPIC])
+                             topics=[Record.Created.TOPIC])
     ids = [UUID(str(n.originator_id)) for n in rows
            if envelope.open_state(n.state).envelope["payload"].get("subject_id")
            == subject_id]
