@@ -17,3 +17,17 @@ def test_import_contracts_are_kept() -> None:
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert "Contracts: 2 kept, 0 broken." in r.stdout
 
+
+
+def test_surfaces_reach_the_layers_only_through_the_facade() -> None:
+    """The server's surfaces (HTTP routes, MCP tools, console pages) hold no domain logic:
+    they name no internals below the facade (the app, its recorder, repository, data keys,
+    mapper, tree, or the read models)."""
+    internals = (".recorder", ".repository", ".datakeys", ".mapper", ".tlog", ".proj.")
+    offenders = []
+    for path in sorted((REPO / "server").rglob("*.py")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if "svc.app" in line or "svc.proj" in line or \
+                    any(f"app{name}" in line for name in internals):
+                offenders.append(f"{path.relative_to(REPO)}:{n}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
