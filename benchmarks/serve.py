@@ -86,16 +86,21 @@ async def http_adds(url: str, token: str, clients: int, seconds: float) -> dict[
             "errors": errors}
 
 
-def http_recall(url: str, token: str, queries: list[str]) -> dict[str, float]:
+async def http_recall(url: str, token: str, queries: list[str]) -> dict[str, float]:
+    """One client, one query at a time (the async client: its sockets set TCP_NODELAY, as
+    the MCP client's do; httpx's sync client does not, and Nagle's algorithm against the
+    server's delayed ACK then adds tens of milliseconds to a POST on loopback)."""
     import httpx
 
     lat = []
-    with httpx.Client(base_url=url, timeout=60,
-                      headers={"Authorization": f"Bearer {token}"}) as c:
-        c.post("/v1/recall", json={"subject": "bench", "query": "warm up", "rehearse": False})
+    async with httpx.AsyncClient(base_url=url, timeout=60,
+                                 headers={"Authorization": f"Bearer {token}"}) as c:
+        await c.post("/v1/recall", json={"subject": "bench", "query": "warm up",
+                                         "rehearse": False})
         for q in queries:
             t0 = time.perf_counter()
-            r = c.post("/v1/recall", json={"subject": "bench", "query": q, "rehearse": False})
+            r = await c.post("/v1/recall", json={"subject": "bench", "query": q,
+                                                 "rehearse": False})
             lat.append(time.perf_counter() - t0)
             assert r.status_code == 200, r.text
     return {"p50": pct(lat, 0.5), "p95": pct(lat, 0.95)}
@@ -111,7 +116,7 @@ async def mcp_recall(url: str, token: str, queries: list[str]) -> dict[str, floa
     lat = []
     async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"},
                                  timeout=60) as http, \
-            streamable_http_client(f"{url}/mcp/", http_client=http) as (read, write, *_), \
+            streamable_http_client(f"{url}/mcp", http_client=http) as (read, write, *_), \
             ClientSession(read, write) as session:
         await session.initialize()
         for q in queries:
@@ -128,6 +133,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--queries", type=int, default=200)
     args = ap.parse_args()
+    import logging
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     from ledger.application import LedgerApp
     from tests.serving import issue, serving
 
@@ -147,12 +155,14 @@ def main() -> None:
         with serving(home) as server:
             one = asyncio.run(http_adds(server.url, token, 1, args.seconds))
             many = asyncio.run(http_adds(server.url, token, 32, args.seconds))
-            recall = http_recall(server.url, token, queries)
+            recall = asyncio.run(http_recall(server.url, token, queries))
             try:
                 mcp = asyncio.run(mcp_recall(server.url, token, queries[:100]))
             except Exception as e:  # the MCP mount may be missing in an older checkout
                 print(f"mcp: not measured ({type(e).__name__})")
                 mcp = None
+            server.stop()
+            groups = [line for line in server.output().splitlines() if "server.stopped" in line]
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {args.atoms} atoms "
           f"in process, {args.seconds:.0f} s per HTTP run")
@@ -162,6 +172,12 @@ def main() -> None:
     for label, r in (("HTTP  1 client ", one), ("HTTP 32 clients", many)):
         print(f"{label} add {r['rate']:8.0f} req/s      p50 {r['p50']:6.1f} ms  p95 "
               f"{r['p95']:6.1f} ms  non-201 {r['errors']:.0f}")
+    if groups:
+        import json
+
+        g = json.loads(groups[-1])
+        print(f"group commit: {g['grouped_adds']} adds in {g['write_groups']} signed commands "
+              f"({g['grouped_adds'] / max(1, g['write_groups']):.1f} per command)")
     print(f"HTTP recall     p50 {recall['p50']:6.1f} ms  p95 {recall['p95']:6.1f} ms")
     if mcp is not None:
         print(f"MCP recall tool p50 {mcp['p50']:6.1f} ms  p95 {mcp['p95']:6.1f} ms")

@@ -84,7 +84,7 @@ class Settings:
     resource_metadata: dict[str, Any] | None = None  # RFC 9728, OAuth mode
 
 
-LONG_PATHS = ("/execute", "/evidence-pack", "/verification", "/imports")
+LONG_PATHS = ("/execute", "/evidence-pack", "/verification", "/imports", "/console/audit")
 
 
 class Limits:

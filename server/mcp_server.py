@@ -454,18 +454,17 @@ def remember_with_source(s: MemoryService, c: Caller, item: AtomIn, source: Sour
 
 
 def forget(s: MemoryService, c: Caller, atom: str, reason: str) -> Forgotten:
-    """``MemoryService.delete_atom`` (the path of ``ledger delete``), with the id of the
-    atom's own tombstone event picked out of the batch's events."""
+    """``MemoryService.delete_atom`` (the path of ``ledger delete``) and the id of the
+    atom's own tombstone event."""
     atom_id = s.get_atom(c, atom).atom_id  # in the caller's scope, or not found
     out = s.delete_atom(c, atom_id, reason)
-    tombstone = getattr(s.app.get_atom(atom_id), "tombstone_event", None)
-    if not tombstone:
+    if len(out.tombstone_ids) != 1:
         from ledger.errors import EnvironmentProblem
 
         raise EnvironmentProblem(f"atom {atom_id} was deleted in batch {out.batch_id} but "
                                  "records no tombstone", hint="run `ledger verify`")
-    return Forgotten(atom_id=atom_id, tombstone_id=str(tombstone), batch_id=out.batch_id,
-                     event_ids=out.event_ids)
+    return Forgotten(atom_id=atom_id, tombstone_id=out.tombstone_ids[0],
+                     batch_id=out.batch_id, event_ids=out.event_ids)
 
 
 # ----------------------------------------------------------------------------- HTTP

@@ -102,7 +102,8 @@ class MemoryService:
     # ------------------------------------------------------------------ scope
     def _require(self, caller: Caller, *roles: str) -> None:
         if caller.role not in roles:
-            raise Forbidden(f"a {caller.role} credential may not do this",
+            article = "an" if caller.role[0] in "aeiou" else "a"
+            raise Forbidden(f"{article} {caller.role} credential may not do this",
                             hint=f"use a credential with the {' or '.join(roles)} role")
 
     def _stored_ref_of(self, subject_id: str) -> str:
@@ -200,6 +201,8 @@ class MemoryService:
         sid = self.subject_id(caller, data.subject)
         cmd = data.model_dump()
         cmd["subject"] = sid
+        if data.ref is not None:
+            self._ref_free(caller, "artifact", data.ref)
         cmd["ref"] = caller.stored_ref(data.ref) if data.ref is not None else None
         if data.captured_at is not None:
             cmd["captured_at"] = clock.parse_instant(data.captured_at,
@@ -231,13 +234,28 @@ class MemoryService:
             data = delete_artifact(self.app, self.proj, str(aid), reason=_reason(reason),
                                    operator=self._signing_key(caller),
                                    flag_unsourced=flag_unsourced)
-        return _outcome(data)
+        return _outcome(data, self.app)
 
     # ------------------------------------------------------------------ atoms
+    def _ref_free(self, caller: Caller, kind: str, ref: str) -> None:
+        """A scoped caller whose new ref is taken learns that, and nothing more: not the
+        existing item's id, nor whose it is (the application's message names the id)."""
+        if caller.unrestricted:
+            return
+        from ledger.errors import ConflictError
+
+        try:
+            self.app.resolve(kind, caller.stored_ref(ref))
+        except NotFound:
+            return
+        raise ConflictError(f"the {kind} ref {ref!r} is already in use; nothing was written",
+                            hint="choose another ref, or leave it out for a random id")
+
     def _atom_command(self, caller: Caller, data: AtomIn) -> dict[str, Any]:
         cmd = data.as_command()
         cmd["subject"] = self.subject_id(caller, data.subject)
         if data.ref is not None:
+            self._ref_free(caller, "atom", data.ref)
             cmd["ref"] = caller.stored_ref(data.ref)
         cmd["artifact_ids"] = [str(self._artifact_subject(caller, a)[0])
                                for a in data.artifact_ids]
@@ -342,7 +360,8 @@ class MemoryService:
                                   mode=data.mode)
         with self._acting(caller):
             return _outcome(hard_erase(self.app, self.proj, Targets(atoms=[str(found.id)]),
-                                       mode="hard", reason=_reason(data.reason), operator=key))
+                                       mode="hard", reason=_reason(data.reason), operator=key),
+                            self.app)
 
     def delete_atom(self, caller: Caller, atom: str, reason: str) -> ErasureOutcome:
         """Delete one atom for good (`ledger delete`): key destroyed, every route purged and
@@ -354,7 +373,7 @@ class MemoryService:
         with self._acting(caller):
             return _outcome(hard_erase(self.app, self.proj, Targets(atoms=[str(found.id)]),
                                        mode="delete", reason=_reason(reason),
-                                       operator=self._signing_key(caller)))
+                                       operator=self._signing_key(caller)), self.app)
 
     # ------------------------------------------------------------------ recall and reads
     def recall(self, caller: Caller, data: RecallIn) -> RecallOut:
@@ -551,7 +570,7 @@ class MemoryService:
                     hint="review the plan again and approve its new digest")
         with self._acting(caller):
             return _outcome(resume_request(self.app, self.proj, str(req.id),
-                                           self._signing_key(caller)))
+                                           self._signing_key(caller)), self.app)
 
     # ------------------------------------------------------------------ review queue
     def list_flags(self, caller: Caller) -> list[FlagOut]:
@@ -682,9 +701,18 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _outcome(data: dict[str, Any]) -> ErasureOutcome:
-    tomb = [e for e in data.get("event_ids", []) if isinstance(e, str)]
-    return ErasureOutcome(**{**data, "tombstone_ids": data.get("tombstone_ids", tomb)})
+def _outcome(data: dict[str, Any], app: LedgerApp | None = None) -> ErasureOutcome:
+    """An erasure's report with the ids of its items' own tombstone events (the
+    ``atom.redacted``/``deleted`` and ``artifact.deleted`` events left in the log)."""
+    tombstones: list[str] = []
+    targets = data.get("targets") or {}
+    ids = [*targets.get("atoms", []), *targets.get("artifacts", [])]
+    if app is not None and ids:
+        for item in app.get_many([UUID(i) for i in ids]):
+            event = getattr(item, "tombstone_event", None)
+            if event:
+                tombstones.append(str(event))
+    return ErasureOutcome(**{**data, "tombstone_ids": tombstones})
 
 
 def _zip_folder(folder: Path) -> bytes:

@@ -19,6 +19,19 @@ def test_import_contracts_are_kept() -> None:
 
 
 
+def test_surfaces_reach_the_layers_only_through_the_facade() -> None:
+    """The server's surfaces (HTTP routes, MCP tools, console pages) hold no domain logic:
+    they name no internals below the facade (the app, its recorder, repository, data keys,
+    mapper, tree, or the read models)."""
+    internals = (".recorder", ".repository", ".datakeys", ".mapper", ".tlog", ".proj.")
+    offenders = []
+    for path in sorted((REPO / "server").rglob("*.py")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if "svc.app" in line or "svc.proj" in line or \
+                    any(f"app{name}" in line for name in internals):
+                offenders.append(f"{path.relative_to(REPO)}:{n}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
+
 def test_no_layer_takes_the_application_as_any() -> None:
     """Issue 14: the seam between the layers is typed. A parameter or attribute named
     ``app`` (or ``*_app``, an opener) annotated with ``Any`` anywhere in the packages fails

@@ -13,7 +13,7 @@ from portable_memory.adapters import TransferTextAdapter
 
 from ledger.portability.adapters import EPOCH
 
-from .conftest import files_under, run_cli
+from .conftest import RawStore, files_under, run_cli
 from .test_portability_support import KONSHUS_EXAMPLE, dumps, logs_on_stderr, open_app  # noqa: F401
 
 EMAIL = "Quinn.Harlow+mem0@Example.org"
@@ -34,12 +34,18 @@ def _forms(marker: str) -> set[bytes]:
 
 
 def _found(home: Path, markers: list[str]) -> list[str]:
+    """Where any form of a marker is: files of the home, and every event's stored state
+    read from the event store itself (on PostgreSQL the files hold no event)."""
     hits = []
     for p in files_under(home):
         data = p.read_bytes()
         for m in markers:
             if any(f in data for f in _forms(m)):
                 hits.append(f"{m!r} in {p.relative_to(home)}")
+    for pos, _oid, _version, topic, state in RawStore(home).rows():
+        for m in markers:
+            if any(f in state for f in _forms(m)):
+                hits.append(f"{m!r} in event {pos} ({topic})")
     return hits
 
 

@@ -53,8 +53,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger import clock
 from ledger.errors import LedgerError, NotFound
-from server.console import usecases
 from server.console.sessions import Pack, Session, SessionStore
+from service import oversight as usecases
 from service.caller import Caller
 from service.facade import Forbidden, MemoryService
 from service.models import ErasureRequestIn
@@ -453,7 +453,7 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
     async def request_page(request: Request, s: Session, caller: Caller) -> Response:
         rid = request.path_params["rid"]
         detail = await c.backend.read(lambda svc: usecases.request_detail(svc, caller, rid))
-        routes = await c.backend.read(lambda svc: [r.name for r in svc.proj.registry.routes()])
+        routes = await c.backend.read(lambda svc: usecases.routes(svc, caller))
         pid = request.query_params.get("pack")
         pack = s.packs.get(pid) if pid else None
         st = detail.status

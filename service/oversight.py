@@ -1,9 +1,12 @@
-"""Use cases the console needs that :class:`service.facade.MemoryService` does not offer
-yet, written in its shape: the caller first, scope and role checked here, facade calls
-for every lookup (so an id outside the caller's scope answers NotFound exactly as there).
+"""Oversight use cases of the facade: request detail with its batch's reach, reveal and
+resolution of review flags, integrity (checkpoint, cosignatures, roster), policy view and
+sweeps (ADR 0027, ADR 0032).
 
-They run on the backend's threads like facade methods (``backend.read(lambda svc:
-request_detail(svc, caller, rid))``). Candidates to move into the facade (ADR 0032).
+Written in the facade's shape: the caller first, scope and role checked here, facade
+calls for every lookup (so an id outside the caller's scope answers NotFound exactly as
+there). They run on a server's threads like facade methods (``backend.read(lambda svc:
+request_detail(svc, caller, rid))``). They live in the service layer, not in a surface, so
+that no surface reaches below the facade (tests/test_architecture.py).
 """
 
 from __future__ import annotations
@@ -188,3 +191,9 @@ def sweep(svc: MemoryService, caller: Caller, dry_run: bool) -> dict[str, Any]:
     from governance.sweep import sweep as run
 
     return run(svc.app, svc.proj, operator=caller.signing_key or "operator", dry_run=dry_run)
+
+
+def routes(svc: MemoryService, caller: Caller) -> list[str]:
+    """The erasure routes registered by the read models (what every erasure must reach)."""
+    require(caller, "operator", "auditor")
+    return [r.name for r in svc.proj.registry.routes()]
