@@ -32,6 +32,7 @@ def test_surfaces_reach_the_layers_only_through_the_facade() -> None:
                 offenders.append(f"{path.relative_to(REPO)}:{n}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
 
+
 def test_no_layer_takes_the_application_as_any() -> None:
     """Issue 14: the seam between the layers is typed. A parameter or attribute named
     ``app`` (or ``*_app``, an opener) annotated with ``Any`` anywhere in the packages fails
