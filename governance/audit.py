@@ -35,10 +35,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
-
-import sqlalchemy as sa
 
 from keys.roster import ROSTER_TOPICS, RosterState
 from ledger import clock, envelope
@@ -53,7 +51,10 @@ from ledger.domain import (
 from ledger.errors import ClockError, EnvironmentProblem, InputError, VerificationFailed
 from ledger.merkle import verify_consistency
 from ledger.transparency import b64, verify_since, verify_with_roster
-from ledger.verify import Failure, Report, check_checkpoint, verify_log
+from ledger.verify import Failure, Report, verify_log
+
+if TYPE_CHECKING:
+    from ledger.application import LedgerApp
 
 __all__ = ["FORMATS", "REPORT_VERSION", "VERIFY_SCOPES", "Period", "build_report",
            "parse_period", "policy_history", "render", "render_html", "render_html_body",
@@ -153,7 +154,7 @@ def _env(state: bytes) -> dict[str, Any]:
     return envelope.open_state(state).envelope
 
 
-def _sealed_session(app: Any, env: dict[str, Any]) -> str | None:
+def _sealed_session(app: LedgerApp, env: dict[str, Any]) -> str | None:
     """The session id a rehearsal sealed under its atom's key (ADR 0004), counted, never
     copied; None once the atom's key is destroyed (the session went with the memory)."""
     import base64
@@ -164,13 +165,13 @@ def _sealed_session(app: Any, env: dict[str, Any]) -> str | None:
     sealed = env["payload"].get("sealed")
     if not sealed:
         return None
-    key = app.datakeys.get_many([str(sealed["key_id"])]).get(str(sealed["key_id"]))
+    key = app.data_key(str(sealed["key_id"]))
     if key is None:
         return None
     plain = aead.open_sealed(key, base64.b64decode(sealed["nonce"]),
                              base64.b64decode(sealed["ct"]),
-                             app.mapper.associated_data(env["originator_id"], env["version"],
-                                                        env["topic"]))
+                             app.associated_data(env["originator_id"], env["version"],
+                                                 env["topic"]))
     value = json.loads(plain).get("session_id")
     return str(value) if value is not None else None
 
@@ -216,13 +217,13 @@ def category(topic: str, payload: dict[str, Any]) -> str:
     return "lifecycle"
 
 
-def _bound(app: Any, max_id: int, past: Callable[[str], bool]) -> int:
+def _bound(app: LedgerApp, max_id: int, past: Callable[[str], bool]) -> int:
     """Smallest ``s`` such that the first event at a position >= ``s`` is ``past`` (or there
     is none). Event times never decrease along the log, so ``past`` flips once."""
     lo, hi = 1, max_id + 1
     while lo < hi:
         mid = (lo + hi) // 2
-        rows = app.recorder.select_notifications(start=mid, limit=1)
+        rows = app.notifications(start=mid, limit=1)
         if not rows or past(_env(rows[0].state)["timestamp"]):
             hi = mid
         else:
@@ -230,18 +231,18 @@ def _bound(app: Any, max_id: int, past: Callable[[str], bool]) -> int:
     return lo
 
 
-def _rows(app: Any, start: int, stop: int, batch: int = 5000) -> Iterator[Any]:
+def _rows(app: LedgerApp, start: int, stop: int, batch: int = 5000) -> Iterator[Any]:
     pos = start
     while pos <= stop:
-        rows = app.recorder.select_notifications(start=pos, limit=batch, stop=stop)
+        rows = app.notifications(start=pos, limit=batch, stop=stop)
         if not rows:
             return
         yield from rows
         pos = int(rows[-1].id) + 1
 
 
-def _aggregate_events(app: Any, aggregate_id: UUID) -> list[dict[str, Any]]:
-    return [_env(r.state) for r in app.recorder.select_events(aggregate_id)]
+def _aggregate_events(app: LedgerApp, aggregate_id: UUID) -> list[dict[str, Any]]:
+    return [_env(r.state) for r in app.stored_events(aggregate_id)]
 
 
 def _hours(a: str, b: str | datetime) -> float:
@@ -262,7 +263,7 @@ def _fmt(ts: str | None) -> str | None:
 class _Owners:
     """Which subject an item belongs to, from its creation event (for ``--subject``)."""
 
-    app: Any
+    app: LedgerApp
     known: dict[str, str | None] = field(default_factory=dict)
     lookups: int = 0
 
@@ -280,7 +281,7 @@ class _Owners:
             return None
         if oid not in self.known:
             self.lookups += 1
-            first = self.app.recorder.select_events(UUID(oid), lte=1)
+            first = self.app.stored_events(UUID(oid), lte=1)
             owner = None
             if first:
                 env = _env(first[0].state)
@@ -290,7 +291,7 @@ class _Owners:
 
 
 # ----------------------------------------------------------------------------- folds
-def _roster(app: Any) -> tuple[RosterState, list[dict[str, Any]]]:
+def _roster(app: LedgerApp) -> tuple[RosterState, list[dict[str, Any]]]:
     """The roster folded from its events (names for key ids), and the events themselves."""
     state = RosterState()
     events = []
@@ -307,7 +308,7 @@ def _names(state: RosterState) -> dict[str, str]:
     return names
 
 
-def _policy_events(app: Any) -> list[dict[str, Any]]:
+def _policy_events(app: LedgerApp) -> list[dict[str, Any]]:
     return [e for e in _aggregate_events(app, app.policy_id())
             if e["topic"] == Policy.PolicySet.TOPIC]
 
@@ -326,18 +327,18 @@ def _policy_summary(env: dict[str, Any], names: dict[str, str]) -> dict[str, Any
     }
 
 
-def policy_history(app: Any) -> list[dict[str, Any]]:
+def policy_history(app: LedgerApp) -> list[dict[str, Any]]:
     """Every signed ``policy.set`` event, oldest first: id, time, signer, SLA, audit flags."""
     names = _names(_roster(app)[0])
     return [_policy_summary(e, names) for e in _policy_events(app)]
 
 
-def _governance(app: Any) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+def _governance(app: LedgerApp) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     """Erasure requests and redaction batches folded from their (few) signed events."""
     requests: dict[str, dict[str, Any]] = {}
     batches: dict[str, dict[str, Any]] = {}
-    rows = app.recorder.select_notifications(start=1, limit=10**12,
-                                             topics=[*REQUEST_TOPICS, *BATCH_TOPICS])
+    rows = app.notifications(start=1, limit=10**12,
+                             topics=[*REQUEST_TOPICS, *BATCH_TOPICS])
     for row in rows:
         env = _env(row.state)
         oid, ts, p, topic = env["originator_id"], env["timestamp"], env["payload"], env["topic"]
@@ -372,11 +373,8 @@ def _governance(app: Any) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str
     return requests, batches
 
 
-def _checkpoints(app: Any) -> list[tuple[int, str, str]]:
-    t = app.tlog.store.checkpoints
-    with app.tlog.engine.connect() as conn:
-        rows = conn.execute(sa.select(t.c.size, t.c.note, t.c.created_at).order_by(t.c.size))
-        return [(int(r.size), str(r.note), str(r.created_at)) for r in rows]
+def _checkpoints(app: LedgerApp) -> list[tuple[int, str, str]]:
+    return app.recorded_checkpoints()
 
 
 # ----------------------------------------------------------------------------- verification
@@ -387,7 +385,7 @@ def _failure(f: Failure | None) -> dict[str, Any] | None:
             "reason": f.reason}
 
 
-def _verification(app: Any, scope: str, first_seq: int | None, last_position: int | None,
+def _verification(app: LedgerApp, scope: str, first_seq: int | None, last_position: int | None,
                   period: Period) -> dict[str, Any]:
     if scope == "none":
         return {"scope": "none", "status": "not-verified", "ok": None,
@@ -428,13 +426,12 @@ def _verification(app: Any, scope: str, first_seq: int | None, last_position: in
                 cp_failure = Failure(0, None, "-", "8.1", f"checkpoint of size {size}: {e}")
                 break
         if cp_failure is None and signed and base is None:
-            cp_failure = check_checkpoint(leaves, signed[-1][0].checkpoint,
-                                          app.tlog.store.leaf_hashes, app.tlog.tree.root)
+            cp_failure = app.check_against_tree(leaves, signed[-1][0].checkpoint)
         if cp_failure is None:
             for (old, _), (new, _) in itertools.pairwise(signed):
                 try:
                     verify_consistency(old.size, new.size, old.root, new.root,
-                                       app.tlog.consistency(old.size, new.size))
+                                       app.consistency_proof(old.size, new.size))
                 except (VerificationFailed, ValueError, KeyError) as e:
                     cp_failure = Failure(0, None, "-", "8.3",
                                          f"checkpoint of size {new.size} does not extend the "
@@ -494,7 +491,7 @@ def _section(flags: dict[str, bool], flag: str, data: dict[str, Any]) -> dict[st
             "note": f"auditPolicy.{flag} is false in the policy in force: not reported"}
 
 
-def build_report(app: Any, period: Period, subject: str | None = None,
+def build_report(app: LedgerApp, period: Period, subject: str | None = None,
                  verify: str = "full", now: datetime | None = None) -> dict[str, Any]:
     """The audit report of ``period`` as a JSON-ready dict (see module docstring)."""
     if verify not in VERIFY_SCOPES:
@@ -506,7 +503,7 @@ def build_report(app: Any, period: Period, subject: str | None = None,
     names = _names(roster)
 
     # -- the period's positions, by binary search over event time
-    max_id = int(app.recorder.max_notification_id() or 0)
+    max_id = app.head_position()
     start_pos = 1 if period.start is None else _bound(
         app, max_id, lambda ts: ts >= (period.start_text or ""))
     stop_pos = _bound(app, max_id, period.after_end) - 1

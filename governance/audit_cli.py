@@ -13,14 +13,17 @@ import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ledger import clock
 from ledger.errors import EXIT_VERIFY, InputError
 
-OpenApp = Callable[[], AbstractContextManager[Any]]
+if TYPE_CHECKING:
+    from ledger.application import LedgerApp
+
+OpenApp = Callable[[], AbstractContextManager["LedgerApp"]]
 _open: list[OpenApp] = []
 
 __all__ = ["audit_command", "register"]

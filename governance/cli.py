@@ -21,9 +21,10 @@ from ledger.errors import EXIT_VERIFY, ConflictError, InputError
 from ledger.text import event_lines, plural
 
 if TYPE_CHECKING:  # each command imports what it uses: `ledger --help` stays light
+    from ledger.application import LedgerApp
     from projections.service import Projections
 
-OpenApp = Callable[[], AbstractContextManager[Any]]
+OpenApp = Callable[[], AbstractContextManager["LedgerApp"]]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 ReasonOpt = Annotated[str, typer.Option(help="Why (recorded in the signed events).")]
 OperatorOpt = Annotated[str, typer.Option(
@@ -46,7 +47,7 @@ def register(cli: typer.Typer, open_app: OpenApp, artifact_cli: typer.Typer) -> 
 
 
 @contextmanager
-def open_session(open_app: OpenApp) -> Iterator[tuple[Any, Projections]]:
+def open_session(open_app: OpenApp) -> Iterator[tuple[LedgerApp, Projections]]:
     """The ledger and its read models, closed together (every governance command)."""
     from projections.service import Projections
 
@@ -58,7 +59,7 @@ def open_session(open_app: OpenApp) -> Iterator[tuple[Any, Projections]]:
             proj.close()
 
 
-def _session() -> AbstractContextManager[tuple[Any, Projections]]:
+def _session() -> AbstractContextManager[tuple[LedgerApp, Projections]]:
     return open_session(_open[0])
 
 
@@ -269,12 +270,12 @@ def review_list(as_json: JsonOpt = False) -> None:
     _out(rows, as_json, "\n".join(f"{r['atom_id']}  {r['flag']}  {r['reason']}" for r in rows))
 
 
-def open_flags(app: Any) -> list[dict[str, Any]]:
+def open_flags(app: LedgerApp) -> list[dict[str, Any]]:
     from ledger import envelope
     from ledger.domain import Atom
 
     flags: dict[tuple[str, str], dict[str, Any]] = {}
-    for n in app.recorder.select_notifications(
+    for n in app.notifications(
             start=1, limit=10**9, topics=[Atom.Flagged.TOPIC, Atom.FlagResolved.TOPIC]):
         env = envelope.open_state(n.state).envelope
         key = (str(n.originator_id), env["payload"]["flag"])
@@ -367,7 +368,7 @@ def evidence_pack_command(
     _verdict(f"OK: evidence pack written to {path}")
 
 
-def _check_pack_signer(app: Any, key: Any, name: str) -> None:
+def _check_pack_signer(app: LedgerApp, key: Any, name: str) -> None:
     """Refuse, before anything is written, a key that verify-pack would not accept as a
     pack's signer: one holding neither the operator nor the auditor role now."""
     from keys.errors import KeyNotAuthorized

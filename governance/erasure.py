@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ParamSpec
+from typing import TYPE_CHECKING, Any, ParamSpec
 from uuid import UUID
 
 import sqlalchemy as sa
@@ -55,6 +55,9 @@ from projections.memory import index_text
 from projections.routes import Reach
 from projections.service import Projections
 from projections.store import FREE_PAGE, content_digest, content_needles
+
+if TYPE_CHECKING:
+    from ledger.application import LedgerApp
 
 log = structlog.get_logger("governance")
 
@@ -88,7 +91,7 @@ class Targets:
         return len(self.atoms) + len(self.artifacts) + len(self.subjects) + len(self.records)
 
 
-def check_operator(app: Any, operator: str) -> None:
+def check_operator(app: LedgerApp, operator: str) -> None:
     """Refuse before anything is written unless ``operator`` holds the operator role now."""
     signer = app.signer(operator)
     try:
@@ -247,7 +250,7 @@ def _settled(run: Callable[P, dict[str, Any]]) -> Callable[P, dict[str, Any]]:
 
 
 @_settled
-def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reason: str,
+def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str, reason: str,
                operator: str, request_id: UUID | None = None,
                cascade: dict[str, dict[str, Any]] | None = None,
                referring: Sequence[str] | Mapping[str, str] = (),
@@ -306,7 +309,7 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
                  else {r: "refers to memory" for r in referring},
                  "review_artifacts": sorted(review_artifacts), "cascade": cascade}
         try:
-            app.datakeys.seal_note(str(batch_id), json.dumps(
+            app.seal_note(str(batch_id), json.dumps(
                 {**notes, "needles": [n.hex() for n in notes["needles"]]}).encode())
         except DataKeyUnavailable:
             pass  # a batch opened before batches had keys: nothing to seal it under
@@ -329,11 +332,11 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
             main = proj.store.sqlite_path if held else None
             if main is not None:
                 scan.start([main])
-            earlier = resumed and app.datakeys.destroyed_among(items)
+            earlier = resumed and app.data_keys_destroyed_among(items)
             shred_ids = _destroy_keys(app, targets, batch_id, operator)
             # a key an interrupted run destroyed may have left its bytes in a page this
             # run cannot find them in (it never knew them): the keystore is rebuilt
-            app.datakeys.finish_deferred(vacuum=bool(earlier))
+            app.finish_key_destruction(vacuum=bool(earlier))
             timer.lap("shred")
             purged = {p.resolve() for p in proj.store.files()}
             scan.start([p for p in sorted(app.config.home.rglob("*"))
@@ -423,7 +426,7 @@ def hard_erase(app: Any, proj: Projections, targets: Targets, *, mode: str, reas
             "repairs": raw.get("repair_steps", []), "resumed": resumed}
 
 
-def _close(app: Any, proj: Projections, batch_id: UUID, request_id: UUID | None,
+def _close(app: LedgerApp, proj: Projections, batch_id: UUID, request_id: UUID | None,
            operator: str, timer: _Timer, before: int, event_ids: list[str],
            reach: dict[str, Any], targets: Targets) -> dict[str, Any]:
     """Close the batch (its key destroyed last: the sealed needles go with it) and its
@@ -446,7 +449,7 @@ def _chunks(items: Sequence[str]) -> Iterator[list[str]]:
         yield list(items[i:i + size])
 
 
-def _destroy_keys(app: Any, targets: Targets, batch_id: UUID, operator: str) -> list[str]:
+def _destroy_keys(app: LedgerApp, targets: Targets, batch_id: UUID, operator: str) -> list[str]:
     """Step 3 in commits of :data:`CHUNK` items: atoms, artifacts, then the subject's key
     (last: until it goes, the subject is still there to resume). Each commit is the
     keystore's, then the items' signed events; the keystore is compacted and checked by
@@ -465,8 +468,8 @@ def _destroy_keys(app: Any, targets: Targets, batch_id: UUID, operator: str) -> 
     return ids
 
 
-def _read_notes(app: Any, batch_id: UUID) -> dict[str, Any] | None:
-    raw = app.datakeys.open_note(str(batch_id))
+def _read_notes(app: LedgerApp, batch_id: UUID) -> dict[str, Any] | None:
+    raw = app.open_note(str(batch_id))
     if raw is None:
         return None
     notes: dict[str, Any] = json.loads(raw)
@@ -474,13 +477,13 @@ def _read_notes(app: Any, batch_id: UUID) -> dict[str, Any] | None:
     return notes
 
 
-def _open_batch(app: Any, request_id: UUID | None, targets: Targets | None) -> Any:
+def _open_batch(app: LedgerApp, request_id: UUID | None, targets: Targets | None) -> Any:
     """The batch left open (not closed) by an interrupted erasure: the request's, or,
     without a request, one of exactly these targets."""
     from ledger.domain import RedactionBatch
 
-    opened = app.recorder.select_notifications(start=1, limit=10**9,
-                                               topics=[RedactionBatch.Created.TOPIC])
+    opened = app.notifications(start=1, limit=10**9,
+                               topics=[RedactionBatch.Created.TOPIC])
     want = targets.as_json() if targets is not None else None
     for n in reversed(opened):
         payload = envelope.open_state(n.state).envelope["payload"]
@@ -491,13 +494,14 @@ def _open_batch(app: Any, request_id: UUID | None, targets: Targets | None) -> A
         elif rid is not None or want is None or \
                 {k: sorted(v) for k, v in payload.get("targets", {}).items()} != want:
             continue
-        batch = app.repository.get(UUID(str(n.originator_id)))
-        if request_id is not None or batch.status != "closed":
+        batch = app.aggregate(UUID(str(n.originator_id)))
+        if isinstance(batch, RedactionBatch) and (request_id is not None
+                                                  or batch.status != "closed"):
             return batch
     return None
 
 
-def _record_texts(app: Any, ids: Sequence[str]) -> list[str]:
+def _record_texts(app: LedgerApp, ids: Sequence[str]) -> list[str]:
     """Free text of portable records, for the raw scan only (no read model holds them)."""
     from ledger.portability.records import needles_of
 
@@ -541,7 +545,7 @@ def _probe(proj: Projections, routes: list[Any], items: list[str],
     return per_route, problems
 
 
-def _repair_residue(app: Any, proj: Projections, raw: dict[str, Any],
+def _repair_residue(app: LedgerApp, proj: Projections, raw: dict[str, Any],
                     needles: Sequence[bytes], timer: _Timer) -> dict[str, Any]:
     """Remove erased bytes the raw scan found in the projections file, then scan again.
 
@@ -713,7 +717,7 @@ def _identifier_matches(conn: Any, store: Any, idents: Sequence[Identifier]
     return atoms, arts
 
 
-def plan_user_erasure(app: Any, proj: Projections, subject: str,
+def plan_user_erasure(app: LedgerApp, proj: Projections, subject: str,
                       identifiers: Sequence[str] = (), sessions: Sequence[str] = (),
                       broad: int = BROAD_MATCHES) -> ErasurePlan:
     """Gather what belongs to the subject, and what of others may refer to it (ADR 0012).
@@ -821,13 +825,13 @@ def plan_user_erasure(app: Any, proj: Projections, subject: str,
     return plan
 
 
-def _records_of(app: Any, sid: str) -> list[str]:
+def _records_of(app: LedgerApp, sid: str) -> list[str]:
     from ledger.portability.records import live_of
 
     return [str(r.id) for r in live_of(app, sid)]
 
 
-def redact_user(app: Any, proj: Projections, subject: str, *, reason: str, operator: str,
+def redact_user(app: LedgerApp, proj: Projections, subject: str, *, reason: str, operator: str,
                 identifiers: Sequence[str] = (), sessions: Sequence[str] = (),
                 legal_basis: str | None = None, dry_run: bool = False,
                 ack_hours: float = DEFAULT_ACK_HOURS,
@@ -893,7 +897,7 @@ def redact_user(app: Any, proj: Projections, subject: str, *, reason: str, opera
     return {"status": "completed", "request_id": str(request_id), **result, **plan}
 
 
-def resume_request(app: Any, proj: Projections, request: str, operator: str
+def resume_request(app: LedgerApp, proj: Projections, request: str, operator: str
                    ) -> dict[str, Any]:
     """`ledger requests resume REQUEST`: finish an interrupted erasure request."""
     from eventsourcing.application import AggregateNotFoundError
@@ -901,7 +905,7 @@ def resume_request(app: Any, proj: Projections, request: str, operator: str
     from ledger.domain import ErasureRequest
 
     try:
-        req = app.repository.get(UUID(request))
+        req = app.aggregate(UUID(request))
     except (ValueError, AggregateNotFoundError):
         raise NotFound(f"no erasure request {request!r}",
                        hint="see `ledger requests list`") from None
@@ -916,7 +920,7 @@ def resume_request(app: Any, proj: Projections, request: str, operator: str
     return _resume_request(app, proj, req, operator)
 
 
-def _resume_request(app: Any, proj: Projections, req: Any, operator: str) -> dict[str, Any]:
+def _resume_request(app: LedgerApp, proj: Projections, req: Any, operator: str) -> dict[str, Any]:
     """Continue the request's batch from where it stopped (or open it, if the run
     stopped after the receipt), and close both."""
     batch = _open_batch(app, req.id, None)
@@ -938,20 +942,20 @@ def _resume_request(app: Any, proj: Projections, req: Any, operator: str) -> dic
             "subject_id": req.subject_id, "flag_for_review": flagged}
 
 
-def open_request(app: Any, sid: str) -> Any:
+def open_request(app: LedgerApp, sid: str) -> Any:
     """The subject's erasure request that is not completed (or whose key is not yet
     destroyed), if any."""
     from ledger.domain import ErasureRequest
 
-    received = app.recorder.select_notifications(start=1, limit=10**9,
-                                                 topics=[ErasureRequest.Created.TOPIC])
+    received = app.notifications(start=1, limit=10**9,
+                                 topics=[ErasureRequest.Created.TOPIC])
     for n in reversed(received):
         if envelope.open_state(n.state).envelope["payload"].get("subject_id") != sid:
             continue
-        req = app.repository.get(UUID(str(n.originator_id)))
+        req = app.aggregate(UUID(str(n.originator_id)))
         if isinstance(req, ErasureRequest) and (
                 req.completed_at is None or
-                (req.data_key_destroyed_at is None and app.datakeys.present([str(req.id)]))):
+                (req.data_key_destroyed_at is None and app.data_keys_present([str(req.id)]))):
             return req
     return None
 
@@ -963,16 +967,16 @@ def _count(values: Iterable[str]) -> dict[str, int]:
     return out
 
 
-def _completed_request(app: Any, proj: Projections, sid: str) -> dict[str, Any] | None:
+def _completed_request(app: LedgerApp, proj: Projections, sid: str) -> dict[str, Any] | None:
     from ledger import envelope
     from ledger.domain import ErasureRequest
 
-    received = app.recorder.select_notifications(start=1, limit=10**9,
-                                                 topics=[ErasureRequest.Created.TOPIC])
+    received = app.notifications(start=1, limit=10**9,
+                                 topics=[ErasureRequest.Created.TOPIC])
     rows = [str(n.originator_id) for n in received
             if envelope.open_state(n.state).envelope["payload"].get("subject_id") == sid]
     for rid in reversed(rows):
-        req = app.repository.get(UUID(rid))
+        req = app.aggregate(UUID(rid))
         if isinstance(req, ErasureRequest) and req.completed_at:
             return {"request_id": rid, "batch_id": req.batch_id,
                     "completed_at": req.completed_at, "event_ids": req.event_ids}
@@ -980,7 +984,7 @@ def _completed_request(app: Any, proj: Projections, sid: str) -> dict[str, Any] 
 
 
 # ----------------------------------------------------------------------------- artifacts
-def delete_artifact(app: Any, proj: Projections, artifact: str, *, reason: str, operator: str,
+def delete_artifact(app: LedgerApp, proj: Projections, artifact: str, *, reason: str, operator: str,
                     flag_unsourced: bool = False) -> dict[str, Any]:
     """Delete an artifact; re-evaluate every atom whose provenance cites it (Konshus)."""
     aid = str(app.resolve("artifact", artifact))

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from governance.dsse import (
@@ -46,10 +46,21 @@ from keys.keyring import public_key_document
 from keys.roster import ROSTER_TOPICS, parse_time
 from ledger import clock, envelope
 from ledger.checkpoint import parse_body, parse_note
-from ledger.errors import ConflictError, InputError, NotFound, VerificationFailed
+from ledger.domain import RedactionBatch
+from ledger.errors import (
+    ConflictError,
+    EnvironmentProblem,
+    InputError,
+    NotFound,
+    VerificationFailed,
+)
 from ledger.merkle import verify_consistency, verify_inclusion
 from ledger.transparency import b64, unb64, verify_with_roster
 from ledger.verify import LogVerifier
+
+if TYPE_CHECKING:
+    from ledger.application import LedgerApp
+    from ledger.transparency import SignedCheckpoint
 
 STATEMENT = "statement.dsse.json"
 EVENTS = "events.jsonl"
@@ -97,36 +108,36 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _event_rows(app: Any, event_ids: list[str]) -> list[Any]:
+def _event_rows(app: LedgerApp, event_ids: list[str]) -> list[Any]:
     rows = []
     for eid in event_ids:
         oid, version = eid.rsplit("/", 1)
-        found = app.recorder.select_events(UUID(oid), gt=int(version) - 1, lte=int(version))
+        found = app.stored_events(UUID(oid), gt=int(version) - 1, lte=int(version))
         if not found:
             raise NotFound(f"event {eid} named by the batch is not in the log")
         rows.append(found[0])
     return rows
 
 
-def build_pack(app: Any, batch_id: str, out: Path, make_zip: bool = False,
+def build_pack(app: LedgerApp, batch_id: str, out: Path, make_zip: bool = False,
                operator: str = "operator") -> Path:
     """Write the Evidence Pack of a closed batch to ``out`` (which must not exist)."""
     try:
-        batch = app.repository.get(UUID(str(batch_id)))
+        batch = app.aggregate(UUID(str(batch_id)))
     except (ValueError, Exception) as e:
         raise NotFound(f"no redaction batch {batch_id}",
                        hint="see the batch id printed by `ledger redact-user`") from e
-    if getattr(batch, "status", None) != "closed":
+    if not isinstance(batch, RedactionBatch) or batch.status != "closed":
         raise ConflictError(f"batch {batch_id} is {getattr(batch, 'status', 'unknown')}; only a "
                             "closed batch has evidence", hint="finish the erasure first")
     if out.exists():
         raise InputError(f"{out} already exists", hint="choose a new --out folder")
-    request = app.repository.get(UUID(batch.request_id)) if batch.request_id else None
+    request = app.aggregate(UUID(batch.request_id)) if batch.request_id else None
 
     # Which events: the roster (to check every signer), the request, the batch, and every
     # tombstone and key destruction the batch lists.
-    roster_rows = app.recorder.select_notifications(start=1, limit=10**9,
-                                                    topics=sorted(ROSTER_TOPICS))
+    roster_rows = app.notifications(start=1, limit=10**9,
+                                    topics=sorted(ROSTER_TOPICS))
     ids = [f"{batch.id}/{v}" for v in range(1, batch.version + 1)]
     if request is not None:
         ids += [f"{request.id}/{v}" for v in range(1, request.version + 1)]
@@ -140,8 +151,8 @@ def build_pack(app: Any, batch_id: str, out: Path, make_zip: bool = False,
     after = app.checkpoint()
     first_batch_seq = opened[(str(batch.id), 1)].envelope["seq"]
     before = _checkpoint_before(app, first_batch_seq)
-    proofs = {k: app.tlog.inclusion(opened[k].envelope["seq"] - 1, after.size) for k in ordered}
-    consistency = app.tlog.consistency(before.size, after.size)
+    proofs = {k: app.inclusion_proof(opened[k].envelope["seq"] - 1, after.size) for k in ordered}
+    consistency = app.consistency_proof(before.size, after.size)
 
     make_dirs(out)
     try:
@@ -160,6 +171,9 @@ def build_pack(app: Any, batch_id: str, out: Path, make_zip: bool = False,
         files[CONSISTENCY] = json.dumps({"old_size": before.size, "new_size": after.size,
                                          "proof": [b64(p) for p in consistency]},
                                         indent=2).encode()
+        if app.root_public_key is None:
+            raise EnvironmentProblem("no root public key: keys/root.pub is missing",
+                                     hint="restore it from a copy; a pack carries it")
         files[ROOT_PUB] = json.dumps(public_key_document("root", app.root_public_key)).encode()
         proof_files = _proof_files(app, ordered, opened, proofs, after)
         files.update(proof_files)
@@ -192,24 +206,15 @@ def build_pack(app: Any, batch_id: str, out: Path, make_zip: bool = False,
     return out
 
 
-def _checkpoint_before(app: Any, first_seq: int) -> Any:
-    import sqlalchemy as sa
-
-    from ledger.transparency import SignedCheckpoint
-
-    table = app.tlog.store.checkpoints
-    with app.tlog.engine.connect() as conn:
-        note = conn.execute(sa.select(table.c.note).where(table.c.size < first_seq)
-                            .order_by(table.c.size.desc()).limit(1)).scalar()
-    if note is None:
+def _checkpoint_before(app: LedgerApp, first_seq: int) -> SignedCheckpoint:
+    before = app.checkpoint_before(first_seq)
+    if before is None:
         raise ConflictError("no checkpoint was taken before this batch",
                             hint="erasures take one automatically; this batch predates that")
-    body, _ = parse_note(note)
-    cp = parse_body(body)
-    return SignedCheckpoint(cp, app.tlog.with_cosignatures(cp.size, note))
+    return before
 
 
-def _proof_files(app: Any, ordered: list[Any], opened: dict[Any, Any],
+def _proof_files(app: LedgerApp, ordered: list[Any], opened: dict[Any, Any],
                  proofs: dict[Any, list[bytes]], after: Any) -> dict[str, bytes]:
     """One c2sp.org/tlog-proof file per tombstone and key destruction, against ``after``
     with its cosignatures; ``extra`` holds the event id (docs/spec/evidence-pack.md)."""
@@ -226,13 +231,13 @@ def _proof_files(app: Any, ordered: list[Any], opened: dict[Any, Any],
     return out
 
 
-def _witness_claims(app: Any, before: Any, after: Any, proof_names: list[str]
+def _witness_claims(app: LedgerApp, before: Any, after: Any, proof_names: list[str]
                     ) -> dict[str, Any]:
     """Which witnesses cosigned which checkpoint (the lines are in the checkpoint files)."""
     def cosigners(cp: Any) -> list[dict[str, Any]]:
         from ledger.witness.cosign import check_cosignatures, parse_witness_vkey
 
-        rows = app.tlog.cosignature_rows(cp.size)
+        rows = app.cosignature_rows(cp.size)
         keys = [parse_witness_vkey(vkey) for _, vkey in rows]
         found = check_cosignatures(cp.note, keys).valid
         return [{"witness": vkey, "timestamp": c.timestamp} for vkey, c in sorted(found.items())]
@@ -241,7 +246,7 @@ def _witness_claims(app: Any, before: Any, after: Any, proof_names: list[str]
             "before": cosigners(before), "after": cosigners(after), "proofs": proof_names}
 
 
-def _predicate(app: Any, batch: Any, request: Any, opened: dict[Any, Any],
+def _predicate(app: LedgerApp, batch: Any, request: Any, opened: dict[Any, Any],
                ordered: list[Any], before: Any, after: Any) -> dict[str, Any]:
     def role_of(topic: str) -> str:
         if topic in ROSTER_TOPICS:

@@ -24,13 +24,16 @@ import json
 import re
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
 from governance.sweep import GONE, LIVE, plan_sweep
 from ledger import clock, policy_rules
 from projections.service import Projections
+
+if TYPE_CHECKING:
+    from ledger.application import LedgerApp
 
 __all__ = ["RULES", "check_policy"]
 
@@ -49,7 +52,7 @@ def _warning(rule: str, item: str, message: str, fix: str,
             "related": sorted(related or [])}
 
 
-def check_policy(app: Any, proj: Projections, now: datetime | None = None
+def check_policy(app: LedgerApp, proj: Projections, now: datetime | None = None
                  ) -> dict[str, Any]:
     """Every §8 warning for the ledger as it is now; ``{"policy": ..., "warnings": [...]}``."""
     at = now or clock.now()

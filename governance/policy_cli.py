@@ -9,7 +9,7 @@ ledger.errors classes, mapped to exit codes by the ``ledger`` entry point.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -17,6 +17,7 @@ from governance.cli import JsonOpt, OpenApp, _out, _verdict, open_session
 from ledger.errors import EXIT_VERIFY
 
 if TYPE_CHECKING:  # each command imports what it uses: `ledger --help` stays light
+    from ledger.application import LedgerApp
     from projections.service import Projections
 
 requests_cli = typer.Typer(no_args_is_help=True,
@@ -34,7 +35,7 @@ def register(cli: typer.Typer, open_app: OpenApp, policy_cli: typer.Typer) -> No
     resume_cli.register(cli, requests_cli, open_app)
 
 
-def _session() -> AbstractContextManager[tuple[Any, Projections]]:
+def _session() -> AbstractContextManager[tuple[LedgerApp, Projections]]:
     return open_session(_open[0])
 
 

@@ -18,7 +18,7 @@ import html
 import json
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from keys.errors import SignatureInvalid
@@ -28,6 +28,9 @@ from ledger.checkpoint import CheckpointError, parse_vkey, verify_checkpoint
 from ledger.errors import ConflictError, NotFound, VerificationFailed
 from ledger.leaf import LEAF_DOMAIN
 from ledger.merkle import leaf_hash, verify_inclusion
+
+if TYPE_CHECKING:
+    from ledger.application import LedgerApp
 
 PAYLOAD_TYPE = "application/vnd.memory-ledger.erasure-receipt.v1+json"
 RECEIPT_TYPE = "https://memory-ledger.dev/erasure-receipt/v1"
@@ -50,21 +53,24 @@ class ReceiptInvalid(VerificationFailed):
 
 
 # ----------------------------------------------------------------------------- building
-def build_receipt(app: Any, request_id: str, operator: str = "operator") -> bytes:
+def build_receipt(app: LedgerApp, request_id: str, operator: str = "operator") -> bytes:
     """The receipt file of a completed erasure request, against a fresh witnessed checkpoint."""
     from governance.pack import _event_rows
+    from ledger.domain import ErasureRequest, RedactionBatch
     from ledger.witness.cosign import check_cosignatures, parse_witness_vkey
     from ledger.witness.wire import TlogProof
 
     try:
-        req = app.repository.get(UUID(str(request_id)))
+        req = app.aggregate(UUID(str(request_id)))
     except Exception as e:
         raise NotFound(f"no erasure request {request_id}",
                        hint="see the request id printed by `ledger redact-user`") from e
-    if getattr(req, "completed_at", None) is None or not getattr(req, "batch_id", None):
+    if not isinstance(req, ErasureRequest) or req.completed_at is None or not req.batch_id:
         raise ConflictError(f"request {request_id} is not completed; a receipt proves a "
                             "completed erasure", hint="finish it with `ledger redact-user`")
-    batch = app.repository.get(UUID(req.batch_id))
+    batch = app.aggregate(UUID(req.batch_id))
+    if not isinstance(batch, RedactionBatch):
+        raise NotFound(f"batch {req.batch_id} of request {request_id} is not a redaction batch")
     rows = _event_rows(app, list(batch.event_ids))
     cp = app.checkpoint()
     entries = []
@@ -76,7 +82,7 @@ def build_receipt(app: Any, request_id: str, operator: str = "operator") -> byte
         from ledger.leaf import leaf_of
 
         leaf = leaf_of(r, opened)
-        proof = app.tlog.inclusion(seq - 1, cp.size)
+        proof = app.inclusion_proof(seq - 1, cp.size)
         entries.append({
             "event_id": envelope.event_id(r.originator_id, r.originator_version),
             "topic": r.topic, "timestamp": opened.envelope["timestamp"],

@@ -19,12 +19,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from governance.erasure import DEFAULT_ACK_HOURS, DEFAULT_COMPLETION_HOURS
 from ledger import clock, policy_rules
 from ledger.domain import ErasureRequest
+
+if TYPE_CHECKING:
+    from ledger.application import LedgerApp
 
 __all__ = ["format_left", "list_requests", "request_status", "sla_hours"]
 
@@ -78,16 +81,16 @@ def request_status(req: Any, now: datetime) -> dict[str, Any]:
     }
 
 
-def list_requests(app: Any, now: datetime | None = None,
+def list_requests(app: LedgerApp, now: datetime | None = None,
                   overdue_only: bool = False) -> list[dict[str, Any]]:
     """Every erasure request, oldest first, with its status at ``now`` (default: the
     command clock)."""
     at = now or clock.now()
-    received = app.recorder.select_notifications(start=1, limit=10**9,
-                                                 topics=[ErasureRequest.Created.TOPIC])
+    received = app.notifications(start=1, limit=10**9,
+                                 topics=[ErasureRequest.Created.TOPIC])
     rows = []
     for n in received:
-        req = app.repository.get(UUID(str(n.originator_id)))
+        req = app.aggregate(UUID(str(n.originator_id)))
         if isinstance(req, ErasureRequest):
             rows.append(request_status(req, at))
     if overdue_only:

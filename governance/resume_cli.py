@@ -6,14 +6,17 @@ committed). Heavy imports stay inside the command functions.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-_open: list[Any] = []
+if TYPE_CHECKING:
+    from governance.cli import OpenApp
+
+_open: list[OpenApp] = []
 
 
-def register(cli: typer.Typer, requests_cli: typer.Typer, open_app: Any) -> None:
+def register(cli: typer.Typer, requests_cli: typer.Typer, open_app: OpenApp) -> None:
     _open[:] = [open_app]
     requests_cli.command("resume")(requests_resume)
     cli.command("repair")(repair_command)

@@ -35,7 +35,7 @@ import hashlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 import structlog
@@ -47,6 +47,9 @@ from ledger.inputs import PRIVACY_CLASSES
 from projections.atoms import decay_state
 from projections.memory import parse_time
 from projections.service import Projections
+
+if TYPE_CHECKING:
+    from ledger.application import LedgerApp
 
 log = structlog.get_logger("governance.sweep")
 
@@ -191,7 +194,7 @@ def plan_sweep(proj: Projections, policy: Mapping[str, Any], now: datetime) -> S
 
 # ----------------------------------------------------------------------------- the command
 @contextlib.contextmanager
-def sweep_lock(app: Any) -> Iterator[None]:
+def sweep_lock(app: LedgerApp) -> Iterator[None]:
     """One sweep at a time per ledger; a second one stops at once (cron-safe)."""
     busy = ConflictError("another `ledger sweep` is running on this ledger",
                          hint="let it finish; sweeps are idempotent, run it again later")
@@ -237,7 +240,7 @@ def _drop_tombstone_records(proj: Projections, ids: list[str]) -> int:
     return dropped
 
 
-def sweep(app: Any, proj: Projections, *, operator: str = "operator", dry_run: bool = False
+def sweep(app: LedgerApp, proj: Projections, *, operator: str = "operator", dry_run: bool = False
           ) -> dict[str, Any]:
     """Run the retention and decay rules of the policy in force; return what was done."""
     check_operator(app, operator)  # refuse before anything is written; a dry run too

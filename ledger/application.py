@@ -22,13 +22,13 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
 import structlog
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import Aggregate
-from eventsourcing.persistence import Mapper, Transcoder
+from eventsourcing.persistence import Mapper, Notification, StoredEvent, Transcoder
 from pydantic import TypeAdapter, ValidationError
 
 from keys.datakeys import DataKeyStore, make_engine, store_sqlite
@@ -63,6 +63,10 @@ from ledger.home import Config, StorageURL, shared_keystore_file, validate_db_ur
 from ledger.inputs import ArtifactInput, AtomCorrection, AtomInput, SubjectInput, parse
 from ledger.mapper import SigningMapper
 from ledger.transparency import SignedCheckpoint, TransparencyLog
+
+if TYPE_CHECKING:
+    from ledger.checkpoint import Checkpoint
+    from ledger.verify import Failure
 
 log = structlog.get_logger("ledger")
 
@@ -1286,6 +1290,108 @@ class LedgerApp(Application[UUID]):
                 return
             yield from rows
             pos = rows[-1].id + 1
+
+    # ------------------------------------------------------------------ reads for the layers above
+    # projections/ and governance/ read the log, the keystore and the tree through these
+    # named methods, never through ``recorder``, ``repository``, ``datakeys``, ``mapper``
+    # or ``tlog`` (docs/architecture.md).
+    def notifications(self, start: int, limit: int, *, topics: Sequence[str] = (),
+                      stop: int | None = None) -> Sequence[Notification]:
+        """Stored events in log order from position ``start`` (at most ``limit``, none
+        after ``stop``), only of ``topics`` when given."""
+        return self.recorder.select_notifications(start=start, limit=limit, stop=stop,
+                                                  topics=topics)
+
+    def head_position(self) -> int:
+        """The position of the newest stored event; 0 for an empty log."""
+        return int(self.recorder.max_notification_id() or 0)
+
+    def stored_events(self, aggregate_id: UUID, *, gt: int | None = None,
+                      lte: int | None = None) -> list[StoredEvent]:
+        """The stored events of one aggregate, versions in (``gt``, ``lte``]."""
+        return list(self.recorder.select_events(aggregate_id, gt=gt, lte=lte))
+
+    def aggregate(self, aggregate_id: UUID) -> Aggregate:
+        """The aggregate's current state (raises eventsourcing's AggregateNotFoundError)."""
+        agg: Aggregate = self.repository.get(aggregate_id)
+        return agg
+
+    def open_events(self, stored: Iterable[StoredEvent]) -> list[Aggregate.Event]:
+        """Verify (signature, signer's role) and decrypt stored events into domain events;
+        a destroyed data key reads as erased content. Raises on a bad signature."""
+        # every topic of this ledger is an Aggregate.Event (ledger/domain.py, keys/roster.py)
+        return [cast("Aggregate.Event", self.mapper.to_domain_event(s)) for s in stored]
+
+    def prefetch_data_keys(self, key_ids: Iterable[str]) -> None:
+        """Fetch these data keys in one round trip, for :meth:`open_events` to follow."""
+        self.datakeys.get_many(key_ids)
+
+    def data_key(self, key_id: str) -> bytes | None:
+        """One data key, None once destroyed."""
+        return self.datakeys.get_many([key_id]).get(key_id)
+
+    def associated_data(self, originator_id: object, version: int, topic: str) -> bytes:
+        """The AEAD associated data that binds a sealed field to its event."""
+        assert isinstance(self.mapper, SigningMapper)
+        return self.mapper.associated_data(originator_id, version, topic)
+
+    def data_keys_present(self, key_ids: Iterable[str]) -> set[str]:
+        return self.datakeys.present(key_ids)
+
+    def data_keys_destroyed_among(self, key_ids: Iterable[str]) -> set[str]:
+        return self.datakeys.destroyed_among(key_ids)
+
+    def finish_key_destruction(self, vacuum: bool = False) -> None:
+        """Complete the keystore's deferred secure deletion (ADR 0003)."""
+        self.datakeys.finish_deferred(vacuum=vacuum)
+
+    def seal_note(self, key_id: str, data: bytes) -> None:
+        """Keep ``data`` in the keystore under the data key ``key_id`` (ADR 0019)."""
+        self.datakeys.seal_note(key_id, data)
+
+    def open_note(self, key_id: str) -> bytes | None:
+        return self.datakeys.open_note(key_id)
+
+    def inclusion_proof(self, index: int, size: int) -> list[bytes]:
+        return self.tlog.inclusion(index, size)
+
+    def consistency_proof(self, old_size: int, new_size: int) -> list[bytes]:
+        return self.tlog.consistency(old_size, new_size)
+
+    def cosignature_rows(self, size: int) -> list[tuple[str, str]]:
+        """(witness name, vkey) of every witness that cosigned the checkpoint of ``size``."""
+        return self.tlog.cosignature_rows(size)
+
+    def recorded_checkpoints(self) -> list[tuple[int, str, str]]:
+        """(size, note, created_at) of every recorded checkpoint, smallest first."""
+        import sqlalchemy as sa
+
+        t = self.tlog.store.checkpoints
+        with self.tlog.engine.connect() as conn:
+            rows = conn.execute(sa.select(t.c.size, t.c.note, t.c.created_at).order_by(t.c.size))
+            return [(int(r.size), str(r.note), str(r.created_at)) for r in rows]
+
+    def checkpoint_before(self, seq: int) -> SignedCheckpoint | None:
+        """The largest recorded checkpoint that ends before ``seq``, with its cosignatures."""
+        import sqlalchemy as sa
+
+        from ledger.checkpoint import parse_body, parse_note
+
+        table = self.tlog.store.checkpoints
+        with self.tlog.engine.connect() as conn:
+            note = conn.execute(sa.select(table.c.note).where(table.c.size < seq)
+                                .order_by(table.c.size.desc()).limit(1)).scalar()
+        if note is None:
+            return None
+        body, _ = parse_note(note)
+        cp = parse_body(body)
+        return SignedCheckpoint(cp, self.tlog.with_cosignatures(cp.size, note))
+
+    def check_against_tree(self, leaves: list[bytes], cp: Checkpoint) -> Failure | None:
+        """Step 8 against this ledger's stored tree (:func:`ledger.verify.check_checkpoint`)."""
+        from ledger.verify import check_checkpoint
+
+        return check_checkpoint(leaves, cp, self.tlog.store.leaf_hashes, self.tlog.tree.root)
 
 
 _ATOM_INPUTS: TypeAdapter[list[AtomInput]] = TypeAdapter(list[AtomInput])

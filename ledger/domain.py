@@ -490,7 +490,18 @@ class ErasureRequest(Aggregate, _Erasable, _Copyable):
 
     TOPIC = "memory-ledger:request"
     PERSONAL_STATE = ("identifiers", "reason")
-    subject_id: str  # set by Created.apply
+    # set by Created.apply
+    subject_id: str
+    subject_ref: str
+    reason: str
+    legal_basis: str | None
+    operator: str
+    sessions: list[str]
+    identifiers: list[str] | None
+    ack_due: str
+    complete_due: str
+    credential: str | None
+    received_at: str
 
     class Event(LedgerEvent):
         SIGNER_ROLES = OPERATOR
@@ -555,6 +566,13 @@ class RedactionBatch(Aggregate, _Erasable, _Copyable):
 
     TOPIC = "memory-ledger:batch"
     PERSONAL_STATE = ("reason",)
+    # set by Created.apply (status and approved_with also by the later events)
+    request_id: str | None
+    mode: str
+    reason: str
+    targets: dict[str, list[str]]
+    status: str
+    approved_with: str | None
 
     class Event(LedgerEvent):
         SIGNER_ROLES = OPERATOR

@@ -28,7 +28,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import structlog
@@ -36,6 +36,9 @@ import structlog
 from ledger.domain import WRITER_OR_OPERATOR, Atom
 from ledger.errors import InputError
 from ledger.portability.common import SIDECAR
+
+if TYPE_CHECKING:
+    from ledger.application import LedgerApp
 
 log = structlog.get_logger("ledger.policy")
 
@@ -235,13 +238,13 @@ def choose_archived(limit: int, standings: Sequence[Standing]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- write steps
-def in_force(app: Any) -> dict[str, Any] | None:
+def in_force(app: LedgerApp) -> dict[str, Any] | None:
     """The policy in force as ``LedgerApp.policy()`` gives it, if enforcement is on."""
     policy = app.policy()
     return policy if enforced(policy) is not None else None
 
 
-def check_new_atoms(app: Any, inputs: Sequence[Any], *,
+def check_new_atoms(app: LedgerApp, inputs: Sequence[Any], *,
                     imported: bool = False) -> dict[str, Any] | None:
     """Refuse the whole command if any atom breaks a rule; return the policy in force.
 
@@ -271,7 +274,7 @@ def _active(atom: Atom) -> bool:
             and not is_placeholder(atom.extensions))
 
 
-def over_limit(app: Any, policy: Mapping[str, Any] | None, new: Sequence[Any],
+def over_limit(app: LedgerApp, policy: Mapping[str, Any] | None, new: Sequence[Any],
                at: datetime) -> list[Atom]:
     """maxAtoms after this command's new atoms: archive the excess, lowest salience first.
 
@@ -314,7 +317,7 @@ def over_limit(app: Any, policy: Mapping[str, Any] | None, new: Sequence[Any],
     return loaded
 
 
-def archive_atoms(app: Any, reasons: Mapping[str, str], actor: str | None = None,
+def archive_atoms(app: LedgerApp, reasons: Mapping[str, str], actor: str | None = None,
                   batch_id: str | None = None) -> list[str]:
     """Archive many atoms in one signed command (the sweep's archive step).
 

@@ -19,7 +19,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import sqlalchemy as sa
@@ -35,6 +35,9 @@ from ledger.errors import ConflictError, NotFound, VerificationFailed
 from ledger.home import StorageURL
 from ledger.leaf import leaf_bytes, leaf_of
 from ledger.merkle import HASH_SIZE, MerkleTree, NodeKey, leaf_hash
+
+if TYPE_CHECKING:
+    from ledger.application import LedgerApp
 
 _MAX_PARAMS = 500  # bound parameters per statement (SQLite before 3.32 allowed 999)
 
@@ -550,7 +553,7 @@ def unb64(text: str) -> bytes:
     return base64.b64decode(text, validate=True)
 
 
-def verify_since(app: Any, note: str, root_public_key: bytes) -> tuple[Any, dict[str, Any]]:
+def verify_since(app: LedgerApp, note: str, root_public_key: bytes) -> tuple[Any, dict[str, Any]]:
     """Verify only what was appended after a trusted checkpoint (cost follows new events).
 
     1. fold the roster from its root-signed events (few); 2. the checkpoint is signed by a

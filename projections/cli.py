@@ -25,6 +25,7 @@ from ledger.clock import parse_instant
 from ledger.errors import EXIT_VERIFY, InputError
 
 if TYPE_CHECKING:  # each command imports what it uses: `ledger --help` stays light
+    from ledger.application import LedgerApp
     from projections.runner import Progress
     from projections.service import Projections
 
@@ -32,7 +33,7 @@ __all__ = ["OpenApp", "Rehearse", "memory_cli", "memory_inspect_command",
            "memory_list_command", "projections_cli", "recall_command", "register",
            "state_command"]
 
-OpenApp = Callable[[], AbstractContextManager[Any]]
+OpenApp = Callable[[], AbstractContextManager["LedgerApp"]]
 """Returns a context manager that yields an opened ``LedgerApp`` and closes it."""
 Rehearse = Callable[[Any, list[str], str | None], None]
 """``rehearse(app, atom_ids, session_id)``: record that these atoms were recalled."""
@@ -74,7 +75,7 @@ def register(cli: typer.Typer, open_app: OpenApp, rehearse: Rehearse | None = No
 
 
 @contextmanager
-def _projections() -> Iterator[tuple[Any, Projections]]:
+def _projections() -> Iterator[tuple[LedgerApp, Projections]]:
     if CONTEXT.open_app is None:
         raise RuntimeError("projections.cli.register() was not called")
     from projections.service import Projections

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keys.roster import ROSTER_TOPICS
 from ledger import envelope
@@ -28,6 +28,9 @@ from ledger.domain import (
     Subject,
     event_classes,
 )
+
+if TYPE_CHECKING:
+    from ledger.application import LedgerApp
 
 __all__ = [
     "CONTENT_GONE",
@@ -108,7 +111,7 @@ def retrieval(event: Any) -> bool | None:
     return None
 
 
-def decode(app: Any, notifications: Sequence[Any]) -> list[LogEntry]:
+def decode(app: LedgerApp, notifications: Sequence[Any]) -> list[LogEntry]:
     """Verify and decrypt notifications (in order) into log entries.
 
     Data keys of sealed events are fetched in one round trip first; a key that is
@@ -116,10 +119,10 @@ def decode(app: Any, notifications: Sequence[Any]) -> list[LogEntry]:
     """
     sealed = [str(n.originator_id) for n in notifications if n.topic in SEALED_TOPICS]
     if sealed:
-        app.datakeys.get_many(sealed)
+        app.prefetch_data_keys(sealed)
     out: list[LogEntry] = []
-    for n in notifications:
-        event = app.mapper.to_domain_event(n)  # verifies the signature, then decrypts
+    for n, event in zip(notifications, app.open_events(notifications), strict=True):
+        # open_events verified the signature, then decrypted
         env = envelope.open_state(n.state).envelope  # the bytes just verified; parse only
         out.append(LogEntry(
             position=int(n.id), originator_id=str(env["originator_id"]),

@@ -29,7 +29,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import sqlalchemy as sa
 import structlog
@@ -40,6 +40,9 @@ from ledger.errors import InputError
 from projections.entries import LogEntry, decode
 from projections.routes import Route, RouteRegistry
 from projections.store import CompactionReport, Store
+
+if TYPE_CHECKING:
+    from ledger.application import LedgerApp
 
 log = structlog.get_logger("projections")
 
@@ -137,7 +140,7 @@ class RunReport:
 class Runner:
     """Runs read models against one ledger application and one projections store."""
 
-    def __init__(self, app: Any, store: Store, models: Sequence[ReadModel],
+    def __init__(self, app: LedgerApp, store: Store, models: Sequence[ReadModel],
                  registry: RouteRegistry, batch_size: int = 1000,
                  rebuild_batch_size: int = 5000) -> None:
         if len({m.name for m in models}) != len(models):
@@ -216,7 +219,7 @@ class Runner:
 
     # ------------------------------------------------------------------ status
     def head(self) -> int:
-        return int(self.app.recorder.max_notification_id() or 0)
+        return self.app.head_position()
 
     def positions(self) -> dict[str, int]:
         self.setup()
@@ -299,7 +302,7 @@ class Runner:
         start = min(positions.values(), default=head) + 1
         while start <= head:
             t0 = time.perf_counter()
-            notes = self.app.recorder.select_notifications(start=start, limit=size, stop=head)
+            notes = self.app.notifications(start=start, limit=size, stop=head)
             t1 = time.perf_counter()
             report.read_seconds += t1 - t0
             if not notes:

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
 import sqlalchemy as sa
@@ -47,6 +47,9 @@ from projections.routes import ProbeResult, RouteRegistry
 from projections.runner import ModelStatus, Progress, ReadModel, Runner, RunReport
 from projections.store import CompactionReport, FilesRoute, Store
 from projections.vectors import SEGMENT_SIZE, VectorIndex
+
+if TYPE_CHECKING:
+    from ledger.application import LedgerApp
 
 log = structlog.get_logger("projections")
 
@@ -172,7 +175,7 @@ def render_memories(items: Sequence[RecallItem]) -> str:
 class Projections:
     """The read models of one opened :class:`ledger.application.LedgerApp`."""
 
-    def __init__(self, app: Any, embedder: Embedder | None = None,
+    def __init__(self, app: LedgerApp, embedder: Embedder | None = None,
                  batch_size: int = 1000, vector_segment_size: int = SEGMENT_SIZE) -> None:
         self.app = app
         self.store = Store.open(app.config.projections)
@@ -338,7 +341,7 @@ class Projections:
             self.catch_up()
         sid = self._subject(subject)
         at = now or clock.now()
-        position = int(self.app.recorder.max_notification_id() or 0)
+        position = self.app.head_position()
         key = (sid, query, k, threshold, weights,
                format_instant(at) if now else format_instant(at)[:16])  # same clock minute
         cached = self.cache.get(key, position)
@@ -463,14 +466,13 @@ class Projections:
         as_of_s, valid_s = format_instant(as_of), format_instant(valid_at)
         with self.store.engine.connect() as conn:
             known = self.asof.known_at(conn, sid, as_of_s)
-        self.app.datakeys.get_many([oid for oid, _, _ in known])
+        self.app.prefetch_data_keys([oid for oid, _, _ in known])
         subject: dict[str, Any] | None = None
         valid: list[dict[str, Any]] = []
         not_valid: list[dict[str, Any]] = []
         artifacts: list[dict[str, Any]] = []
         for oid, kind, version in known:
-            events = [self.app.mapper.to_domain_event(s)
-                      for s in self.app.recorder.select_events(UUID(oid), lte=version)]
+            events = self.app.open_events(self.app.stored_events(UUID(oid), lte=version))
             agg: Any = None
             for ev in events:
                 agg = ev.mutate(agg)

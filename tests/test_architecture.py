@@ -31,3 +31,30 @@ def test_surfaces_reach_the_layers_only_through_the_facade() -> None:
                     any(f"app{name}" in line for name in internals):
                 offenders.append(f"{path.relative_to(REPO)}:{n}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_no_layer_takes_the_application_as_any() -> None:
+    """Issue 14: the seam between the layers is typed. A parameter or attribute named
+    ``app`` (or ``*_app``, an opener) annotated with ``Any`` anywhere in the packages fails
+    (``app: LedgerApp``, imported under TYPE_CHECKING where a runtime import would cycle)."""
+    import ast
+
+    found = []
+    for package in ("keys", "ledger", "projections", "governance", "service", "server"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.arg):
+                    name, annotation = node.arg, node.annotation
+                elif isinstance(node, ast.AnnAssign):
+                    target = node.target
+                    name = target.attr if isinstance(target, ast.Attribute) else \
+                        target.id if isinstance(target, ast.Name) else ""
+                    annotation = node.annotation
+                else:
+                    continue
+                if annotation is None or not (name == "app" or name.endswith("_app")):
+                    continue
+                text = ast.unparse(annotation)
+                if text == "Any" or "[Any]" in text or "Any," in text:
+                    found.append(f"{path.relative_to(REPO)}:{node.lineno}: {name}: {text}")
+    assert not found, "the application typed as Any:\n" + "\n".join(found)

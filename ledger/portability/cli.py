@@ -13,14 +13,17 @@ import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ledger import clock
 from ledger.errors import InputError
 
-OpenApp = Callable[[], AbstractContextManager[Any]]
+if TYPE_CHECKING:
+    from ledger.application import LedgerApp
+
+OpenApp = Callable[[], AbstractContextManager["LedgerApp"]]
 
 FormatOpt = Annotated[str, typer.Option(
     "--format", help="konshus, mem or persona; for import also chatgpt (conversations.json), "

@@ -18,10 +18,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from ledger.domain import Record
+
+if TYPE_CHECKING:
+    from ledger.application import LedgerApp
 
 #: Kinds never kept as records: episodes are atoms or artifacts, our subject line is the
 #: subject.
@@ -49,14 +52,14 @@ def identity(kind: str, line: dict[str, Any]) -> str | None:
                                  separators=(",", ":"))
 
 
-def record_uuid(app: Any, subject_ref: str, kind: str, ident: str | None) -> UUID:
+def record_uuid(app: LedgerApp, subject_ref: str, kind: str, ident: str | None) -> UUID:
     """The aggregate id of a record (a new random one when it has no identity)."""
     if ident is None:
-        return app._ref_id("record", None)  # type: ignore[no-any-return]
-    return app._ref_id("record", f"{subject_ref}/{kind}/{ident}")  # type: ignore[no-any-return]
+        return app._ref_id("record", None)
+    return app._ref_id("record", f"{subject_ref}/{kind}/{ident}")
 
 
-def id_uuid(app: Any, subject_ref: str, kind: str, local_id: str) -> UUID:
+def id_uuid(app: LedgerApp, subject_ref: str, kind: str, local_id: str) -> UUID:
     return record_uuid(app, subject_ref, kind, f"id:{local_id}")
 
 
@@ -71,7 +74,7 @@ class RecordPlan:
     shred: list[UUID]
 
 
-def plan(app: Any, subject_ref: str, lines: Sequence[tuple[str, dict[str, Any]]],
+def plan(app: LedgerApp, subject_ref: str, lines: Sequence[tuple[str, dict[str, Any]]],
          covered: set[tuple[str, str]], erase: Iterable[tuple[str, str, bool]],
          placeholders: Iterable[tuple[str, str]]) -> RecordPlan:
     """Resolve record lines against the ledger.
@@ -113,7 +116,7 @@ def plan(app: Any, subject_ref: str, lines: Sequence[tuple[str, dict[str, Any]]]
     return out
 
 
-def build(app: Any, subject_id: UUID, rp: RecordPlan, at: Any) -> list[Any]:
+def build(app: LedgerApp, subject_id: UUID, rp: RecordPlan, at: Any) -> list[Any]:
     """The aggregates to commit for ``rp`` (inside the import's write command)."""
     out: list[Any] = []
     for uid, kind, line in rp.create:
@@ -130,20 +133,20 @@ def build(app: Any, subject_id: UUID, rp: RecordPlan, at: Any) -> list[Any]:
     return out
 
 
-def of_subject(app: Any, subject_id: str) -> list[UUID]:
+def of_subject(app: LedgerApp, subject_id: str) -> list[UUID]:
     """Ids of the subject's records, from the log's record topic (the subject id is in
     the clear there); no read model holds records."""
     from ledger import envelope
 
-    rows = app.recorder.select_notifications(start=1, limit=10**9,
-                                             topics=[Record.Created.TOPIC])
+    rows = app.notifications(start=1, limit=10**9,
+                             topics=[Record.Created.TOPIC])
     ids = [UUID(str(n.originator_id)) for n in rows
            if envelope.open_state(n.state).envelope["payload"].get("subject_id")
            == subject_id]
     return ids
 
 
-def live_of(app: Any, subject_id: str) -> list[Any]:
+def live_of(app: LedgerApp, subject_id: str) -> list[Any]:
     """The subject's records whose content is still there (erasure targets)."""
     ids = of_subject(app, subject_id)
     return [a for a in app.get_many(ids) if a.content is not None and not a.content_erased

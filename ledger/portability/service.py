@@ -14,7 +14,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import structlog
@@ -28,6 +28,9 @@ from ledger.inputs import ArtifactInput, AtomInput, SubjectInput, parse
 from ledger.portability.common import SIDECAR, Plan
 from ledger.portability.record import MAX_SIGNED_INT
 
+if TYPE_CHECKING:
+    from ledger.application import LedgerApp
+
 log = structlog.get_logger("ledger.portability")
 
 PLACEHOLDER_REASON = "tombstone received on import"
@@ -40,7 +43,7 @@ def _check(model: Any, data: dict[str, Any], what: str) -> None:
         raise InputError(f"{what}: {e}", hint=e.hint) from None
 
 
-def _exists(app: Any, kind: str, ref: str) -> UUID | None:
+def _exists(app: LedgerApp, kind: str, ref: str) -> UUID | None:
     try:
         if kind == "subject":
             sid: UUID = app.subject_id(ref)
@@ -84,7 +87,7 @@ def _signable(value: Any, where: str) -> None:
             _signable(v, f"{where}[{i}]")
 
 
-def apply_plan(app: Any, plan: Plan, *, dry_run: bool = False, actor: str | None = None,
+def apply_plan(app: LedgerApp, plan: Plan, *, dry_run: bool = False, actor: str | None = None,
                apply_untrusted: bool = False) -> dict[str, Any]:
     """Validate, then write the plan (unless ``dry_run``); return the import report."""
     subject = plan.subject_ref
@@ -182,7 +185,7 @@ def apply_plan(app: Any, plan: Plan, *, dry_run: bool = False, actor: str | None
     return report
 
 
-def _restore_statuses(app: Any, plan: Plan, ids: dict[str, dict[str, str]],
+def _restore_statuses(app: LedgerApp, plan: Plan, ids: dict[str, dict[str, str]],
                       actor: str | None) -> int:
     """Corrections and expiries survive a round trip (issue 19 item 7): an atom the
     source recorded as superseded or expired gets that status here too, by its own
@@ -206,7 +209,7 @@ def _restore_statuses(app: Any, plan: Plan, ids: dict[str, dict[str, str]],
     return n
 
 
-def _plan_records(app: Any, plan: Plan, apply_untrusted: bool) -> Any:
+def _plan_records(app: LedgerApp, plan: Plan, apply_untrusted: bool) -> Any:
     """Portable records (ADR 0017): what to create, supersede, skip and shred."""
     from ledger.portability import records
 
@@ -237,7 +240,7 @@ def _erase_entries(plan: Plan) -> list[tuple[str, str, str, bool]]:
     return out
 
 
-def _shred(app: Any, ids: Sequence[UUID], actor: str | None) -> None:
+def _shred(app: LedgerApp, ids: Sequence[UUID], actor: str | None) -> None:
     """Crypto-shred in one command where the ledger offers it, else item by item."""
     if hasattr(app, "shred"):
         app.shred(ids, PLACEHOLDER_REASON, actor=actor)
@@ -269,7 +272,7 @@ def read_trusted_key(path: Path) -> bytes:
     return raw
 
 
-def plan_file(app: Any, path: Path, fmt: str, *, subject: str | None,
+def plan_file(app: LedgerApp, path: Path, fmt: str, *, subject: str | None,
               trusted: Sequence[bytes], max_bytes: int | None,
               skip_unsupported: bool) -> Plan:
     """Check ``path`` (before touching the ledger) and plan its import.
@@ -289,7 +292,7 @@ def plan_file(app: Any, path: Path, fmt: str, *, subject: str | None,
                          hint="check the file against the format's schema") from e
 
 
-def _plan_file(app: Any, path: Path, fmt: str, *, subject: str | None,
+def _plan_file(app: LedgerApp, path: Path, fmt: str, *, subject: str | None,
                trusted: Sequence[bytes], max_bytes: int | None,
                skip_unsupported: bool) -> Plan:
     from ledger.portability import adapters, konshus, mem, membundle, persona
@@ -316,7 +319,7 @@ def _plan_file(app: Any, path: Path, fmt: str, *, subject: str | None,
     return persona.plan_import(data, subject=subject, artifact_exists=artifact_exists)
 
 
-def _source_ids(app: Any, subject_ref: str) -> set[str]:
+def _source_ids(app: LedgerApp, subject_ref: str) -> set[str]:
     """The sealed source ids of a subject's atoms (empty for a new subject)."""
     from ledger.portability import view
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import structlog
@@ -19,6 +19,9 @@ import structlog
 from ledger.domain import ATOM_FIELDS
 from ledger.errors import InputError, NotFound
 from ledger.portability.common import FOREIGN, SIDECAR, WIRE, local_of, norm_instant
+
+if TYPE_CHECKING:
+    from ledger.application import LedgerApp
 
 log = structlog.get_logger("ledger.portability")
 
@@ -110,7 +113,7 @@ class SubjectView:
         return None
 
 
-def fold(app: Any, batch: int = 5000) -> dict[UUID, Any]:
+def fold(app: LedgerApp, batch: int = 5000) -> dict[UUID, Any]:
     """Subject, artifact and atom aggregates from the whole log (signatures verified)."""
     aggs: dict[UUID, Any] = {}
     rows: list[Any] = []
@@ -124,12 +127,11 @@ def fold(app: Any, batch: int = 5000) -> dict[UUID, Any]:
     return aggs
 
 
-def _apply(app: Any, rows: list[Any], aggs: dict[UUID, Any]) -> None:
+def _apply(app: LedgerApp, rows: list[Any], aggs: dict[UUID, Any]) -> None:
     if not rows:
         return
-    app.datakeys.get_many({str(n.originator_id) for n in rows})  # one query per batch
-    for n in rows:
-        event = app.mapper.to_domain_event(n)
+    app.prefetch_data_keys({str(n.originator_id) for n in rows})  # one query per batch
+    for event in app.open_events(rows):
         aggs[event.originator_id] = event.mutate(aggs.get(event.originator_id))
 
 
@@ -139,7 +141,7 @@ def subject_refs(aggs: dict[UUID, Any]) -> list[str]:
     return sorted(a.ref for a in aggs.values() if isinstance(a, Subject))
 
 
-def load(app: Any, subject: str | None) -> SubjectView:
+def load(app: LedgerApp, subject: str | None) -> SubjectView:
     """The view of ``subject`` (a ref or id); without one, the ledger's only subject."""
     from ledger.domain import Artifact, Atom, Record, Subject
 
