@@ -58,6 +58,7 @@ from projections.store import FREE_PAGE, content_digest, content_needles
 
 if TYPE_CHECKING:
     from ledger.application import LedgerApp
+    from ledger.domain import ErasureRequest, RedactionBatch
 
 log = structlog.get_logger("governance")
 
@@ -477,7 +478,8 @@ def _read_notes(app: LedgerApp, batch_id: UUID) -> dict[str, Any] | None:
     return notes
 
 
-def _open_batch(app: LedgerApp, request_id: UUID | None, targets: Targets | None) -> Any:
+def _open_batch(app: LedgerApp, request_id: UUID | None, targets: Targets | None
+                ) -> RedactionBatch | None:
     """The batch left open (not closed) by an interrupted erasure: the request's, or,
     without a request, one of exactly these targets."""
     from ledger.domain import RedactionBatch
@@ -920,7 +922,8 @@ def resume_request(app: LedgerApp, proj: Projections, request: str, operator: st
     return _resume_request(app, proj, req, operator)
 
 
-def _resume_request(app: LedgerApp, proj: Projections, req: Any, operator: str) -> dict[str, Any]:
+def _resume_request(app: LedgerApp, proj: Projections, req: ErasureRequest, operator: str
+                    ) -> dict[str, Any]:
     """Continue the request's batch from where it stopped (or open it, if the run
     stopped after the receipt), and close both."""
     batch = _open_batch(app, req.id, None)
@@ -942,7 +945,7 @@ def _resume_request(app: LedgerApp, proj: Projections, req: Any, operator: str) 
             "subject_id": req.subject_id, "flag_for_review": flagged}
 
 
-def open_request(app: LedgerApp, sid: str) -> Any:
+def open_request(app: LedgerApp, sid: str) -> ErasureRequest | None:
     """The subject's erasure request that is not completed (or whose key is not yet
     destroyed), if any."""
     from ledger.domain import ErasureRequest

@@ -260,8 +260,8 @@ def sweep(app: LedgerApp, proj: Projections, *, operator: str = "operator", dry_
                      due=len(plan.due), now=plan.now)
             return report
         if plan.archive:
-            ids = policy_rules.archive_atoms(app, {d.atom_id: d.reason for d in plan.archive},
-                                             actor=operator)
+            ids = app.archive_atoms({d.atom_id: d.reason for d in plan.archive},
+                                    actor=operator)
             report["archived"]["event_ids"] = ids
             report["archived"]["count"] = len(ids)
         if plan.erase:

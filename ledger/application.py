@@ -968,6 +968,33 @@ class LedgerApp(Application[UUID]):
         log.info("atom.expired", atom_id=str(atom.id))
 
     # ------------------------------------------------------------------ crypto-shredding
+    def archive_atoms(self, reasons: dict[str, str], actor: str | None = None,
+                      batch_id: str | None = None) -> list[str]:
+        """Archive many atoms in one signed command (the policy sweep's archive step).
+
+        Atoms that are no longer active or soft-redacted when the write lock is held (another
+        sweep got there first) are skipped, so a repeated or concurrent run adds nothing.
+        Returns the event ids written.
+        """
+        if not reasons:
+            return []
+        with self.writing(self.signer(actor), WRITER_OR_OPERATOR) as at:
+            todo = []
+            for aid, reason in reasons.items():
+                atom = self.get_atom(UUID(aid))
+                if atom.status not in ("active", "soft-redacted"):
+                    continue
+                atom.trigger_event(Atom.Redacted, timestamp=at, mode="archive", reason=reason,
+                                   batch_id=batch_id, reached=None)
+                todo.append(atom)
+            ids: list[str] = self.commit(*todo) if todo else []
+        policy_rules.log.info("policy.archived", count=len(ids))
+        return ids
+
+    def created_atoms_of(self, subject_ids: Iterable[str]) -> dict[str, list[str]]:
+        """Every atom created for each of these subjects (ids, in no particular order)."""
+        return self.census.atoms_of(self.recorder, subject_ids)
+
     def destroy_data_key(self, aggregate_id: UUID, reason: str,
                          actor: str | None = None) -> str | None:
         """Crypto-shred one item: destroy its data key, then record a signed event.

@@ -25,20 +25,28 @@ A refusal raises :class:`InputError` before anything is written: a batch is all 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from uuid import UUID
 
 import structlog
 
-from ledger.domain import WRITER_OR_OPERATOR, Atom
+from ledger.domain import Atom
 from ledger.errors import InputError
 from ledger.portability.common import SIDECAR
 
-if TYPE_CHECKING:
-    from ledger.application import LedgerApp
+
+class PolicyHost(Protocol):
+    """What the rules read of the ledger (``LedgerApp`` is one). The rules only decide:
+    the application takes the write lock and commits (no call back into a command)."""
+
+    def policy(self) -> dict[str, Any] | None: ...
+
+    def created_atoms_of(self, subject_ids: Iterable[str]) -> dict[str, list[str]]: ...
+
+    def get_many(self, ids: Iterable[UUID]) -> list[Any]: ...
 
 log = structlog.get_logger("ledger.policy")
 
@@ -49,7 +57,6 @@ __all__ = [
     "RULE_MIN_SALIENCE",
     "Refusal",
     "Standing",
-    "archive_atoms",
     "check_atoms",
     "check_new_atoms",
     "choose_archived",
@@ -238,13 +245,13 @@ def choose_archived(limit: int, standings: Sequence[Standing]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- write steps
-def in_force(app: LedgerApp) -> dict[str, Any] | None:
+def in_force(app: PolicyHost) -> dict[str, Any] | None:
     """The policy in force as ``LedgerApp.policy()`` gives it, if enforcement is on."""
     policy = app.policy()
     return policy if enforced(policy) is not None else None
 
 
-def check_new_atoms(app: LedgerApp, inputs: Sequence[Any], *,
+def check_new_atoms(app: PolicyHost, inputs: Sequence[Any], *,
                     imported: bool = False) -> dict[str, Any] | None:
     """Refuse the whole command if any atom breaks a rule; return the policy in force.
 
@@ -274,7 +281,7 @@ def _active(atom: Atom) -> bool:
             and not is_placeholder(atom.extensions))
 
 
-def over_limit(app: LedgerApp, policy: Mapping[str, Any] | None, new: Sequence[Any],
+def over_limit(app: PolicyHost, policy: Mapping[str, Any] | None, new: Sequence[Any],
                at: datetime) -> list[Atom]:
     """maxAtoms after this command's new atoms: archive the excess, lowest salience first.
 
@@ -292,7 +299,7 @@ def over_limit(app: LedgerApp, policy: Mapping[str, Any] | None, new: Sequence[A
     for a in new_atoms:
         if _active(a):
             fresh.setdefault(str(a.subject_id), []).append(a)
-    known = app.census.atoms_of(app.recorder, fresh)
+    known = app.created_atoms_of(fresh)
     assert policy is not None
     reason = (f"memoryPolicy maxAtoms {limit}: lowest-salience active atom of a subject over "
               f"the limit (policy event {policy.get('event_id')})")
@@ -315,28 +322,4 @@ def over_limit(app: LedgerApp, policy: Mapping[str, Any] | None, new: Sequence[A
             log.info("policy.max_atoms.archived", subject_id=subject_id, limit=limit,
                      archived=len(chosen))
     return loaded
-
-
-def archive_atoms(app: LedgerApp, reasons: Mapping[str, str], actor: str | None = None,
-                  batch_id: str | None = None) -> list[str]:
-    """Archive many atoms in one signed command (the sweep's archive step).
-
-    Atoms that are no longer active or soft-redacted when the write lock is held (another
-    sweep got there first) are skipped, so a repeated or concurrent run adds nothing.
-    Returns the event ids written.
-    """
-    if not reasons:
-        return []
-    with app.writing(app.signer(actor), WRITER_OR_OPERATOR) as at:
-        todo = []
-        for aid, reason in reasons.items():
-            atom = app.get_atom(UUID(aid))
-            if atom.status not in ("active", "soft-redacted"):
-                continue
-            atom.trigger_event(Atom.Redacted, timestamp=at, mode="archive", reason=reason,
-                               batch_id=batch_id, reached=None)
-            todo.append(atom)
-        ids: list[str] = app.commit(*todo) if todo else []
-    log.info("policy.archived", count=len(ids))
-    return ids
 

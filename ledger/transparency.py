@@ -19,7 +19,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
 import sqlalchemy as sa
@@ -37,7 +37,11 @@ from ledger.leaf import leaf_bytes, leaf_of
 from ledger.merkle import HASH_SIZE, MerkleTree, NodeKey, leaf_hash
 
 if TYPE_CHECKING:
-    from ledger.application import LedgerApp
+    from collections.abc import Iterator
+
+    from eventsourcing.persistence import Notification, StoredEvent
+
+    from ledger.home import Config
 
 _MAX_PARAMS = 500  # bound parameters per statement (SQLite before 3.32 allowed 999)
 
@@ -553,7 +557,29 @@ def unb64(text: str) -> bytes:
     return base64.b64decode(text, validate=True)
 
 
-def verify_since(app: LedgerApp, note: str, root_public_key: bytes) -> tuple[Any, dict[str, Any]]:
+class LogReader(Protocol):
+    """What :func:`verify_since` reads of a ledger (``LedgerApp`` is one): the log, its
+    tree, the ledger id and origin. No command: verification never calls back a write."""
+
+    @property
+    def ledger_id(self) -> str: ...
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def tlog(self) -> TransparencyLog: ...
+
+    def notifications(self, start: int, limit: int, *, topics: Sequence[str] = (),
+                      stop: int | None = None) -> Sequence[Notification]: ...
+
+    def stored_events(self, aggregate_id: UUID, *, gt: int | None = None,
+                      lte: int | None = None) -> list[StoredEvent]: ...
+
+    def stored_records(self, start: int = 1, batch: int = 5000) -> Iterator[Any]: ...
+
+
+def verify_since(app: LogReader, note: str, root_public_key: bytes) -> tuple[Any, dict[str, Any]]:
     """Verify only what was appended after a trusted checkpoint (cost follows new events).
 
     1. fold the roster from its root-signed events (few); 2. the checkpoint is signed by a
@@ -569,8 +595,7 @@ def verify_since(app: LedgerApp, note: str, root_public_key: bytes) -> tuple[Any
 
     root_kid = key_id(root_public_key)
     full = RosterState()
-    roster_events = app.recorder.select_notifications(start=1, limit=10**9,
-                                                      topics=sorted(ROSTER_TOPICS))
+    roster_events = app.notifications(start=1, limit=10**9, topics=sorted(ROSTER_TOPICS))
     opened_roster = []
     for rec in roster_events:
         try:
@@ -604,7 +629,7 @@ def verify_since(app: LedgerApp, note: str, root_public_key: bytes) -> tuple[Any
     start = 1
     if m:
         nid = app.tlog.store.last_notification_id_of(m - 1)
-        rec = app.recorder.select_notifications(start=nid, limit=1)[0]
+        rec = app.notifications(start=nid, limit=1)[0]
         opened = envelope.open_state(rec.state)
         proof = app.tlog.tree.inclusion_proof(m - 1, m)
         verify_inclusion(leaf_hash(leaf_of(rec, opened)), m - 1, m, proof, signed.root)
@@ -612,7 +637,7 @@ def verify_since(app: LedgerApp, note: str, root_public_key: bytes) -> tuple[Any
         v.last_time = datetime.fromisoformat(opened.envelope["timestamp"].replace("Z", "+00:00"))
         start = nid + 1
     v.prior_version = lambda oid, ver: bool(
-        app.recorder.select_events(UUID(oid), gt=ver - 1, lte=ver))
+        app.stored_events(UUID(oid), gt=ver - 1, lte=ver))
     for rec in app.stored_records(start=start):
         if not v.feed(rec):
             return v.report, {"since": m}

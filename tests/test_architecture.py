@@ -58,3 +58,24 @@ def test_no_layer_takes_the_application_as_any() -> None:
                 if text == "Any" or "[Any]" in text or "Any," in text:
                     found.append(f"{path.relative_to(REPO)}:{node.lineno}: {name}: {text}")
     assert not found, "the application typed as Any:\n" + "\n".join(found)
+
+
+def test_no_cycles_between_the_application_and_its_rules_and_log() -> None:
+    """Issue 14's three cycles stay broken: ``ledger/policy_rules.py`` and
+    ``ledger/transparency.py`` know the application only by a Protocol of what they read
+    (no import of ``ledger.application``, not even for type checking) and call no command
+    back (the sweep's ``archive_atoms`` is a ``LedgerApp`` command); ``mem.py`` no longer
+    imports the import service that imports it (through ``adapters.py``)."""
+    import grimp
+
+    graph = grimp.build_graph("ledger", "keys", exclude_type_checking_imports=False)
+    for importer, imported in (("ledger.policy_rules", "ledger.application"),
+                               ("ledger.transparency", "ledger.application"),
+                               ("ledger.portability.mem", "ledger.portability.service"),
+                               ("ledger.portability.adapters", "ledger.portability.service")):
+        chain = graph.find_shortest_chain(importer=importer, imported=imported)
+        assert chain is None, " -> ".join(chain or ())
+    for module in ("ledger/policy_rules.py", "ledger/transparency.py"):
+        text = (REPO / module).read_text(encoding="utf-8")
+        for call in ("app.writing(", "app.commit(", "app.recorder", "app.repository"):
+            assert call not in text, f"{module} calls {call} on the application"

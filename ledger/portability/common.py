@@ -245,3 +245,22 @@ def first(items: Iterable[str], n: int = 5) -> str:
     items = list(items)
     shown = ", ".join(items[:n])
     return shown + (f" (and {len(items) - n} more)" if len(items) > n else "")
+
+
+def placeholder(kind: str, subject: str, ref: str, tomb: dict[str, Any] | None
+                ) -> dict[str, Any]:
+    """An item created only to be crypto-shredded: the ledger's memory of a tombstone.
+
+    Here rather than in ``service.py``, so that ``mem.py`` needs nothing of the import
+    service, which imports the formats (the cycle adapters -> mem -> service -> adapters).
+    """
+    from ledger.domain import ERASED  # the domain (and eventsourcing) only when used
+
+    if kind == "artifact":
+        return {"subject": subject, "ref": ref, "kind": "document", "title": ERASED,
+                "private": True, "source": "tombstone"}
+    side: dict[str, Any] = {"placeholder": True}
+    if tomb is not None:
+        side["tombstone"] = tomb
+    return {"subject": subject, "ref": ref, "text": ERASED, "kind": "fact",
+            "derivation": "stated", "sensitivity": "private", "extensions": {SIDECAR: side}}

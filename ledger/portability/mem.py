@@ -51,6 +51,7 @@ from ledger.portability.common import (
     drop_none,
     first,
     namespaced,
+    placeholder,
 )
 from ledger.portability.membundle import TRUSTED, CheckedTombstone, VerifiedBundle
 from ledger.portability.record import (
@@ -65,7 +66,6 @@ from ledger.portability.record import (
     withheld,
 )
 from ledger.portability.records import DERIVED_KINDS, NOT_RECORDS, TOMBSTONE_KIND
-from ledger.portability.service import placeholder
 from ledger.portability.view import ArtifactView, SubjectView
 
 SUBJECT_KIND = "memoryLedgerSubject"

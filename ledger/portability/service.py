@@ -21,7 +21,6 @@ import structlog
 
 from keys.errors import KeyringError
 from keys.keyring import read_public_key_file
-from ledger.domain import ERASED
 from ledger.envelope import pae
 from ledger.errors import InputError, NotFound
 from ledger.inputs import ArtifactInput, AtomInput, SubjectInput, parse
@@ -52,19 +51,6 @@ def _exists(app: LedgerApp, kind: str, ref: str) -> UUID | None:
         return found
     except NotFound:
         return None
-
-
-def placeholder(kind: str, subject: str, ref: str, tomb: dict[str, Any] | None
-                ) -> dict[str, Any]:
-    """An item created only to be crypto-shredded: the ledger's memory of a tombstone."""
-    if kind == "artifact":
-        return {"subject": subject, "ref": ref, "kind": "document", "title": ERASED,
-                "private": True, "source": "tombstone"}
-    side: dict[str, Any] = {"placeholder": True}
-    if tomb is not None:
-        side["tombstone"] = tomb
-    return {"subject": subject, "ref": ref, "text": ERASED, "kind": "fact",
-            "derivation": "stated", "sensitivity": "private", "extensions": {SIDECAR: side}}
 
 
 #: Atom input fields the mapper seals (plaintext JSON under AEAD, any number kept).
