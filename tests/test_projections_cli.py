@@ -31,6 +31,17 @@ def _logs_on_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
     ledger.logs.configure()
 
 
+@pytest.fixture(autouse=True)
+def _restore_the_ledger_cli_opener(monkeypatch: pytest.MonkeyPatch) -> None:
+    """make_cli() mounts the commands with an opener of this test's home; put back the
+    ``ledger`` command's own afterwards, or a later test's ``ledger memory list --home H``
+    opens this test's (deleted) home and answers "no subject"."""
+    import projections.cli
+
+    monkeypatch.setattr(projections.cli.CONTEXT, "open_app", projections.cli.CONTEXT.open_app)
+    monkeypatch.setattr(projections.cli.CONTEXT, "rehearse", projections.cli.CONTEXT.rehearse)
+
+
 def make_cli(home: Path) -> typer.Typer:
     cli = typer.Typer(no_args_is_help=True, add_completion=False,
                       pretty_exceptions_enable=False)
