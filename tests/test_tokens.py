@@ -174,7 +174,7 @@ def test_revoked_in_another_process_is_refused_within_the_ttl(home: Path,
     a, b = open_store(home, clk), open_store(home, clk)
     instant = open_store(home, clk, ttl=0)
     try:
-        issued = a.create("shared", "assistant", ["u1"])
+        issued = a.create("both-stores", "assistant", ["u1"])
         assert b.authenticate(issued.token).credential_id == issued.record.token_id
         assert instant.authenticate(issued.token).role == "assistant"
         a.revoke(issued.record.token_id)
