@@ -1385,6 +1385,11 @@ class LedgerApp(Application[UUID]):
     def consistency_proof(self, old_size: int, new_size: int) -> list[bytes]:
         return self.tlog.consistency(old_size, new_size)
 
+    def latest_checkpoint(self) -> SignedCheckpoint:
+        """The latest recorded checkpoint; a new one is signed when none is recorded yet."""
+        cp = self.tlog.recorded()
+        return cp if cp is not None else self.checkpoint([])
+
     def cosignature_rows(self, size: int) -> list[tuple[str, str]]:
         """(witness name, vkey) of every witness that cosigned the checkpoint of ``size``."""
         return self.tlog.cosignature_rows(size)

@@ -188,8 +188,7 @@ class MemoryService:
         from ledger.domain import Subject
 
         out = []
-        for n in self.app.recorder.select_notifications(
-                start=1, limit=10**9, topics=[Subject.Created.TOPIC]):
+        for n in self.app.notifications(1, 10**9, topics=[Subject.Created.TOPIC]):
             sid = str(n.originator_id)
             if self._visible(caller, sid) is not None:
                 out.append(self.get_subject(caller, sid))
@@ -495,7 +494,7 @@ class MemoryService:
         if not _is_uuid(request):
             raise missing
         try:
-            req: Any = self.app.repository.get(UUID(request))
+            req: Any = self.app.aggregate(UUID(request))
         except Exception:
             raise missing from None
         if not isinstance(req, ErasureRequest) or self._visible(caller, req.subject_id) is None:
@@ -609,7 +608,7 @@ class MemoryService:
         from ledger.domain import RedactionBatch
 
         try:
-            batch: Any = self.app.repository.get(UUID(batch_id))
+            batch: Any = self.app.aggregate(UUID(batch_id))
         except Exception:
             raise NotFound(f"no batch {batch_id!r}") from None
         if not isinstance(batch, RedactionBatch):
@@ -626,9 +625,7 @@ class MemoryService:
         """The latest recorded signed checkpoint (C2SP note)."""
         from ledger.transparency import b64
 
-        cp = self.app.tlog.recorded()
-        if cp is None:
-            cp = self.app.checkpoint([])
+        cp = self.app.latest_checkpoint()
         return CheckpointOut(origin=cp.checkpoint.origin, size=cp.size, root_hash=b64(cp.root),
                              note=cp.note)
 
@@ -643,9 +640,7 @@ class MemoryService:
             from ledger.errors import EnvironmentProblem
 
             raise EnvironmentProblem("no trusted root key: keys/root.pub is missing")
-        cp = self.app.tlog.recorded()
-        if cp is None:
-            cp = self.app.checkpoint([])
+        cp = self.app.latest_checkpoint()
         report, extra = verify_since(self.app, cp.note, root)
         data = {**report.as_json(), **extra}
         return VerificationOut(ok=bool(data.get("ok")), events=int(data.get("events", 0)),

@@ -47,7 +47,7 @@ class RequestDetail:
 
 def _batch(svc: MemoryService, batch_id: str) -> dict[str, Any]:
     """A batch reached through a request the caller may see (its reach record, ids only)."""
-    b: Any = svc.app.repository.get(UUID(batch_id))
+    b: Any = svc.app.aggregate(UUID(batch_id))
     reach = dict(b.reach or {})
     return {"batch_id": batch_id, "status": b.status, "mode": b.mode,
             "targets": {k: len(v) for k, v in (b.targets or {}).items()},
@@ -165,7 +165,7 @@ def integrity(svc: MemoryService, caller: Caller) -> dict[str, Any]:
     cp = svc.checkpoint(caller)
     roster = svc.roster(caller)
     cosigned = []
-    for line, vkey in svc.app.tlog.cosignature_rows(cp.size):
+    for line, vkey in svc.app.cosignature_rows(cp.size):
         name = line.lstrip("\u2014 ").split(" ", 1)[0]
         cosigned.append({"witness": name, "vkey": vkey.split("+", 2)[0]})
     witnesses = [{"url": url, "vkey": vkey.split("+", 2)[0]}
