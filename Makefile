@@ -28,10 +28,10 @@ serve-demo: $(VENV)/.runtime
 	$(BIN)/python -m server.demo serve-demo-ledger
 
 test: $(VENV)/.dev
-	LEDGER_CHROMIUM="$$(scripts/ensure-chromium.sh)" $(BIN)/python -m pytest -q
+	LEDGER_CHROMIUM="$$(scripts/ensure-chromium.sh)" $(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 test-fast: $(VENV)/.dev
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow"
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check ledger keys projections governance tests benchmarks
