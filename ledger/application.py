@@ -60,7 +60,14 @@ from ledger.errors import (
     VerificationFailed,
 )
 from ledger.home import Config, StorageURL, shared_keystore_file, validate_db_url
-from ledger.inputs import ArtifactInput, AtomCorrection, AtomInput, SubjectInput, parse
+from ledger.inputs import (
+    ArtifactInput,
+    AtomCorrection,
+    AtomInput,
+    SubjectInput,
+    is_uuid,
+    parse,
+)
 from ledger.mapper import SigningMapper
 from ledger.transparency import SignedCheckpoint, TransparencyLog
 
@@ -377,7 +384,7 @@ class LedgerApp(Application[UUID]):
         """`ledger repair`: find (and discard) every orphan data key, under the write lock."""
         with self._write_lock():
             orphans = [k for k in self.datakeys.all_key_ids()
-                       if _is_uuid(k) and not self.exists(UUID(k))]
+                       if is_uuid(k) and not self.exists(UUID(k))]
             if orphans and not dry_run:
                 self.datakeys.discard(orphans)
         if orphans:
@@ -1493,14 +1500,6 @@ def _id_candidates(ref_or_id: str, from_ref: Any) -> list[UUID]:
     except LedgerError:
         pass
     return out
-
-
-def _is_uuid(value: str) -> bool:
-    try:
-        UUID(value)
-    except ValueError:
-        return False
-    return True
 
 
 def _first_line(e: BaseException) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
+from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -26,6 +27,8 @@ CONSENT_BASES = ("service-delivery", "legitimate-interest", "explicit-consent",
 
 REF_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$"
 MAX_BODY = 1_000_000
+MAX_ATOM_TEXT = 500
+MAX_GIST = 2000
 
 AtomKind = Literal["fact", "preference", "relationship", "belief", "goal", "skill",
                    "episodic", "semantic", "procedural"]
@@ -90,8 +93,8 @@ class AtomInput(_Input):
     subject: str
     ref: str | None = Field(default=None, pattern=REF_PATTERN)
     kind: AtomKind = "fact"
-    text: str = Field(min_length=1, max_length=500)
-    gist: str | None = Field(default=None, max_length=2000)
+    text: str = Field(min_length=1, max_length=MAX_ATOM_TEXT)
+    gist: str | None = Field(default=None, max_length=MAX_GIST)
     details: list[Detail] = Field(default_factory=list, max_length=100)
     tags: list[str] = Field(default_factory=list, max_length=100)
     confidence: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -146,8 +149,8 @@ class AtomInput(_Input):
 class AtomCorrection(_Input):
     """What changes in a correction; unset fields are carried over from the old atom."""
 
-    text: str = Field(min_length=1, max_length=500)
-    gist: str | None = Field(default=None, max_length=2000)
+    text: str = Field(min_length=1, max_length=MAX_ATOM_TEXT)
+    gist: str | None = Field(default=None, max_length=MAX_GIST)
     confidence: float | None = Field(default=None, ge=0.0, le=1.0)
     valid_from: datetime | None = None
     reason: str | None = Field(default=None, max_length=500)
@@ -169,3 +172,12 @@ def parse(model: type[_M], data: dict[str, Any]) -> _M:
             problems.append(f"{loc}: {err['msg']}")
         raise InputError("invalid input: " + "; ".join(problems),
                          hint="fix the fields named above and run the command again") from None
+
+
+def is_uuid(value: str) -> bool:
+    """True when ``value`` reads as a UUID (an id rather than a ref)."""
+    try:
+        UUID(value)
+    except ValueError:
+        return False
+    return True

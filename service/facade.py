@@ -34,6 +34,7 @@ from uuid import UUID
 
 from ledger import clock
 from ledger.errors import InputError, LedgerError, NotFound
+from ledger.inputs import is_uuid
 from service.caller import Caller
 from service.models import (
     ArtifactIn,
@@ -122,7 +123,7 @@ class MemoryService:
         missing = NotFound(f"no subject {subject!r} in this ledger",
                            hint="register it first (`ledger subject add`, POST /v1/subjects)")
         try:
-            if caller.tenant is not None and not _is_uuid(subject):
+            if caller.tenant is not None and not is_uuid(subject):
                 sid = str(self.app.resolve_subject(caller.stored_ref(subject)))
             else:
                 sid = str(self.app.resolve_subject(subject))
@@ -135,7 +136,7 @@ class MemoryService:
     def _item_id(self, caller: Caller, kind: str, ref_or_id: str) -> UUID:
         missing = NotFound(f"no {kind} {ref_or_id!r} in this ledger")
         try:
-            if caller.tenant is not None and not _is_uuid(ref_or_id):
+            if caller.tenant is not None and not is_uuid(ref_or_id):
                 return self.app.resolve(kind, caller.stored_ref(ref_or_id))
             return self.app.resolve(kind, ref_or_id)
         except NotFound:
@@ -491,7 +492,7 @@ class MemoryService:
 
         missing = NotFound(f"no erasure request {request!r}",
                            hint="see `ledger requests list` or GET /v1/requests")
-        if not _is_uuid(request):
+        if not is_uuid(request):
             raise missing
         try:
             req: Any = self.app.aggregate(UUID(request))
@@ -593,7 +594,7 @@ class MemoryService:
         self._require(caller, "operator")
         from governance.pack import build_pack, verify_pack
 
-        if not _is_uuid(batch_id):
+        if not is_uuid(batch_id):
             raise NotFound(f"no batch {batch_id!r}")
         self._batch_in_scope(caller, batch_id)
         with tempfile.TemporaryDirectory(prefix="ledger-pack-") as tmp:
@@ -674,14 +675,6 @@ class MemoryService:
 
 
 # ---------------------------------------------------------------------- helpers
-def _is_uuid(value: str) -> bool:
-    try:
-        UUID(value)
-    except ValueError:
-        return False
-    return True
-
-
 def _reason(reason: str) -> str:
     if not reason.strip():
         raise InputError("a reason is required", hint='e.g. "asked by the user"')

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ledger.inputs import REF_PATTERN
+from ledger.inputs import MAX_ATOM_TEXT, MAX_GIST, REF_PATTERN  # the application's limits
 
 Sensitivity = Literal["public", "private", "medical", "financial", "legal"]
 Derivation = Literal["stated", "inferred", "observed"]
@@ -42,7 +42,7 @@ class _Out(BaseModel):
 class SubjectIn(_In):
     ref: str = Field(pattern=REF_PATTERN, description="The subject's opaque id (not an e-mail "
                                                       "or a name).")
-    display_name: str | None = Field(default=None, max_length=500,
+    display_name: str | None = Field(default=None, max_length=200,
                                      description="Encrypted under the subject's data key.")
     locale: str | None = Field(default=None, max_length=35)
 
@@ -89,11 +89,11 @@ class Detail(_In):
 
 class AtomIn(_In):
     subject: str = Field(description="Subject ref or id.")
-    text: str = Field(min_length=1, max_length=MAX_TEXT,
+    text: str = Field(min_length=1, max_length=MAX_ATOM_TEXT,
                       description="One short sentence a person can review (encrypted).")
     kind: AtomKind = "fact"
     ref: str | None = Field(default=None, pattern=REF_PATTERN)
-    gist: str | None = Field(default=None, max_length=MAX_TEXT)
+    gist: str | None = Field(default=None, max_length=MAX_GIST)
     details: list[Detail] = Field(default_factory=list, max_length=100)
     tags: list[str] = Field(default_factory=list, max_length=100)
     confidence: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -130,10 +130,10 @@ class AtomsAdded(_Out):
 
 
 class AtomCorrectionIn(_In):
-    text: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT)
-    gist: str | None = Field(default=None, max_length=MAX_TEXT)
+    text: str | None = Field(default=None, min_length=1, max_length=MAX_ATOM_TEXT)
+    gist: str | None = Field(default=None, max_length=MAX_GIST)
     confidence: float | None = Field(default=None, ge=0.0, le=1.0)
-    reason: str | None = Field(default=None, max_length=1_000)
+    reason: str | None = Field(default=None, max_length=500)
 
 
 class AtomOut(_Out):
