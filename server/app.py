@@ -370,12 +370,7 @@ def _routes(api: FastAPI) -> None:
     # ------------------------------------------------------------------ recall and reads
     @api.post("/v1/recall", tags=["memories"])
     async def recall(body: RecallIn, c: CallerDep, b: BackendDep) -> RecallOut:
-        found = await b.read(lambda s: s.recall(c, body.model_copy(update={"rehearse": False})))
-        if body.rehearse and c.may_write_memory and found.items:
-            ids = [i.atom_id for i in found.items]
-            await b.write(lambda s: s.rehearse(c, ids, body.session_id))
-            found = found.model_copy(update={"items": [
-                i.model_copy(update={"rehearsed": True}) for i in found.items]})
+        found = await b.recall(c, body)
         return found
 
     @api.get("/v1/memories", tags=["memories"])

@@ -31,7 +31,7 @@ import structlog
 from ledger.errors import LedgerError
 from service.caller import Caller
 from service.facade import MemoryService
-from service.models import AtomAdded, AtomIn
+from service.models import AtomAdded, AtomIn, RecallIn, RecallOut
 from service.root import close_service, open_service
 
 T = TypeVar("T")
@@ -178,6 +178,19 @@ class Backend:
         fut = self.writer.submit(_Job(None, add=(caller, item)))
         result: AtomAdded = await asyncio.wrap_future(fut)
         return result
+
+    async def recall(self, caller: Caller, body: RecallIn) -> RecallOut:
+        """Recall on the reader thread, then the rehearsal events (a signed write) on the
+        writer: a recall never waits behind writes for its answer's content. What every
+        surface that recalls calls (the HTTP API, the MCP tool)."""
+        found: RecallOut = await self.read(
+            lambda s: s.recall(caller, body.model_copy(update={"rehearse": False})))
+        if body.rehearse and caller.may_write_memory and found.items:
+            ids = [i.atom_id for i in found.items]
+            await self.write(lambda s: s.rehearse(caller, ids, body.session_id))
+            found = found.model_copy(update={"items": [
+                i.model_copy(update={"rehearsed": True}) for i in found.items]})
+        return found
 
     def call_sync(self, fn: Callable[[MemoryService], T], write: bool = False) -> T:
         """For a caller on its own thread (the stdio MCP server)."""

@@ -304,12 +304,7 @@ def _tools(mcp: MCPServer[Any], b: Backend) -> None:
     # ------------------------------------------------------------------ recall
     async def recall(c: Caller, a: dict[str, Any]) -> CallToolResult:
         body = RecallIn(**a)
-        found = await b.read(lambda s: s.recall(c, body.model_copy(update={"rehearse": False})))
-        if body.rehearse and c.may_write_memory and found.items:
-            ids = [i.atom_id for i in found.items]
-            await b.write(lambda s: s.rehearse(c, ids, body.session_id))
-            found = found.model_copy(update={"items": [
-                i.model_copy(update={"rehearsed": True}) for i in found.items]})
+        found = await b.recall(c, body)
         return _result(found, text=found.prompt)
 
     _add(mcp, "recall", "Recall",
