@@ -30,9 +30,7 @@ write lock; a repeated sweep finds nothing due and writes nothing.
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import hashlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -41,7 +39,7 @@ import sqlalchemy as sa
 import structlog
 
 from governance.erasure import Targets, check_operator, hard_erase
-from ledger import clock, policy_rules
+from ledger import clock, locks, policy_rules
 from ledger.errors import ConflictError
 from ledger.inputs import PRIVACY_CLASSES
 from projections.atoms import decay_state
@@ -193,38 +191,11 @@ def plan_sweep(proj: Projections, policy: Mapping[str, Any], now: datetime) -> S
 
 
 # ----------------------------------------------------------------------------- the command
-@contextlib.contextmanager
-def sweep_lock(app: LedgerApp) -> Iterator[None]:
+def sweep_lock(app: LedgerApp) -> contextlib.AbstractContextManager[None]:
     """One sweep at a time per ledger; a second one stops at once (cron-safe)."""
-    busy = ConflictError("another `ledger sweep` is running on this ledger",
-                         hint="let it finish; sweeps are idempotent, run it again later")
-    if app.config.events.is_postgres:
-        import psycopg
-
-        env = app.config.events.eventsourcing_env()
-        key = int.from_bytes(hashlib.sha256(f"{app.ledger_id}/sweep".encode()).digest()[:8],
-                             "big", signed=True)
-        with psycopg.connect(dbname=env["POSTGRES_DBNAME"], host=env["POSTGRES_HOST"],
-                             port=int(env["POSTGRES_PORT"]), user=env["POSTGRES_USER"],
-                             password=env["POSTGRES_PASSWORD"] or None,
-                             autocommit=True) as conn:
-            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
-            if not row or not row[0]:
-                raise busy
-            try:
-                yield
-            finally:
-                conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
-        return
-    with open(app.config.home / "sweep.lock", "a+b") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise busy from None
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return locks.held(app.config, "sweep", busy=ConflictError(
+        "another `ledger sweep` is running on this ledger",
+        hint="let it finish; sweeps are idempotent, run it again later"))
 
 
 def _drop_tombstone_records(proj: Projections, ids: list[str]) -> int:

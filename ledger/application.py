@@ -11,9 +11,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
-import fcntl
 import gc
-import hashlib
 import json
 import logging
 import os
@@ -36,7 +34,7 @@ from keys.errors import DataKeyUnavailable, KeyError_, KeyNotAuthorized, Keyring
 from keys.keyring import Keyring, read_public_key_file
 from keys.roster import ROLES, ROOT, KeyRoster
 from keys.signing import Signer
-from ledger import bulk_reads, clock, envelope, faults, logs, policy_rules, sqlite_recorder
+from ledger import bulk_reads, clock, envelope, faults, locks, logs, policy_rules, sqlite_recorder
 from ledger.census import SubjectCensus
 from ledger.domain import (
     OPERATOR,
@@ -222,30 +220,9 @@ class LedgerApp(Application[UUID]):
         env = envelope.open_state(last[0].state).envelope
         return int(env["seq"]), datetime.fromisoformat(env["timestamp"].replace("Z", "+00:00"))
 
-    @contextlib.contextmanager
-    def _write_lock(self) -> Iterator[None]:
-        if self.config.events.is_postgres:
-            import psycopg
-
-            env = self.config.events.eventsourcing_env()
-            lock_key = int.from_bytes(hashlib.sha256(self.ledger_id.encode()).digest()[:8],
-                                      "big", signed=True)
-            with psycopg.connect(
-                    dbname=env["POSTGRES_DBNAME"], host=env["POSTGRES_HOST"],
-                    port=int(env["POSTGRES_PORT"]), user=env["POSTGRES_USER"],
-                    password=env["POSTGRES_PASSWORD"] or None, autocommit=True) as conn:
-                conn.execute("SELECT pg_advisory_lock(%s)", (lock_key,))
-                try:
-                    yield
-                finally:
-                    conn.execute("SELECT pg_advisory_unlock(%s)", (lock_key,))
-            return
-        with open(self.config.home / "write.lock", "a+b") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+    def _write_lock(self) -> contextlib.AbstractContextManager[None]:
+        """The ledger's write lock (``ledger/locks.py``)."""
+        return locks.held(self.config, "write")
 
     def root_signer(self) -> Signer:
         """The home's ``root`` key, checked (by key id) to be this ledger's root before
