@@ -34,7 +34,7 @@ test-fast: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow"
 
 lint: $(VENV)/.dev
-	$(BIN)/ruff check ledger keys projections governance tests benchmarks
+	$(BIN)/ruff check ledger keys rawfiles projections governance tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

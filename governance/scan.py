@@ -2,13 +2,13 @@
 
 No SQL, no parsing: every byte of every file under the home is read once and searched
 for all needles at once. Files are cut into spans, one task each; a task reads its span
-in blocks (keys/bytescan.py) that overlap by the longest needle minus one, so a match
+in blocks (rawfiles/bytescan.py) that overlap by the longest needle minus one, so a match
 that crosses a block or span boundary is found, and counted once (by the block it starts
 in). Large homes are scanned by one worker process per core: the scan is the one part of
 an erasure whose cost follows the bytes the ledger owns rather than the erased items
 (ADR 0012), so it gets the whole machine.
 
-The matcher (Hyperscan where installed, else Aho-Corasick) is keys/bytescan.py.
+The matcher (Hyperscan where installed, else Aho-Corasick) is rawfiles/bytescan.py.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from keys.bytescan import BLOCK, ENGINES, ByteMatcher, file_identity
+from rawfiles.bytescan import BLOCK, ENGINES, ByteMatcher, file_identity
 
 __all__ = ["ENGINES", "MAX_OFFSETS", "SPAN", "TreeScan", "scan_tree"]
 
 SPAN = 32 << 20
-"""Bytes of a file per task (read in :data:`keys.bytescan.BLOCK` pieces): large enough
+"""Bytes of a file per task (read in :data:`rawfiles.bytescan.BLOCK` pieces): large enough
 that a worker's per-task cost is nothing next to its reading, small enough that two
 workers finish together on a home of a few files of very different sizes."""
 PARALLEL_FROM = 2 * SPAN

@@ -28,9 +28,9 @@ from sqlalchemy.pool import NullPool
 
 from keys import aead
 from keys.aead import new_data_key
-from keys.bytescan import ByteMatcher
 from keys.errors import DataKeyUnavailable, KeystoreBlocked, KeystoreError
-from keys.sqlitepages import scrub_pages, write_transaction
+from rawfiles.bytescan import ByteMatcher
+from rawfiles.sqlitepages import scrub_pages, write_transaction
 
 log = structlog.get_logger("keys")
 
@@ -48,7 +48,7 @@ def store_sqlite() -> ModuleType:
     newer SQLite, 3.50) gives FTS5 ``secure-delete`` (3.44+), so an erasure does not
     have to merge the whole keyword index, and ``sqlite_dbpage``, through which the
     residue repairs of both files zero the unused bytes of single pages
-    (keys/sqlitepages.py, ADR 0012). The event store stays on the standard library: it
+    (rawfiles/sqlitepages.py, ADR 0012). The event store stays on the standard library: it
     is opened by ``eventsourcing`` through ``sqlite3``, and one file must never be
     opened through two SQLite libraries in one process (each keeps its own table of
     POSIX locks, so closing a file through one drops the locks the other holds; the
@@ -336,7 +336,7 @@ class DataKeyStore:
     def _repair(self, material: list[bytes], found: dict[Path, list[int]]) -> None:
         """Remove the destroyed keys' bytes the check found, smallest repair first, each
         followed by a new check: the pages holding them get their unused bytes zeroed
-        (keys/sqlitepages.py; SQLite can keep an old copy of a cell in a page's gap after
+        (rawfiles/sqlitepages.py; SQLite can keep an old copy of a cell in a page's gap after
         it rebalanced the page), then, if any are left, VACUUM (every page rebuilt from
         the live rows). Still there: :class:`KeystoreError`."""
         if not found:

@@ -24,13 +24,13 @@ import sqlalchemy as sa
 import structlog
 from sqlalchemy.engine import Connection, Engine
 
-from keys.bytescan import file_identity
 from keys.datakeys import BUSY_TIMEOUT_S, make_engine, store_sqlite
-from keys.heldfiles import HeldFile, read_file
-from keys.sqlitepages import freelist_trunks, scrub_pages, wal_frames, write_transaction
 from ledger.errors import CheckpointBlocked, EnvironmentProblem
 from ledger.home import StorageURL
 from projections.routes import ProbeHit, ProbeResult
+from rawfiles.bytescan import file_identity
+from rawfiles.heldfiles import HeldFile, read_file
+from rawfiles.sqlitepages import freelist_trunks, scrub_pages, wal_frames, write_transaction
 
 log = structlog.get_logger("projections")
 
@@ -215,7 +215,7 @@ class Store:
         empty the WAL (inside :meth:`checkpoints_held`, after the last write).
 
         Holding the write lock (``BEGIN IMMEDIATE`` on one connection: no frame can be
-        added), the WAL's frame headers are read (:func:`keys.sqlitepages.wal_frames`),
+        added), the WAL's frame headers are read (:func:`rawfiles.sqlitepages.wal_frames`),
         a ``PASSIVE`` checkpoint runs on a second connection, and its frame counts must
         equal the headers' (every committed frame copied, none other); the write lock is
         kept until the clock that stamps file writes has passed the file's modification
@@ -321,7 +321,7 @@ class Store:
 
     def scrub(self, offsets: Iterable[int]) -> int | None:
         """Zero the bytes no row uses in the pages these file offsets fall in
-        (:func:`keys.sqlitepages.scrub_pages`, one transaction), then checkpoint and
+        (:func:`rawfiles.sqlitepages.scrub_pages`, one transaction), then checkpoint and
         truncate the WAL; returns how many pages changed, or None when this SQLite cannot
         write pages (no ``sqlite_dbpage``). The cost follows the number of pages, not the
         tables or the file.

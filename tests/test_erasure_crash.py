@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from keys.bytescan import ByteMatcher
 from ledger.application import LedgerApp
 from ledger.home import Config
+from rawfiles.bytescan import ByteMatcher
 from tests.conftest import run_cli
 
 ATOMS = 300

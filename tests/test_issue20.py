@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from keys.bytescan import ByteMatcher
 from keys.roster import ROOT
 from keys.signing import Signer
 from ledger.application import LedgerApp
 from ledger.home import Config
+from rawfiles.bytescan import ByteMatcher
 from tests.conftest import run_cli, snapshot
 
 CHILD = "import sys; from ledger.cli import main; sys.exit(main(sys.argv[1:]))"

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from keys.bytescan import ENGINES, ByteMatcher
 from keys.datakeys import DataKeyStore, make_engine, store_sqlite
 from keys.errors import KeystoreError
+from rawfiles.bytescan import ENGINES, ByteMatcher
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 

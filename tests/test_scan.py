@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from governance import scan
-from keys.bytescan import ByteMatcher, file_identity
+from rawfiles.bytescan import ByteMatcher, file_identity
 
 
 def test_both_engines_are_installed_here() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from ahocorasick_rs import BytesAhoCorasick
 
-from keys.heldfiles import HeldFile
+from rawfiles.heldfiles import HeldFile
 
 hyperscan: Any
 try:
@@ -75,7 +75,7 @@ class ByteMatcher:
         bytes after it, one open file for all of them."""
         out: list[int] = []
         tail = max(self.longest - 1, 0)
-        with HeldFile(path) as f:  # never close a file SQLite has open (keys/heldfiles.py)
+        with HeldFile(path) as f:  # never close a file SQLite has open (rawfiles/heldfiles.py)
             for start, end in ranges:
                 f.seek(start)
                 view = memoryview(bytearray(end - start + tail))
@@ -93,7 +93,7 @@ class ByteMatcher:
         block of ``[start, end)``, the bytes running on by the longest needle minus one;
         one buffer, reused."""
         view = memoryview(bytearray(block + max(self.longest - 1, 0)))
-        with HeldFile(path) as f:  # never close a file SQLite has open (keys/heldfiles.py)
+        with HeldFile(path) as f:  # never close a file SQLite has open (rawfiles/heldfiles.py)
             stop = end if end is not None else f.seek(0, 2)
             for pos in range(start, stop, block):
                 f.seek(pos)

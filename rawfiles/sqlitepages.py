@@ -21,7 +21,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from keys.heldfiles import HeldFile
+from rawfiles.heldfiles import HeldFile
 
 __all__ = ["WalFrames", "freelist_trunks", "scrub_btree_page", "scrub_pages", "wal_frames",
            "write_transaction"]
