@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["PUBLIC", "PUBLIC_DIR", "make_dirs", "write_file"]
+__all__ = ["PRIVATE", "PUBLIC", "PUBLIC_DIR", "make_dirs", "write_file", "write_private"]
 
 PUBLIC = 0o644
 """Readable by all, writable by the owner only: public keys, packs, checkpoints."""
 PUBLIC_DIR = 0o755
+PRIVATE = 0o600
+"""The owner's alone: private keys, a home's configuration."""
 
 
 def write_file(path: str | Path, data: bytes | str, mode: int = PUBLIC) -> None:
@@ -30,6 +32,30 @@ def write_file(path: str | Path, data: bytes | str, mode: int = PUBLIC) -> None:
             view = view[os.write(fd, view):]
     finally:
         os.close(fd)
+
+
+def write_private(path: str | Path, data: bytes | str, *, replace: bool = False) -> None:
+    """Write a file only its owner may read (mode 0600), flushed to disk before returning.
+
+    ``replace=False``: create ``path``, never overwrite it (``FileExistsError``).
+    ``replace=True``: write ``<path>.tmp`` and rename it over ``path``, so a reader sees
+    the old file or the new one, never half of one.
+    """
+    path = Path(path)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    target = path.with_name(path.name + ".tmp") if replace else path
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_TRUNC if replace else os.O_EXCL)
+    fd = os.open(target, flags, PRIVATE)
+    try:
+        os.fchmod(fd, PRIVATE)
+        view = memoryview(raw)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if replace:
+        os.replace(target, path)
 
 
 def make_dirs(path: str | Path, mode: int = PUBLIC_DIR, exist_ok: bool = False) -> None:

@@ -2,20 +2,24 @@
 
 Private keys never live in the repository. Each key is a JSON file
 ``<name>.key`` holding the 32-byte Ed25519 seed; ``<name>.pub`` holds the
-public key and key id, for auditors and for ``--root-key``.
+public key and key id, for auditors and for ``--root-key``. This module is the one
+reader and writer of both formats (:func:`private_key_document`,
+:func:`read_private_key_file`, :func:`public_key_document`, :func:`read_public_key_file`),
+and of the bare seed file a witness home keeps (:func:`write_seed_file`,
+:func:`read_seed_file`: one line of base64, mode 0600; the format witness homes have
+always had).
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import stat
 from pathlib import Path
 
 from keys.errors import KeyringError, PublicKeyFileError
-from keys.files import write_file
+from keys.files import write_file, write_private
 from keys.signing import Signer, key_id
 
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
@@ -38,6 +42,23 @@ def public_key_document(name: str, public_key: bytes) -> dict[str, str]:
     }
 
 
+def private_key_document(signer: Signer) -> dict[str, str]:
+    return {"name": signer.name, "algorithm": "ed25519", "kid": signer.kid,
+            "seed": bytes(signer.signing_key).hex()}
+
+
+def read_private_key_file(path: Path, name: str) -> Signer:
+    """Read a ``.key`` file written by :class:`Keyring` and check its key id."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        signer = Signer.from_seed(name, bytes.fromhex(doc["seed"]))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise KeyringError(f"cannot read private key {path}: {e}") from e
+    if signer.kid != doc.get("kid"):
+        raise KeyringError(f"private key {path}: stored key id does not match the key")
+    return signer
+
+
 def read_public_key_file(path: Path) -> bytes:
     """Read a ``.pub`` file written by :class:`Keyring` and check its key id."""
     try:
@@ -49,6 +70,17 @@ def read_public_key_file(path: Path) -> bytes:
     if key_id(public_key) != kid:
         raise PublicKeyFileError(f"public key file {path}: key id {kid} does not match its key")
     return public_key
+
+
+def write_seed_file(path: Path, seed: bytes) -> None:
+    """Create a bare seed file (base64, one line, mode 0600); never overwrite one."""
+    write_private(path, base64.b64encode(seed).decode() + "\n")
+
+
+def read_seed_file(path: Path) -> bytes:
+    """The 32-byte seed of a file written by :func:`write_seed_file` (``OSError``,
+    ``ValueError`` when it cannot be read or is not base64)."""
+    return base64.b64decode(path.read_text(encoding="utf-8").strip(), validate=True)
 
 
 class Keyring:
@@ -65,17 +97,24 @@ class Keyring:
         path = self._key_path(name)
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         signer = Signer.generate(name)
-        doc = {"name": name, "algorithm": "ed25519", "kid": signer.kid,
-               "seed": bytes(signer.signing_key).hex()}
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            write_private(path, json.dumps(private_key_document(signer)))
         except FileExistsError as e:
             raise KeyringError(f"a key named {name!r} already exists in {self.folder}") from e
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f)
-        pub = self.folder / f"{name}.pub"
-        write_file(pub, json.dumps(public_key_document(name, signer.public_key)))
+        self._write_public(signer)
         return signer
+
+    def install(self, signer: Signer) -> None:
+        """Put ``signer`` in this keyring under its name, replacing the key there (a
+        rotation): the private file is swapped whole, then the public file rewritten."""
+        self.public_key_path(signer.name).unlink(missing_ok=True)
+        write_private(self._key_path(signer.name), json.dumps(private_key_document(signer)),
+                      replace=True)
+        self._write_public(signer)
+
+    def _write_public(self, signer: Signer) -> None:
+        write_file(self.public_key_path(signer.name),
+                   json.dumps(public_key_document(signer.name, signer.public_key)))
 
     def load(self, name: str) -> Signer:
         path = self._key_path(name)
@@ -91,14 +130,7 @@ class Keyring:
                 f"private key {path} is readable by others (mode {oct(mode)}); "
                 f"run `chmod 600 {path}`"
             )
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-            signer = Signer.from_seed(name, bytes.fromhex(doc["seed"]))
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise KeyringError(f"cannot read private key {path}: {e}") from e
-        if signer.kid != doc.get("kid"):
-            raise KeyringError(f"private key {path}: stored key id does not match the key")
-        return signer
+        return read_private_key_file(path, name)
 
     def public_key_path(self, name: str) -> Path:
         _check_name(name)

@@ -14,7 +14,6 @@ import copy
 import gc
 import json
 import logging
-import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -572,26 +571,9 @@ class LedgerApp(Application[UUID]):
             roster.revoke(old.kid, None, at, reason or "rotated", at)
             self.commit(roster)
             self.keyring.remove(name)
-            self._install(new)
+            self.keyring.install(new)
         log.info("key.rotated", old_kid=old.kid, new_kid=new.kid)
         return old.kid, new.kid
-
-    def _install(self, signer: Signer) -> None:
-        self.keyring.public_key_path(signer.name).unlink(missing_ok=True)
-        path = self.keyring.folder / f"{signer.name}.key"
-        tmp = path.with_suffix(".key.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        import json
-
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"name": signer.name, "algorithm": "ed25519", "kid": signer.kid,
-                       "seed": bytes(signer.signing_key).hex()}, f)
-        os.replace(tmp, path)
-        from keys.files import write_file
-        from keys.keyring import public_key_document
-
-        write_file(self.keyring.public_key_path(signer.name),
-                   json.dumps(public_key_document(signer.name, signer.public_key)))
 
     # ------------------------------------------------------------------ subjects
     def register_subject(self, data: dict[str, Any], actor: str | None = None) -> UUID:

@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
+from keys.files import write_private
 from ledger.errors import EnvironmentProblem, InputError
 
 HOME_DIRNAME = ".ledger"
@@ -175,10 +176,4 @@ class Config:
                       "[[witnesses]]", f"url = {_toml_value(url)}",
                       f"vkey = {_toml_value(vkey)}", ""]
         path = self.home / CONFIG
-        tmp = path.with_name(CONFIG + ".tmp")  # written whole, then renamed: never half
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write("\n".join(lines))
-            f.flush()
-            os.fsync(f.fileno())
-        tmp.replace(path)
+        write_private(path, "\n".join(lines), replace=True)  # renamed whole: never half

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from uuid import UUID
 import structlog
 
 from keys.errors import KeyringError
+from keys.files import write_private
 from keys.keyring import read_public_key_file
 from ledger.envelope import pae
 from ledger.errors import InputError, NotFound
@@ -332,12 +332,10 @@ def write_document(out: Path, doc: dict[str, Any], signer: Any | None, payload_t
 
 def _write_new_file(path: Path, data: bytes) -> str:
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        write_private(path, data)
     except FileExistsError:
         raise InputError(f"{path} already exists", hint="choose a new --out, or remove it"
                          ) from None
     except OSError as e:
         raise InputError(f"cannot write {path}: {e.strerror or e}") from e
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
     return str(path)

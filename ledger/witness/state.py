@@ -18,7 +18,6 @@ make the witness cosign a smaller tree or a second root for one size.
 
 from __future__ import annotations
 
-import base64
 import os
 import signal
 import sqlite3
@@ -32,6 +31,7 @@ from pathlib import Path
 import nacl.signing
 import structlog
 
+from keys.keyring import read_seed_file, write_seed_file
 from ledger.checkpoint import CheckpointError, parse_body, parse_note, parse_vkey, verify_note
 from ledger.errors import ConflictError, EnvironmentProblem, InputError, VerificationFailed
 from ledger.merkle import EMPTY_ROOT, verify_consistency
@@ -96,11 +96,7 @@ def init_home(home: Path, name: str) -> str:
                             hint="use it, or choose another --home")
     home.mkdir(parents=True, exist_ok=True)
     key = nacl.signing.SigningKey.generate()
-    fd = os.open(home / KEY, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(base64.b64encode(bytes(key)).decode() + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    write_seed_file(home / KEY, bytes(key))
     vkey = witness_vkey(name, bytes(key.verify_key))
     (home / VKEY).write_text(vkey + "\n", encoding="utf-8")
     conn = _connect(home / DB)
@@ -118,9 +114,7 @@ class Witness:
         try:
             doc = tomllib.loads((home / CONFIG).read_text(encoding="utf-8"))
             self.name = str(doc["name"])
-            seed = base64.b64decode((home / KEY).read_text(encoding="utf-8").strip(),
-                                    validate=True)
-            self.key = nacl.signing.SigningKey(seed)
+            self.key = nacl.signing.SigningKey(read_seed_file(home / KEY))
         except (OSError, ValueError, KeyError, tomllib.TOMLDecodeError) as e:
             raise EnvironmentProblem(f"{home} is not a usable witness home: {e}",
                                      hint="create one with `ledger witness init --home DIR "
