@@ -29,7 +29,8 @@ from typing import Any
 if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     sys.path.pop(0)
 
-from governance.audit import Period, build_report, render_html, render_json
+from governance.audit import Period, build_report
+from governance.audit_render import render_html, render_json
 from ledger import clock
 from ledger.application import LedgerApp
 from ledger.home import Config

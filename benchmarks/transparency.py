@@ -25,7 +25,8 @@ from ledger import envelope
 from ledger.application import LedgerApp
 from ledger.home import Config
 from ledger.merkle import MerkleTree, leaf_hash, verify_consistency, verify_inclusion
-from ledger.transparency import SqlTreeStore, verify_since
+from ledger.transparency import SqlTreeStore
+from ledger.verification import verify_since
 from ledger.verify import verify_log
 
 

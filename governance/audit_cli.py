@@ -60,14 +60,9 @@ def audit_command(
 
     Example: ledger audit --from 2026-01-01 --to 2026-01-31 --format html --out jan.html
     """
-    from governance.audit import (
-        FORMATS,
-        VERIFY_SCOPES,
-        build_report,
-        parse_period,
-        render,
-        write_atomic,
-    )
+    from governance.audit import VERIFY_SCOPES, build_report, parse_period
+    from governance.audit_render import FORMATS, render, write_atomic
+    from ledger import progress
 
     if as_json:
         if fmt not in ("text", "json"):
@@ -81,8 +76,9 @@ def audit_command(
                          hint=f"use one of: {', '.join(VERIFY_SCOPES)}")
     now = clock.now()
     period = parse_period(from_, to, now)
-    with _open[0]() as app:
-        report = build_report(app, period, subject=subject, verify=verify, now=now)
+    with _open[0]() as app, progress.bar("Building the report", json=fmt == "json") as bar:
+        report = build_report(app, period, subject=subject, verify=verify, now=now,
+                              progress=bar)
     text = render(report, fmt)
     if out is not None:
         write_atomic(out, text)

@@ -402,6 +402,7 @@ def verify_pack_command(
     from governance.pack import PackInvalid, verify_pack
     from governance.witnessed import summary
     from keys.keyring import read_public_key_file
+    from ledger import progress
     from ledger.witness.policy import parse_policy
 
     root = read_public_key_file(root_key) if root_key else None
@@ -412,7 +413,8 @@ def verify_pack_command(
         except OSError as e:
             raise InputError(f"cannot read policy file {policy}: {e}") from e
     try:
-        report = verify_pack(pack, root, witness_policy)
+        with progress.bar("Verifying the pack", json=as_json) as bar:
+            report = verify_pack(pack, root, witness_policy, bar)
     except PackInvalid as e:
         _out({"ok": False, "step": e.step, "reason": str(e)}, as_json)
         _verdict(f"FAIL: {e}")

@@ -26,7 +26,7 @@ import json
 import os
 import shutil
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -61,6 +61,7 @@ from ledger.verify import LogVerifier
 if TYPE_CHECKING:
     from ledger.application import LedgerApp
     from ledger.transparency import SignedCheckpoint
+    from ledger.verification import Progress
 
 STATEMENT = "statement.dsse.json"
 EVENTS = "events.jsonl"
@@ -407,9 +408,20 @@ class PackReport:
 
 
 def verify_pack(folder: Path, root_public_key: bytes | None = None,
-                policy: Any = None) -> PackReport:
-    """Verify a pack folder (or .zip); raise :class:`PackInvalid` at the first failing step."""
-    files = _read_pack(folder)
+                policy: Any = None, progress: Progress | None = None) -> PackReport:
+    """Verify a pack folder (or .zip); raise :class:`PackInvalid` at the first failing step.
+
+    The I/O (:func:`read_pack`) then the pure checks (:func:`verify_pack_bytes`)."""
+    return verify_pack_bytes(read_pack(folder), root_public_key, policy, progress)
+
+
+def verify_pack_bytes(pack: Mapping[str, bytes], root_public_key: bytes | None = None,
+                      policy: Any = None, progress: Progress | None = None) -> PackReport:
+    """Verify a pack given as its files' bytes (name -> bytes, as :func:`read_pack` reads
+    them): docs/spec/evidence-pack.md, steps 1-7. Pure: no file, no network, no clock.
+    Raise :class:`PackInvalid` at the first failing step. ``progress(done, total)`` counts
+    the events through steps 3 and 5."""
+    files = dict(pack)
     # Step 1: the statement is a DSSE envelope of an in-toto Statement v1 of our type.
     try:
         dsse = json.loads(files.pop(STATEMENT))
@@ -445,7 +457,11 @@ def verify_pack(folder: Path, root_public_key: bytes | None = None,
     v = LogVerifier(ledger_id=ledger_id, root_public_key=root_public_key, collect_leaves=True)
     v.sparse = True
     events = []
-    for line in files[EVENTS].decode().splitlines():
+    lines = files[EVENTS].decode().splitlines()
+    total = 2 * len(lines)
+    for done, line in enumerate(lines, 1):
+        if progress is not None:
+            progress(done, total)
         doc = json.loads(line)
         rec = _Rec(doc["seq"], UUID(doc["originator_id"]), doc["version"], doc["topic"],
                    unb64(doc["state"]))
@@ -475,7 +491,9 @@ def verify_pack(folder: Path, root_public_key: bytes | None = None,
         after = verify_with_roster(after_note, origin, roster, at)
     except VerificationFailed as e:
         raise PackInvalid("5", str(e)) from e
-    for (doc, _rec), leaf in zip(events, v.leaves or [], strict=True):
+    for done, ((doc, _rec), leaf) in enumerate(zip(events, v.leaves or [], strict=True), 1):
+        if progress is not None:
+            progress(len(events) + done, 2 * len(events))
         try:
             verify_inclusion(leaf, doc["seq"] - 1, after.size, [unb64(p) for p in doc["proof"]],
                              after.root)
@@ -588,7 +606,9 @@ def _check_predicate(predicate: dict[str, Any], events: list[tuple[dict[str, Any
             raise PackInvalid("6", f"target artifact {art} has no key destruction or tombstone")
 
 
-def _read_pack(folder: Path) -> dict[str, bytes]:
+def read_pack(folder: Path) -> dict[str, bytes]:
+    """The I/O half of ``verify-pack``: every file of a pack folder or .zip, by its
+    relative name (zip entries that escape the pack are refused, step 2)."""
     if folder.is_file() and folder.suffix == ".zip":
         try:
             with zipfile.ZipFile(folder) as zf:

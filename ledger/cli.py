@@ -528,46 +528,18 @@ def verify(
     """
     from keys.keyring import read_public_key_file
     from ledger import progress
-    from ledger.transparency import b64, verify_since, verify_with_roster
-    from ledger.verify import Failure, check_checkpoint, verify_log
+    from ledger.verification import verify_ledger
 
     with opened() as app:
         root = read_public_key_file(root_key) if root_key else app.root_public_key
         if root is None:
             raise EnvironmentProblem("no trusted root key: keys/root.pub is missing",
                                      hint="pass --root-key FILE")
-        if since is not None:
-            report, extra = verify_since(app, _read_note(since), root)
-            result = {**report.as_json(), **extra}
-        else:
-            leaves: list[bytes] = []
-            with progress.bar("Verifying events", total=app.recorder.max_notification_id(),
-                              json=as_json) as bar:
-                report = verify_log(progress.tracked(app.stored_records(), bar),
-                                    ledger_id=app.ledger_id, root_public_key=root,
-                                    leaves=leaves)
-            result = report.as_json()
-            notes: list[tuple[str, str]] = []
-            latest = app.tlog.recorded()
-            if latest is not None:
-                notes.append(("latest recorded checkpoint", latest.note))
-            if checkpoint is not None:
-                notes.append((str(checkpoint), _read_note(checkpoint)))
-            checked = []
-            for label, note in notes if report.ok else []:
-                try:
-                    signed = verify_with_roster(note, app.config.origin, report.roster)
-                    failure = check_checkpoint(leaves, signed.checkpoint,
-                                               app.tlog.store.leaf_hashes, app.tlog.tree.root)
-                except VerificationFailed as e:
-                    failure = Failure(0, None, "-", "8.1", f"{label}: {e}")
-                if failure is not None:
-                    report.ok, report.failure = False, failure
-                    result = report.as_json()
-                    break
-                checked.append({"checkpoint": label, "size": signed.size,
-                                "root": b64(signed.root)})
-            result["checkpoints"] = checked
+        kept = [] if checkpoint is None else [(str(checkpoint), _read_note(checkpoint))]
+        note = None if since is None else _read_note(since)
+        with progress.bar("Verifying events", json=as_json) as bar:
+            found = verify_ledger(app, root, since=note, checkpoints=kept, progress=bar)
+    report, result = found.report, found.as_json()
     out(result, as_json)
     if report.failure is not None:
         verdict(f"FAIL: {report.failure.describe()}")

@@ -19,8 +19,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
-from uuid import UUID
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 import structlog
@@ -37,11 +36,9 @@ from ledger.leaf import leaf_bytes, leaf_of
 from ledger.merkle import HASH_SIZE, MerkleTree, NodeKey, leaf_hash
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
 
-    from eventsourcing.persistence import Notification, StoredEvent
 
-    from ledger.home import Config
+    pass
 
 _MAX_PARAMS = 500  # bound parameters per statement (SQLite before 3.32 allowed 999)
 
@@ -555,98 +552,3 @@ def b64(data: bytes) -> str:
 
 def unb64(text: str) -> bytes:
     return base64.b64decode(text, validate=True)
-
-
-class LogReader(Protocol):
-    """What :func:`verify_since` reads of a ledger (``LedgerApp`` is one): the log, its
-    tree, the ledger id and origin. No command: verification never calls back a write."""
-
-    @property
-    def ledger_id(self) -> str: ...
-
-    @property
-    def config(self) -> Config: ...
-
-    @property
-    def tlog(self) -> TransparencyLog: ...
-
-    def notifications(self, start: int, limit: int, *, topics: Sequence[str] = (),
-                      stop: int | None = None) -> Sequence[Notification]: ...
-
-    def stored_events(self, aggregate_id: UUID, *, gt: int | None = None,
-                      lte: int | None = None) -> list[StoredEvent]: ...
-
-    def stored_records(self, start: int = 1, batch: int = 5000) -> Iterator[Any]: ...
-
-
-def verify_since(app: LogReader, note: str, root_public_key: bytes) -> tuple[Any, dict[str, Any]]:
-    """Verify only what was appended after a trusted checkpoint (cost follows new events).
-
-    1. fold the roster from its root-signed events (few); 2. the checkpoint is signed by a
-    log key; 3. the stored tree's peaks for that size hash to its root, and the last event
-    it covers is included (its time seeds step 6); 4. every newer event passes steps 1-7;
-    5. the new leaves extend the trusted peaks to the new root (consistency by construction),
-    which must equal any checkpoint recorded for the new size.
-    """
-    from keys.roster import ROSTER_TOPICS, RosterState
-    from keys.signing import key_id
-    from ledger.merkle import verify_inclusion
-    from ledger.verify import Failure, LogVerifier
-
-    root_kid = key_id(root_public_key)
-    full = RosterState()
-    roster_events = app.notifications(start=1, limit=10**9, topics=sorted(ROSTER_TOPICS))
-    opened_roster = []
-    for rec in roster_events:
-        try:
-            opened = envelope.open_state(rec.state)
-            if opened.kid != root_kid:
-                raise envelope.EnvelopeError("4", "not signed by the trusted root key")
-            envelope.verify(opened, root_public_key)
-        except envelope.EnvelopeError as e:
-            raise VerificationFailed(f"roster event at position {rec.id}: {e}") from e
-        full.apply(rec.topic, opened.envelope["payload"])
-        opened_roster.append(opened)
-    signed = verify_with_roster(note, app.config.origin, full)
-    m = signed.size
-    v = LogVerifier(ledger_id=app.ledger_id, root_public_key=root_public_key,
-                    collect_leaves=True)
-    for opened in opened_roster:
-        if opened.envelope["seq"] <= m:
-            v.report.roster.apply(opened.envelope["topic"], opened.envelope["payload"])
-    peaks = peak_keys(m)
-    try:
-        sparse = SparseTreeStore(m, dict(zip(peaks, app.tlog.store.get_many(peaks),
-                                             strict=True)))
-    except KeyError:
-        sparse = None
-    if sparse is None or MerkleTree(sparse).root(m) != signed.root:
-        v.report.ok = False
-        v.report.failure = Failure(0, None, "-", "8.3", f"the stored tree does not match the "
-                                   f"trusted checkpoint of size {m}: history was rewritten; "
-                                   "run `ledger verify --checkpoint FILE` for the full check")
-        return v.report, {"since": m}
-    start = 1
-    if m:
-        nid = app.tlog.store.last_notification_id_of(m - 1)
-        rec = app.notifications(start=nid, limit=1)[0]
-        opened = envelope.open_state(rec.state)
-        proof = app.tlog.tree.inclusion_proof(m - 1, m)
-        verify_inclusion(leaf_hash(leaf_of(rec, opened)), m - 1, m, proof, signed.root)
-        v.report.head_seq = m
-        v.last_time = datetime.fromisoformat(opened.envelope["timestamp"].replace("Z", "+00:00"))
-        start = nid + 1
-    v.prior_version = lambda oid, ver: bool(
-        app.stored_events(UUID(oid), gt=ver - 1, lte=ver))
-    for rec in app.stored_records(start=start):
-        if not v.feed(rec):
-            return v.report, {"since": m}
-    tree = MerkleTree(sparse)
-    size = tree.extend(v.leaves or [])
-    root = tree.root(size)
-    recorded = app.tlog.recorded(size)
-    if recorded is not None and recorded.root != root:
-        v.report.ok = False
-        v.report.failure = Failure(0, None, "-", "8.3", f"the recorded checkpoint of size {size}"
-                                   " has another root than the verified log")
-    return v.report, {"since": m, "size": size, "root": b64(root)}

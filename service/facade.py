@@ -634,7 +634,7 @@ class MemoryService:
         """`ledger verify --since` from the latest recorded checkpoint: the events after it
         are verified (signatures, roles, sequence, tree), at a cost that follows them."""
         self._require(caller, "operator", "auditor")
-        from ledger.transparency import verify_since
+        from ledger.verification import verify_since
 
         root = self.app.root_public_key
         if root is None:

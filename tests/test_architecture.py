@@ -71,11 +71,13 @@ def test_no_cycles_between_the_application_and_its_rules_and_log() -> None:
     graph = grimp.build_graph("ledger", "keys", "rawfiles", exclude_type_checking_imports=False)
     for importer, imported in (("ledger.policy_rules", "ledger.application"),
                                ("ledger.transparency", "ledger.application"),
+                               ("ledger.verification", "ledger.application"),
                                ("ledger.portability.mem", "ledger.portability.service"),
                                ("ledger.portability.adapters", "ledger.portability.service")):
         chain = graph.find_shortest_chain(importer=importer, imported=imported)
         assert chain is None, " -> ".join(chain or ())
-    for module in ("ledger/policy_rules.py", "ledger/transparency.py"):
+    for module in ("ledger/policy_rules.py", "ledger/transparency.py",
+                   "ledger/verification.py"):
         text = (REPO / module).read_text(encoding="utf-8")
         for call in ("app.writing(", "app.commit(", "app.recorder", "app.repository"):
             assert call not in text, f"{module} calls {call} on the application"

@@ -546,7 +546,7 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
 
     @c.page()
     async def audit_page(request: Request, s: Session, caller: Caller) -> Response:
-        from governance.audit import render_html_body
+        from governance.audit_render import render_html_body
 
         f, t = _period(request)
         report = await c.backend.read(lambda svc: svc.audit_report(caller, f, t))
@@ -557,7 +557,7 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
 
     @c.page()
     async def audit_download(request: Request, s: Session, caller: Caller) -> Response:
-        from governance.audit import render_html, render_json
+        from governance.audit_render import render_html, render_json
 
         f, t = _period(request)
         fmt = request.path_params["fmt"]
