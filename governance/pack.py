@@ -19,7 +19,6 @@ whose personal fields are ciphertext under keys that were destroyed.
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
 import html
 import json
@@ -44,7 +43,7 @@ from keys.errors import KeyError_, KeyNotAuthorized
 from keys.files import PUBLIC, make_dirs, write_file
 from keys.keyring import public_key_document
 from keys.roster import ROSTER_TOPICS, parse_time
-from ledger import clock, envelope
+from ledger import clock, envelope, json_schemas
 from ledger.checkpoint import parse_body, parse_note
 from ledger.domain import RedactionBatch
 from ledger.errors import (
@@ -85,21 +84,9 @@ KEY_TOPICS = {"memory-ledger:atom.data-key-destroyed.v1",
 
 
 # ----------------------------------------------------------------------------- schema
-@functools.cache
-def _predicate_validator() -> Any:
-    import importlib.resources
-
-    import jsonschema
-
-    schema = json.loads(importlib.resources.files("schemas").joinpath(
-        PREDICATE_SCHEMA).read_text(encoding="utf-8"))
-    return jsonschema.Draft202012Validator(
-        schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
-
-
 def predicate_problems(predicate: Any) -> list[str]:
     """Where ``predicate`` departs from schemas/evidence-pack-predicate.v1.json (empty: valid)."""
-    errors = sorted(_predicate_validator().iter_errors(predicate),
+    errors = sorted(json_schemas.validator(PREDICATE_SCHEMA).iter_errors(predicate),
                     key=lambda e: (e.json_path, e.validator))
     return [f"{e.json_path}: {e.message[:160]}" for e in errors]
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
-import gc
-import json
 import logging
 import shutil
 import uuid
@@ -29,11 +27,21 @@ from eventsourcing.persistence import Mapper, Notification, StoredEvent, Transco
 from pydantic import TypeAdapter, ValidationError
 
 from keys.datakeys import DataKeyStore, make_engine, store_sqlite
-from keys.errors import DataKeyUnavailable, KeyError_, KeyNotAuthorized, KeyringError, KeystoreError
+from keys.errors import DataKeyUnavailable, KeyError_, KeyNotAuthorized, KeyringError
 from keys.keyring import Keyring, read_public_key_file
 from keys.roster import ROLES, ROOT, KeyRoster
 from keys.signing import Signer
-from ledger import bulk_reads, clock, envelope, faults, locks, logs, policy_rules, sqlite_recorder
+from ledger import (
+    bulk_reads,
+    clock,
+    envelope,
+    faults,
+    gc_pause,
+    locks,
+    logs,
+    policy_rules,
+    sqlite_recorder,
+)
 from ledger.census import SubjectCensus
 from ledger.domain import (
     OPERATOR,
@@ -66,6 +74,7 @@ from ledger.inputs import (
     parse,
 )
 from ledger.mapper import SigningMapper
+from ledger.saving import EventSaver
 from ledger.transparency import SignedCheckpoint, TransparencyLog
 
 if TYPE_CHECKING:
@@ -76,7 +85,6 @@ log = structlog.get_logger("ledger")
 
 LEDGER_NAMESPACE = uuid.UUID("6c1b6d1e-5f0e-4a57-9f43-2f0d8a7c3b10")
 DEFAULT_KEYS = {"writer": "writer", "operator": "operator", "log": "log"}
-_PERSONAL_FIELDS: dict[type, tuple[str, ...]] = {}  # event class -> its PERSONAL fields
 
 
 class LedgerApp(Application[UUID]):
@@ -145,6 +153,8 @@ class LedgerApp(Application[UUID]):
         self._reading_roster = False
         assert isinstance(self.mapper, SigningMapper)
         self.mapper.configure(self.ledger_id, self.datakeys, self._resolve_key)
+        self.saver = EventSaver(self.recorder, self.mapper, self.datakeys, self.tlog,
+                                self.exists)
 
     acting_credential: str | None = None
     """The id of the server credential on whose behalf operator acts are signed (a token
@@ -276,85 +286,14 @@ class LedgerApp(Application[UUID]):
         data keys for new items that carry content first. Returns the event ids (an empty
         list with ``event_ids=False``, for a caller that does not use them).
 
-        If saving fails, keys created here are discarded, so nothing is left behind.
-        This is eventsourcing's ``Application.save`` without its two runtime-Protocol
-        checks per object (about 9 µs each, more than signing an event) and its
-        ``Recording`` objects (ADR 0008): this application takes no snapshots,
-        fast-forwards its aggregate cache instead of filling it on save and overrides no
-        notify hook, so mapping the pending events and inserting them with the recorder
-        is everything ``save`` does here.
+        If saving fails, keys created here are discarded, so nothing is left behind
+        (``ledger/saving.py``: eventsourcing's ``save``, rewritten, ADR 0008).
         """
-        pending: list[Any] = []
-        for item in items:
-            pending.extend(item.pending_events if isinstance(item, Aggregate) else (item,))
-        new_keys: list[str] = []
-        personal_of = _PERSONAL_FIELDS
-        for ev in pending:
-            cls = type(ev)
-            personal = personal_of.get(cls)
-            if personal is None:
-                personal = personal_of[cls] = tuple(getattr(cls, "PERSONAL", ()))
-            if ev.originator_version == 1 and personal and any(
-                    getattr(ev, f, None) is not None for f in personal):
-                new_keys.append(str(ev.originator_id))
-        at = clock.now()
-        mapper: Any = self.mapper
-        mapper.take_sealed()
-        if self.snapshots is not None:  # not enabled (ADR 0001); save() would snapshot
-            self.datakeys.create_many(new_keys, at)
-            try:
-                saved: Sequence[Any] = [r.notification for r in self.save(*items)]
-            except BaseException:
-                self.datakeys.discard(new_keys)
-                raise
-            ids: Sequence[int | None] = [n.id for n in saved]
-        else:
-            # The keys are made first and stored while the envelopes are signed (ADR 0008):
-            # the keystore commits them before any event they encrypt is inserted.
-            keys = self.datakeys.generate(new_keys)
-            stored = False
-
-            def store_keys() -> None:
-                nonlocal stored
-                try:
-                    self.datakeys.store(keys, at)
-                except KeystoreError:
-                    # a key an interrupted command stored for an event it never committed
-                    # (an orphan) is discarded, and this command stores its own
-                    if not self._discard_orphans(keys):
-                        raise
-                    self.datakeys.store(keys, at)
-                stored = True
-                faults.point("keys-stored")  # the window of issue 20, item 4
-
-            try:
-                events: list[Any] = []
-                for item in items:
-                    events.extend(item.collect_events() if isinstance(item, Aggregate)
-                                  else (item,))
-                saved = mapper.to_stored_events(events, keys, store_keys)
-                ids = self.recorder.insert_events(saved) or [None] * len(saved)
-            except BaseException:
-                if stored:  # never keys that failed to store: their ids may be another's
-                    self.datakeys.discard(keys)
-                raise
-        self._extend_tree(saved, ids, mapper.take_sealed())
+        # snapshots are not enabled (ADR 0001); with them, the library's save() would snapshot
+        saved = self.saver.save(items, self.save if self.snapshots is not None else None)
         if not event_ids:
             return []
         return [envelope.event_id(s.originator_id, s.originator_version) for s in saved]
-
-    def _discard_orphans(self, key_ids: Iterable[str]) -> list[str]:
-        """Keys in the keystore for items that have no event: stored by a command that
-        was killed between the keystore's commit and the event store's (they encrypt
-        nothing that was committed). Called under the write lock, so no command of
-        another process is between those two commits. Discards them; returns their ids,
-        or [] when one of the ids belongs to an item that exists (a real conflict)."""
-        present = sorted(self.datakeys.present(key_ids))
-        if not present or any(self.exists(UUID(k)) for k in present):
-            return []
-        self.datakeys.discard(present)
-        log.warning("datakeys.orphans_discarded", count=len(present))
-        return present
 
     def repair(self, dry_run: bool = False) -> dict[str, Any]:
         """`ledger repair`: find (and discard) every orphan data key, under the write lock."""
@@ -366,21 +305,6 @@ class LedgerApp(Application[UUID]):
         if orphans:
             log.warning("datakeys.orphans_found", count=len(orphans), discarded=not dry_run)
         return {"orphan_keys": orphans, "discarded": 0 if dry_run else len(orphans)}
-
-    def _extend_tree(self, saved: Sequence[Any], ids: Sequence[int | None],
-                     sealed: Sequence[tuple[int, bytes]]) -> None:
-        """Add the new events to the Merkle tree. The events are already committed, so a
-        failure here is logged, not raised; `ledger checkpoint` and `verify` catch up."""
-        try:
-            if len(sealed) != len(saved):
-                self.tlog.catch_up(self.recorder)
-                return
-            self.tlog.append_sealed(
-                [(seq, nid, s, sig) for (seq, sig), nid, s in zip(sealed, ids, saved,
-                                                                  strict=True)],
-                self.recorder)
-        except Exception as e:
-            log.warning("tlog.catch_up_failed", error=e.__class__.__name__)
 
     # ------------------------------------------------------------------ transparency log
     def checkpoint(self, witnesses: Sequence[tuple[str, str]] | None = None
@@ -751,7 +675,7 @@ class LedgerApp(Application[UUID]):
 
     def add_atoms(self, items: Sequence[dict[str, Any]], actor: str | None = None) -> list[UUID]:
         """Record atoms in one command: all are written, or none."""
-        with _gc_paused(len(items) >= _GC_PAUSE_MIN_ITEMS):
+        with gc_pause.paused(len(items) >= gc_pause.MIN_ITEMS):
             return self._add_atoms(items, actor)
 
     def _add_atoms(self, items: Sequence[dict[str, Any]], actor: str | None) -> list[UUID]:
@@ -1205,19 +1129,13 @@ class LedgerApp(Application[UUID]):
 
     def set_policy(self, document: dict[str, Any], actor: str = "operator") -> str:
         """Validate a memoryPolicy against schemas/memory-policy.json and record it, signed."""
-        import importlib.resources
-
-        import jsonschema
+        from ledger.json_schemas import validator
 
         doc = document.get("memoryPolicy", document) if isinstance(document, dict) else None
         if not isinstance(doc, dict):
             raise InputError("a memoryPolicy document is a JSON object",
                              hint='give {"memoryPolicy": {...}} or the block itself')
-        schema = json.loads(importlib.resources.files("schemas").joinpath(
-            "memory-policy.json").read_text(encoding="utf-8"))
-        validator = jsonschema.Draft202012Validator(
-            schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
-        errors = list(validator.iter_errors(doc))
+        errors = list(validator("memory-policy.json").iter_errors(doc))
         if errors:
             from ledger.schema_errors import summarize
 
@@ -1393,29 +1311,6 @@ class LedgerApp(Application[UUID]):
 
 
 _ATOM_INPUTS: TypeAdapter[list[AtomInput]] = TypeAdapter(list[AtomInput])
-_GC_PAUSE_MIN_ITEMS = 64
-
-
-@contextlib.contextmanager
-def _gc_paused(pause: bool) -> Iterator[None]:
-    """Hold off the cyclic garbage collector during one bulk command (ADR 0008).
-
-    Everything a command allocates (inputs, events, stored rows) lives until it commits,
-    so the collector would promote it all and then rescan the whole heap in a full
-    collection about once per 1,000-atom command, for objects that reference counting
-    frees right after. Nothing here relies on the cycle collector; a collector the host
-    process disabled stays disabled.
-    """
-    if not pause or not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
 def archived_by_policy(items: Sequence[Any]) -> list[str]:
     """Ids of the atoms among ``items`` that this command archives (maxAtoms), before
     their pending events are committed."""

@@ -19,12 +19,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import datetime
-from functools import lru_cache
-from importlib.resources import files
 from typing import Any
 
 from jsonschema import Draft202012Validator, ValidationError
 
+from ledger import json_schemas
 from ledger.errors import InputError
 from ledger.portability.common import (
     WIRE,
@@ -71,10 +70,8 @@ _KEYS = {
 }
 
 
-@lru_cache(maxsize=1)
 def validator() -> Draft202012Validator:
-    schema = json.loads(files("schemas").joinpath(SCHEMA).read_text("utf-8"))
-    return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    return json_schemas.validator(SCHEMA)
 
 
 def _short(value: Any) -> str:

@@ -14,16 +14,14 @@ and it erases an existing atom only with ``--apply-untrusted-tombstones``.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from datetime import datetime
-from functools import lru_cache
-from importlib.resources import files
 from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from ledger import json_schemas
 from ledger.domain import ERASED
 from ledger.errors import InputError
 from ledger.portability import konshus
@@ -65,10 +63,8 @@ _TOMBSTONE_DROPS = frozenset({"erased", "text", "gist", "details", "tags", "deri
                               "cited", "extractor", "human_reviewed"})
 
 
-@lru_cache(maxsize=1)
 def validator() -> Draft202012Validator:
-    schema = json.loads(files("schemas").joinpath(SCHEMA).read_text("utf-8"))
-    return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    return json_schemas.validator(SCHEMA)
 
 
 def mem_id(local: str) -> str:
