@@ -41,7 +41,6 @@ from ledger.errors import (
     EnvironmentProblem,
     InputError,
     LedgerError,
-    VerificationFailed,
 )
 from ledger.portability.cli import register as register_portability
 from ledger.witness.cli import register as register_witness
@@ -618,41 +617,19 @@ def prove(
 
     Example: ledger prove 3f2a...-.../1 --json > proof.json
     """
-    from ledger import envelope
-    from ledger.leaf import leaf_of
-    from ledger.merkle import leaf_hash, verify_consistency, verify_inclusion
-    from ledger.transparency import b64, verify_with_roster
+    from ledger.proofs import prove_consistency, prove_inclusion
 
     if (event_id is None) == (consistency is None):
         raise InputError("give an EVENT_ID or --consistency OLD_CHECKPOINT (one of them)")
     with opened() as app:
-        latest = app.tlog.latest()
         if consistency is not None:
-            old = verify_with_roster(_read_note(consistency), app.config.origin,
-                                     app.roster().state)
-            proof = app.tlog.consistency(old.size, latest.size)
-            verify_consistency(old.size, latest.size, old.root, latest.root, proof)
-            data: dict[str, Any] = {
-                "old_size": old.size, "old_root": b64(old.root), "new_size": latest.size,
-                "new_root": b64(latest.root), "proof": [b64(p) for p in proof],
-                "old_checkpoint": old.note, "new_checkpoint": latest.note}
-            text = f"consistency {old.size} -> {latest.size}: " + " ".join(data["proof"])
+            data = prove_consistency(app, _read_note(consistency))
+            text = f"consistency {data['old_size']} -> {data['new_size']}: "
         else:
             assert event_id is not None
-            seq = app.seq_of(event_id)
-            if seq > latest.size:
-                raise InputError(
-                    f"event {event_id} (seq {seq}) is newer than the latest checkpoint "
-                    f"(size {latest.size})", hint="run `ledger checkpoint` first")
-            stored = app.recorder.select_notifications(
-                start=app.tlog.store.last_notification_id_of(seq - 1), limit=1)[0]
-            leaf = leaf_of(stored, envelope.open_state(stored.state))
-            proof = app.tlog.inclusion(seq - 1, latest.size)
-            verify_inclusion(leaf_hash(leaf), seq - 1, latest.size, proof, latest.root)
-            data = {"event_id": event_id, "seq": seq, "leaf_index": seq - 1,
-                    "tree_size": latest.size, "leaf": b64(leaf), "leaf_hash": b64(leaf_hash(leaf)),
-                    "proof": [b64(p) for p in proof], "checkpoint": latest.note}
-            text = f"leaf {seq - 1} in tree of size {latest.size}: " + " ".join(data["proof"])
+            data = prove_inclusion(app, event_id)
+            text = f"leaf {data['leaf_index']} in tree of size {data['tree_size']}: "
+    text += " ".join(data["proof"])
     out(data, as_json, text)
     verdict("OK: proof generated and checked against the latest checkpoint")
 
@@ -677,7 +654,7 @@ def _checkpoint_from(note: str, key: str, origin: str | None) -> Checkpoint:
     """Verify under ``key``: a C2SP vkey (its name need not be the origin), a file holding
     one, or the ledger's ``.pub`` file (whose checkpoints use the origin as key name)."""
     from keys.keyring import read_public_key_file
-    from ledger.checkpoint import parse_vkey, verify_checkpoint
+    from ledger.proofs import checkpoint_under_key
 
     text = key.strip()
     if not text.startswith("{") and "+" not in text and Path(key).is_file():
@@ -685,16 +662,9 @@ def _checkpoint_from(note: str, key: str, origin: str | None) -> Checkpoint:
             text = Path(key).read_text(encoding="utf-8").strip()
         except (OSError, UnicodeDecodeError) as e:
             raise InputError(f"cannot read key file {key}: {e}") from e
-    if "+" in text and not text.startswith("{"):
-        try:
-            name, public_key = parse_vkey(text)
-        except ValueError as e:
-            raise InputError(f"--key: {e}", hint="give a vkey as printed by `ledger checkpoint "
-                                                 "--vkey`, or the log's .pub file") from e
-        return verify_checkpoint(note, name, public_key, expected_origin=origin)
-    body_origin = note.split("\n", 1)[0]
-    return verify_checkpoint(note, origin or body_origin, read_public_key_file(Path(key)),
-                             expected_origin=origin)
+    vkey = "+" in text and not text.startswith("{")
+    return checkpoint_under_key(note, text, origin,
+                                None if vkey else read_public_key_file(Path(key)))
 
 
 KeyOpt = Annotated[str, typer.Option("--key", help="The log's verifier key: C2SP vkey text "
@@ -717,15 +687,6 @@ def audit_verify_checkpoint(note_file: Path, key: KeyOpt, origin: OriginOpt = No
     verdict(f"OK: checkpoint {cp.origin} size {cp.size} root {b64(cp.root)}")
 
 
-def _proof_list(doc: dict[str, Any], path: Path) -> list[bytes]:
-    from ledger.transparency import unb64
-
-    try:
-        return [unb64(p) for p in doc["proof"]]
-    except (KeyError, TypeError, ValueError) as e:
-        raise InputError(f"{path}: 'proof' must be a list of base64 hashes") from e
-
-
 @audit_cli.command("verify-inclusion")
 def audit_verify_inclusion(
     proof_file: Path, key: KeyOpt, origin: OriginOpt = None,
@@ -737,21 +698,12 @@ def audit_verify_inclusion(
 
     Example: ledger audit-tools verify-inclusion proof.json --key log.pub
     """
-    from ledger.merkle import leaf_hash, verify_inclusion
-    from ledger.transparency import unb64
+    from ledger.proofs import check_inclusion_document
 
     doc = _load_json(proof_file)
     note = _read_note(checkpoint) if checkpoint else str(doc.get("checkpoint", ""))
     cp = _checkpoint_from(note, key, origin)
-    try:
-        leaf = unb64(doc["leaf"])
-        index, size = int(doc["leaf_index"]), int(doc["tree_size"])
-    except (KeyError, TypeError, ValueError) as e:
-        raise InputError(f"{proof_file}: needs leaf, leaf_index and tree_size") from e
-    if size != cp.size:
-        raise VerificationFailed(f"the proof is for tree size {size}, the checkpoint has size "
-                                 f"{cp.size}", hint="ask for a proof against this checkpoint")
-    verify_inclusion(leaf_hash(leaf), index, size, _proof_list(doc, proof_file), cp.root)
+    index, size = check_inclusion_document(doc, cp, str(proof_file))
     out({"ok": True, "leaf_index": index, "tree_size": size}, as_json)
     verdict(f"OK: leaf {index} is included in the tree of size {size}")
 
@@ -766,17 +718,13 @@ def audit_verify_consistency(
 
     Example: ledger audit-tools verify-consistency proof.json --key log.pub --old kept.checkpoint
     """
-    from ledger.merkle import verify_consistency
+    from ledger.proofs import check_consistency_document
 
     doc = _load_json(proof_file)
     old_cp = _checkpoint_from(_read_note(old) if old else str(doc.get("old_checkpoint", "")),
                               key, origin)
     new_cp = _checkpoint_from(str(doc.get("new_checkpoint", "")), key, origin)
-    if old_cp.origin != new_cp.origin:
-        raise VerificationFailed(f"the checkpoints are of different logs: {old_cp.origin} and "
-                                 f"{new_cp.origin}")
-    verify_consistency(old_cp.size, new_cp.size, old_cp.root, new_cp.root,
-                       _proof_list(doc, proof_file))
+    check_consistency_document(doc, old_cp, new_cp, str(proof_file))
     out({"ok": True, "old_size": old_cp.size, "new_size": new_cp.size}, as_json)
     verdict(f"OK: the log of size {new_cp.size} extends the checkpoint of size {old_cp.size}")
 

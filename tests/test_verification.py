@@ -199,3 +199,35 @@ def test_verify_pack_and_audit_draw_a_counted_bar_on_a_terminal_only(tmp_path: P
     code, screen = on_terminal("--home", str(home), "audit", "--json")
     assert code == 0 and "%" not in screen and "Building" not in screen
     assert run_cli("--home", str(home), "audit", "--format", "html").code == 0
+
+
+def test_proofs_are_built_by_the_ledger_and_checked_from_documents_alone(
+        local: LedgerApp) -> None:
+    """``ledger prove`` builds (ledger/proofs.py), ``audit-tools verify-*`` check a proof
+    document against a checkpoint verified under the log's vkey: no ledger needed."""
+    from ledger.errors import VerificationFailed
+    from ledger.proofs import (
+        check_consistency_document,
+        check_inclusion_document,
+        checkpoint_under_key,
+        prove_consistency,
+        prove_inclusion,
+    )
+
+    kept = local.latest_checkpoint().note
+    first = next(iter(local.stored_records()))
+    eid = f"{first.originator_id}/{first.originator_version}"
+    local.add_atom({"subject": "u1", "text": "later"})
+    local.checkpoint([])
+    vkey = local.log_vkey()
+    inclusion, consistency = prove_inclusion(local, eid), prove_consistency(local, kept)
+    local.close()
+    cp = checkpoint_under_key(inclusion["checkpoint"], vkey, None)
+    assert check_inclusion_document(inclusion, cp, "p.json") == (0, cp.size)
+    with pytest.raises(VerificationFailed):
+        check_inclusion_document({**inclusion, "leaf_index": 1}, cp, "p.json")
+    old = checkpoint_under_key(consistency["old_checkpoint"], vkey, None)
+    new = checkpoint_under_key(consistency["new_checkpoint"], vkey, None)
+    check_consistency_document(consistency, old, new, "c.json")
+    with pytest.raises(VerificationFailed):
+        check_consistency_document({**consistency, "proof": []}, old, new, "c.json")
