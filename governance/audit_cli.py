@@ -10,10 +10,8 @@ the ``ledger`` entry point.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 import typer
 
@@ -21,17 +19,27 @@ from ledger import clock
 from ledger.errors import EXIT_VERIFY, InputError
 
 if TYPE_CHECKING:
-    from ledger.application import LedgerApp
+    from datetime import datetime
 
-OpenApp = Callable[[], AbstractContextManager["LedgerApp"]]
-_open: list[OpenApp] = []
-
-__all__ = ["audit_command", "register"]
+    from ledger.verification import Progress
 
 
-def register(cli: typer.Typer, open_app: OpenApp) -> None:
-    """Mount ``ledger audit`` on ``cli``."""
-    _open[:] = [open_app]
+class AuditReport(Protocol):
+    """How the command gets its report: the composition root (``ledger/cli.py``) wires
+    the facade's ``MemoryService.audit_report`` for the local operator."""
+
+    def __call__(self, from_: str | None, to: str | None, *, subject: str | None,
+                 verify: str, now: datetime, progress: Progress) -> dict[str, Any]: ...
+
+
+_report: list[AuditReport] = []
+
+__all__ = ["AuditReport", "audit_command", "register"]
+
+
+def register(cli: typer.Typer, report: AuditReport) -> None:
+    """Mount ``ledger audit`` on ``cli``; ``report`` builds the report."""
+    _report[:] = [report]
     cli.command("audit")(audit_command)
 
 
@@ -60,7 +68,7 @@ def audit_command(
 
     Example: ledger audit --from 2026-01-01 --to 2026-01-31 --format html --out jan.html
     """
-    from governance.audit import VERIFY_SCOPES, build_report, parse_period
+    from governance.audit import VERIFY_SCOPES, parse_period
     from governance.audit_render import FORMATS, render, write_atomic
     from ledger import progress
 
@@ -75,10 +83,9 @@ def audit_command(
         raise InputError(f"unknown --verify {verify!r}",
                          hint=f"use one of: {', '.join(VERIFY_SCOPES)}")
     now = clock.now()
-    period = parse_period(from_, to, now)
-    with _open[0]() as app, progress.bar("Building the report", json=fmt == "json") as bar:
-        report = build_report(app, period, subject=subject, verify=verify, now=now,
-                              progress=bar)
+    parse_period(from_, to, now)  # bad dates are usage errors, before the ledger is opened
+    with progress.bar("Building the report", json=fmt == "json") as bar:
+        report = _report[0](from_, to, subject=subject, verify=verify, now=now, progress=bar)
     text = render(report, fmt)
     if out is not None:
         write_atomic(out, text)

@@ -50,8 +50,13 @@ from server.mcp_cli import register as register_mcp
 from service.tokens_cli import register as register_tokens
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from ledger.application import LedgerApp
     from ledger.checkpoint import Checkpoint
+    from ledger.verification import Progress
+    from service.caller import Caller
+    from service.facade import MemoryService
 
 cli = typer.Typer(
     name="ledger", no_args_is_help=True, add_completion=True,
@@ -107,6 +112,17 @@ def _root(
 
     progress.configure(quiet=quiet, verbose=verbose)
     STATE.home = home
+
+
+@contextmanager
+def served() -> Iterator[tuple[MemoryService, Caller]]:
+    """The facade over the home (``service.root``, read models opened only if a use case
+    needs them) and the CLI's caller: the local operator (ADR 0027)."""
+    from service.caller import local_operator
+    from service.root import opened_service
+
+    with opened_service(STATE.home, lazy=True) as svc:
+        yield svc, local_operator()
 
 
 @contextmanager
@@ -344,8 +360,8 @@ def atom_history(atom: str, as_json: JsonOpt = False) -> None:
 
     Example: ledger atom history atom_001
     """
-    with opened() as app:
-        rows = app.history(atom)
+    with served() as (svc, me):
+        rows = [r.model_dump() for r in svc.history(me, atom)]
     text = "\n".join(
         f"{r['seq']:>8}  {r['timestamp']}  {r['topic'].split(':', 1)[1]:<28} {r['event_id']}  "
         f"by {r['signer']}" for r in rows)
@@ -493,8 +509,8 @@ def policy_set(file: Path, actor: Annotated[str, typer.Option(
 @policy_cli.command("show")
 def policy_show(as_json: JsonOpt = False) -> None:
     """Show the memoryPolicy in force.  Example: ledger policy show --json"""
-    with opened() as app:
-        data = app.policy()
+    with served() as (svc, me):
+        data = svc.policy(me)
     if data is None:
         verdict("note: no policy has been set; see `ledger policy set`")
         out(None, as_json)
@@ -737,7 +753,14 @@ def _rehearse(app: LedgerApp, atom_ids: list[str], session: str | None) -> None:
 register_projections(cli, opened, rehearse=_rehearse)
 register_governance(cli, opened, artifact_cli)
 register_policy(cli, opened, policy_cli)
-register_audit(cli, opened)
+def _audit_report(from_: str | None, to: str | None, *, subject: str | None, verify: str,
+                  now: datetime, progress: Progress) -> dict[str, Any]:
+    with served() as (svc, me):
+        return svc.audit_report(me, from_, to, subject=subject, verify=verify, now=now,
+                                progress=progress)
+
+
+register_audit(cli, _audit_report)
 register_portability(cli, opened)
 register_witness(cli, opened)
 register_receipt(cli, opened, audit_cli)

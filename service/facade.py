@@ -25,7 +25,7 @@ from __future__ import annotations
 import io
 import tempfile
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
@@ -95,10 +95,29 @@ def _erased_marker() -> str:
 class MemoryService:
     """Every use case of one ledger, scoped by the caller (module docstring)."""
 
-    def __init__(self, app: LedgerApp, projections: Projections) -> None:
+    def __init__(self, app: LedgerApp,
+                 projections: Projections | Callable[[], Projections]) -> None:
+        """``projections``: the read models, or how to open them when a use case first
+        needs them (the CLI's commands that read only the log never open them)."""
         self.app = app
-        self.proj = projections
+        self._proj: Projections | None = None
+        self._open_proj: Callable[[], Projections] | None = None
+        if callable(projections):
+            self._open_proj = projections
+        else:
+            self._proj = projections
         self._refs: dict[str, str] = {}  # subject id -> stored ref (refs never change)
+
+    @property
+    def proj(self) -> Projections:
+        if self._proj is None:
+            assert self._open_proj is not None
+            self._proj = self._open_proj()
+        return self._proj
+
+    @property
+    def proj_opened(self) -> bool:
+        return self._proj is not None
 
     # ------------------------------------------------------------------ scope
     def _require(self, caller: Caller, *roles: str) -> None:
@@ -664,13 +683,22 @@ class MemoryService:
         self._require(caller, "operator", "auditor")
         return self.app.policy()
 
-    def audit_report(self, caller: Caller, from_: str | None = None, to: str | None = None
-                     ) -> dict[str, Any]:
+    def audit_report(self, caller: Caller, from_: str | None = None, to: str | None = None,
+                     *, subject: str | None = None, verify: str = "full",
+                     now: datetime | None = None,
+                     progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+        """The memory audit report of a period (`ledger audit`; docs/adr/0013). ``subject``
+        limits the per-subject sections; ``verify``: full, since or none; ``progress(done,
+        total)`` counts the events read and verified."""
         self._require(caller, "operator", "auditor")
         from governance.audit import build_report, parse_period
 
-        period = parse_period(from_, to, clock.now())
-        report: dict[str, Any] = build_report(self.app, period)
+        at = now or clock.now()
+        period = parse_period(from_, to, at)
+        if subject is not None and not caller.unrestricted:
+            subject = self.subject_id(caller, subject)
+        report: dict[str, Any] = build_report(self.app, period, subject=subject, verify=verify,
+                                              now=now, progress=progress)
         return report
 
 

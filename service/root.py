@@ -10,8 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from service.facade import MemoryService
+
+if TYPE_CHECKING:
+    from projections.service import Projections
 
 
 def open_service(home: Path | None = None) -> MemoryService:
@@ -30,16 +34,35 @@ def open_service(home: Path | None = None) -> MemoryService:
     return MemoryService(app, proj)
 
 
+def open_local(home: Path | None = None) -> MemoryService:
+    """Like :func:`open_service`, but the read models are opened only when a use case
+    first needs them (the ``ledger`` command: most commands read the log alone)."""
+    from ledger.application import LedgerApp
+    from ledger.home import Config, find_home
+
+    app = LedgerApp(Config.load(find_home(home)))
+
+    def projections() -> Projections:
+        from projections.service import Projections
+
+        return Projections(app)
+
+    return MemoryService(app, projections)
+
+
 def close_service(svc: MemoryService) -> None:
     try:
-        svc.proj.close()
+        if svc.proj_opened:
+            svc.proj.close()
     finally:
         svc.app.close()
 
 
 @contextmanager
-def opened_service(home: Path | None = None) -> Iterator[MemoryService]:
-    svc = open_service(home)
+def opened_service(home: Path | None = None, *, lazy: bool = False
+                   ) -> Iterator[MemoryService]:
+    """An open service, closed after the block (``lazy``: :func:`open_local`)."""
+    svc = open_local(home) if lazy else open_service(home)
     try:
         yield svc
     finally:
