@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -348,6 +349,81 @@ def _section(flags: dict[str, bool], flag: str, data: dict[str, Any]) -> dict[st
             "note": f"auditPolicy.{flag} is false in the policy in force: not reported"}
 
 
+def _request_rows(requests: dict[str, dict[str, Any]], period: Period, sid: str | None,
+                  at: datetime) -> list[dict[str, Any]]:
+    """Erasure requests received by the end, not completed before the start; with their
+    status (completed, completed-late, overdue, open) and turnaround in hours."""
+    req_rows = []
+    for r in requests.values():
+        if period.after_end(r["received_at"]):
+            continue
+        if sid is not None and r["subject_id"] != sid:
+            continue
+        done = r["completed_at"]
+        if done is not None and period.start_text is not None and done < period.start_text:
+            continue
+        due = r["complete_due"]
+        if done is not None:
+            status = "completed-late" if due is not None and done > due else "completed"
+        elif due is not None and event_time(due) <= at:  # at due: overdue
+            status = "overdue"
+        else:
+            status = "open"
+        req_rows.append({
+            **r, "status": status, "overdue": status == "overdue",
+            "received_in_period": period.contains(r["received_at"]),
+            "completed_in_period": done is not None and period.contains(done),
+            "acknowledged_late": bool(r["ack_due"] and r["acknowledged_at"]
+                                      and r["acknowledged_at"] > r["ack_due"]),
+            "hours_taken": _hours(r["received_at"], done) if done else None,
+            "hours_open": None if done else _hours(r["received_at"], at),
+            "deadline_hours": _hours(r["received_at"], due) if due else None,
+        })
+    req_rows.sort(key=lambda r: (r["received_at"], r["request_id"]))
+    return req_rows
+
+
+def _batch_rows(batches: dict[str, dict[str, Any]], period: Period, batch_in_period: set[str],
+                names: dict[str, str],
+                of_subject: Callable[[dict[str, Any]], bool] | None) -> list[dict[str, Any]]:
+    """Redaction batches with an event in the period, or open during it."""
+    batch_rows = []
+    for b in batches.values():
+        if period.after_end(b["opened_at"]):
+            continue
+        closed = b["closed_at"]
+        open_during = closed is None or period.start_text is None or \
+            closed >= period.start_text
+        if b["batch_id"] not in batch_in_period and not open_during:
+            continue
+        if of_subject is not None and not of_subject(b):
+            continue
+        batch_rows.append({k: v for k, v in b.items() if not k.startswith("_")} | {
+            "status": "closed" if closed else "executed" if b["executed_at"] else
+            "approved" if b["approved_at"] else "opened",
+            "approved_by_name": names.get(str(b["approved_by"])) if b["approved_by"] else None})
+    batch_rows.sort(key=lambda b: (b["opened_at"], b["batch_id"]))
+    return batch_rows
+
+
+def _roster_changes(roster_events: list[dict[str, Any]], period: Period,
+                    names: dict[str, str]) -> list[dict[str, Any]]:
+    """Key roster changes in the period."""
+    roster_changes = []
+    for env in roster_events:
+        if not period.contains(env["timestamp"]):
+            continue
+        p = env["payload"]
+        kid = p.get("kid") or p.get("root_kid")
+        roster_changes.append({
+            "event_id": envelope.event_id(env["originator_id"], env["version"]),
+            "at": env["timestamp"], "change": _short(env["topic"]).split(".", 1)[1],
+            "kid": kid, "name": names.get(str(kid)), "role": p.get("role"),
+            "valid_from": format_time(p.get("valid_from")),
+            "revoked_from": format_time(p.get("revoked_from"))})
+    return roster_changes
+
+
 def build_report(app: LedgerApp, period: Period, subject: str | None = None,
                  verify: str = "full", now: datetime | None = None,
                  progress: Progress | None = None) -> dict[str, Any]:
@@ -471,67 +547,11 @@ def build_report(app: LedgerApp, period: Period, subject: str | None = None,
         if _PACK.search(_short(topic)):
             packs[topic] += 1
 
-    # -- erasure requests: received by the end, not completed before the start
-    req_rows = []
-    for r in requests.values():
-        if period.after_end(r["received_at"]):
-            continue
-        if sid is not None and r["subject_id"] != sid:
-            continue
-        done = r["completed_at"]
-        if done is not None and period.start_text is not None and done < period.start_text:
-            continue
-        due = r["complete_due"]
-        if done is not None:
-            status = "completed-late" if due is not None and done > due else "completed"
-        elif due is not None and event_time(due) <= at:  # at due: overdue
-            status = "overdue"
-        else:
-            status = "open"
-        req_rows.append({
-            **r, "status": status, "overdue": status == "overdue",
-            "received_in_period": period.contains(r["received_at"]),
-            "completed_in_period": done is not None and period.contains(done),
-            "acknowledged_late": bool(r["ack_due"] and r["acknowledged_at"]
-                                      and r["acknowledged_at"] > r["ack_due"]),
-            "hours_taken": _hours(r["received_at"], done) if done else None,
-            "hours_open": None if done else _hours(r["received_at"], at),
-            "deadline_hours": _hours(r["received_at"], due) if due else None,
-        })
-    req_rows.sort(key=lambda r: (r["received_at"], r["request_id"]))
+    req_rows = _request_rows(requests, period, sid, at)
     statuses = Counter(r["status"] for r in req_rows)
-
-    # -- batches: an event in the period, or open during it
-    batch_rows = []
-    for b in batches.values():
-        if period.after_end(b["opened_at"]):
-            continue
-        closed = b["closed_at"]
-        open_during = closed is None or period.start_text is None or \
-            closed >= period.start_text
-        if b["batch_id"] not in batch_in_period and not open_during:
-            continue
-        if sid is not None and not batch_subject_match(b):
-            continue
-        batch_rows.append({k: v for k, v in b.items() if not k.startswith("_")} | {
-            "status": "closed" if closed else "executed" if b["executed_at"] else
-            "approved" if b["approved_at"] else "opened",
-            "approved_by_name": names.get(str(b["approved_by"])) if b["approved_by"] else None})
-    batch_rows.sort(key=lambda b: (b["opened_at"], b["batch_id"]))
-
-    # -- key roster changes in the period
-    roster_changes = []
-    for env in roster_events:
-        if not period.contains(env["timestamp"]):
-            continue
-        p = env["payload"]
-        kid = p.get("kid") or p.get("root_kid")
-        roster_changes.append({
-            "event_id": envelope.event_id(env["originator_id"], env["version"]),
-            "at": env["timestamp"], "change": _short(env["topic"]).split(".", 1)[1],
-            "kid": kid, "name": names.get(str(kid)), "role": p.get("role"),
-            "valid_from": format_time(p.get("valid_from")),
-            "revoked_from": format_time(p.get("revoked_from"))})
+    batch_rows = _batch_rows(batches, period, batch_in_period, names,
+                             None if sid is None else batch_subject_match)
+    roster_changes = _roster_changes(roster_events, period, names)
 
     actors = [{"kid": kid, "name": names.get(kid),
                "roles": sorted({g.role for g in roster.entries[kid].grants})
