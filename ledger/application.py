@@ -44,6 +44,7 @@ from ledger import (
 )
 from ledger.census import SubjectCensus
 from ledger.domain import (
+    ATOM_FIELDS,
     OPERATOR,
     WRITER_OR_OPERATOR,
     Artifact,
@@ -645,22 +646,22 @@ class LedgerApp(Application[UUID]):
         atom_id = self._ref_id("atom", inp.ref)
         if check_ref and inp.ref is not None and self.exists(atom_id):
             raise ConflictError(f"atom {inp.ref} already exists ({atom_id})")
+        # the input's fields as they are, save those the ledger converts or resolves;
+        # ATOM_FIELDS gives the order (and the event's __dict__ the order it always had)
+        converted = {
+            "subject_id": str(subject_id),
+            "details": [d.model_dump() for d in inp.details] or None,
+            "tags": list(inp.tags) or None,
+            "valid_from": clock.format_instant(inp.valid_from) if inp.valid_from else None,
+            "valid_to": clock.format_instant(inp.valid_to) if inp.valid_to else None,
+            "artifact_ids": artifact_ids, "supersedes": supersedes,
+            "decay_profile": inp.decay_profile.model_dump() if inp.decay_profile else None,
+        }
         state = {
             "originator_id": atom_id, "originator_version": Atom.INITIAL_VERSION,
             "timestamp": at, "originator_topic": Atom.TOPIC,
-            "subject_id": str(subject_id), "ref": inp.ref, "kind": inp.kind, "text": inp.text,
-            "gist": inp.gist, "details": [d.model_dump() for d in inp.details] or None,
-            "tags": list(inp.tags) or None, "confidence": inp.confidence,
-            "sensitivity": inp.sensitivity,
-            "valid_from": clock.format_instant(inp.valid_from) if inp.valid_from else None,
-            "valid_to": clock.format_instant(inp.valid_to) if inp.valid_to else None,
-            "derivation": inp.derivation, "artifact_ids": artifact_ids,
-            "extractor": inp.extractor, "human_reviewed": inp.human_reviewed,
-            "salience": inp.salience, "emotional_valence": inp.emotional_valence,
-            "decay_profile": inp.decay_profile.model_dump() if inp.decay_profile else None,
-            "privacy_class": inp.privacy_class, "consent_basis": inp.consent_basis,
-            "session_id": inp.session_id, "supersedes": supersedes,
-            "min_sources": inp.min_sources, "extensions": inp.extensions,
+            **{name: converted[name] if name in converted else getattr(inp, name)
+               for name in ATOM_FIELDS},
             "source_data": inp.source_data,
         }
         # The frozen dataclass's __init__ only sets these attributes one by one; build the

@@ -10,6 +10,7 @@ renaming a class keeps its ``TOPIC``.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any, ClassVar
@@ -191,22 +192,15 @@ class Artifact(Aggregate, _Erasable, _Copyable):
 
 # --------------------------------------------------------------------------- Atom
 
-ATOM_FIELDS = (
-    "subject_id", "ref", "kind", "text", "gist", "details", "tags", "confidence",
-    "sensitivity", "valid_from", "valid_to", "derivation", "artifact_ids", "extractor",
-    "human_reviewed", "salience", "emotional_valence", "decay_profile", "privacy_class",
-    "consent_basis", "session_id", "supersedes", "min_sources", "extensions",
-)
+@dataclasses.dataclass(init=False, repr=False, eq=False)
+class AtomFields:
+    """The fields of an atom, declared once (issue 14): the ``Atom.Created`` event carries
+    them (and ``source_data``), the ``Atom`` aggregate holds them, and :data:`ATOM_FIELDS`
+    names them, in this order, for everything that copies or lists them (the command that
+    builds the event, ``Atom.as_dict``, the portable record's import). A dataclass without
+    ``__init__``, ``__eq__`` or ``__repr__``: the event's frozen dataclass takes these
+    fields from it, the aggregate only their types."""
 
-
-class Atom(Aggregate, _Erasable, _Copyable):
-    """One remembered fact, preference or episode: the Konshus and Persona atom fields."""
-
-    TOPIC = "memory-ledger:atom"
-    PERSONAL_STATE = ("text", "gist", "details", "tags", "source_data", "extractor",
-                      "session_id")
-
-    # Set from the Created event (see ATOM_FIELDS); declared here for type checkers.
     subject_id: str
     ref: str | None
     kind: str
@@ -232,37 +226,24 @@ class Atom(Aggregate, _Erasable, _Copyable):
     min_sources: int
     extensions: dict[str, Any] | None
 
+
+ATOM_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(AtomFields))
+ATOM_PERSONAL = ("text", "gist", "details", "tags", "source_data", "extractor", "session_id")
+"""The atom's fields sealed under its data key (and forgotten when the key is destroyed)."""
+
+
+class Atom(Aggregate, _Erasable, _Copyable, AtomFields):
+    """One remembered fact, preference or episode: the Konshus and Persona atom fields."""
+
+    TOPIC = "memory-ledger:atom"
+    PERSONAL_STATE = ATOM_PERSONAL
+
     class Event(LedgerEvent):
         pass
 
-    class Created(Event, Aggregate.Created):
+    class Created(AtomFields, Event, Aggregate.Created):
         TOPIC = "memory-ledger:atom.created.v1"
-        PERSONAL: ClassVar[tuple[str, ...]] = ("text", "gist", "details", "tags", "source_data",
-                                               "extractor", "session_id")
-        subject_id: str
-        ref: str | None
-        kind: str
-        text: str | None
-        gist: str | None
-        details: list[dict[str, Any]] | None
-        tags: list[str] | None
-        confidence: float | None
-        sensitivity: str
-        valid_from: str | None
-        valid_to: str | None
-        derivation: str
-        artifact_ids: list[str]
-        extractor: str | None
-        human_reviewed: bool
-        salience: float
-        emotional_valence: float
-        decay_profile: dict[str, Any] | None
-        privacy_class: str | None
-        consent_basis: str | None
-        session_id: str | None
-        supersedes: str | None
-        min_sources: int
-        extensions: dict[str, Any] | None
+        PERSONAL: ClassVar[tuple[str, ...]] = ATOM_PERSONAL
         #: What an importer carried from the source (provider ``x-`` fields, foreign
         #: fields, the source's own ids and metadata): sealed, erased with the atom.
         source_data: dict[str, Any] | None

@@ -23,7 +23,14 @@ from typing import Any, ClassVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ledger.domain import STATUS_BY_MODE, Artifact, Atom, DataKeyDestroyedMixin, Subject
+from ledger.domain import (
+    ATOM_FIELDS,
+    STATUS_BY_MODE,
+    Artifact,
+    Atom,
+    DataKeyDestroyedMixin,
+    Subject,
+)
 from projections._rows import RowSet, contains, delete_ids, dump_table, insert_rows
 from projections.entries import LogEntry, content_gone
 from projections.memory import DecayState, fades_at, profile_of
@@ -337,6 +344,13 @@ def _digests_of(values: dict[str, Any]) -> list[tuple[str, str]]:
     return sorted(out)
 
 
+#: The atom's fields (ledger/domain.py) the row holds as the event has them: the content
+#: (text, gist, details, tags) lives in the content table, the JSON ones are dumped below.
+_AS_IS = tuple(n for n in ATOM_FIELDS if n not in (
+    "text", "gist", "details", "tags", "artifact_ids", "human_reviewed", "salience",
+    "emotional_valence", "decay_profile", "extensions"))
+
+
 def _new_atom(e: LogEntry) -> dict[str, Any]:
     ev = e.event
     salience = float(ev.salience if ev.salience is not None else 0.5)
@@ -344,16 +358,13 @@ def _new_atom(e: LogEntry) -> dict[str, Any]:
     state = DecayState(salience, 0, valence, e.timestamp, profile_of(ev.decay_profile))
     details = ev.details if not getattr(ev, "content_erased", False) else None
     return {
-        "atom_id": e.originator_id, "subject_id": ev.subject_id, "version": e.version,
-        "ref": ev.ref, "kind": ev.kind, "confidence": ev.confidence,
-        "sensitivity": ev.sensitivity, "valid_from": ev.valid_from, "valid_to": ev.valid_to,
-        "derivation": ev.derivation, "artifact_ids": dumps(ev.artifact_ids or []),
-        "extractor": ev.extractor, "human_reviewed": bool(ev.human_reviewed),
+        "atom_id": e.originator_id, "version": e.version,
+        **{name: getattr(ev, name) for name in _AS_IS},
+        "artifact_ids": dumps(ev.artifact_ids or []),
+        "human_reviewed": bool(ev.human_reviewed),
         "salience": salience, "emotional_valence": valence,
-        "decay_profile": dumps(ev.decay_profile), "privacy_class": ev.privacy_class,
-        "consent_basis": ev.consent_basis, "session_id": ev.session_id,
-        "supersedes": ev.supersedes, "superseded_by": None, "min_sources": ev.min_sources,
-        "extensions": dumps(ev.extensions), "status": "active", "redaction_mode": None,
+        "decay_profile": dumps(ev.decay_profile), "extensions": dumps(ev.extensions),
+        "superseded_by": None, "status": "active", "redaction_mode": None,
         "redacted_at": None, "flags": "[]", "rehearsal_count": 0,
         "last_rehearsed_at": None, "baseline": salience, "decay_origin": e.timestamp,
         "fades_at": fades_at(state),

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from ledger.domain import ATOM_FIELDS
 from ledger.errors import InputError
 from ledger.inputs import ATOM_KINDS, SENSITIVITIES
 from ledger.portability.common import (
@@ -41,6 +42,8 @@ DEFAULTS: dict[str, Any] = {
     "episode": None, "foreign": None, "provider": None, "erased": False, "source_id": None,
     "superseded_by": None,
 }
+#: The atom fields a record may leave out (they have a default above), in the atom's order.
+_OPTIONAL_ATOM_FIELDS = tuple(k for k in ATOM_FIELDS if k in DEFAULTS)
 REQUIRED = ("id", "kind", "text", "sensitivity", "derivation", "created_at")
 KEYS = frozenset(REQUIRED) | frozenset(DEFAULTS)
 STATUSES = ("active", "superseded", "expired", "soft-redacted", "archived")
@@ -252,9 +255,7 @@ def to_inputs(rec: Record, subject_ref: str, resolve: Callable[[str], str | None
     }
     if source:
         data["source_data"] = source
-    for key in ("gist", "details", "tags", "confidence", "valid_from", "valid_to",
-                "extractor", "human_reviewed", "salience", "emotional_valence",
-                "decay_profile", "privacy_class", "consent_basis", "session_id", "min_sources"):
+    for key in _OPTIONAL_ATOM_FIELDS:
         if rec.get(key) is not None:
             data[key] = rec[key]
     for key in ("valid_from", "valid_to"):
