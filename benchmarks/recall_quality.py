@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ledger.application import LedgerApp
 from ledger.home import Config
-from projections.embedder import STOPWORDS, Embedder, embed_matrix, from_spec
+from projections.embedder import STOPWORDS, Embedder, configured, embed_matrix, from_spec
 from projections.service import Projections, RecallWeights
 
 FIRST = ["Ana", "Bea", "Clara", "Dora", "Elena", "Fiona", "Greta", "Hilda", "Ines", "Julia"]
@@ -224,6 +224,7 @@ def score(people: Sequence[Person], rank: Ranker) -> dict[str, tuple[float, floa
 
 
 KINDS = ("lexical", "paraphrase", "indirect", "multi-hop", "all")
+DEFAULT_LABEL = "linear 0.3 (default)"
 
 
 def show(name: str, res: dict[str, tuple[float, float, float, int]]) -> None:
@@ -254,8 +255,10 @@ def embedder_ranker(people: Sequence[Person], embedder: Embedder) -> Ranker:
 Scores = dict[str, tuple[float, float, float, int]]
 
 
-def ledger_rankers(people: Sequence[Person], folder: Path, embedder: Embedder,
+def ledger_rankers(people: Sequence[Person], folder: Path, embedder: Embedder | None,
                    weights: dict[str, RecallWeights]) -> dict[str, Scores]:
+    """The ledger's own recall, per weights. ``embedder`` None: the ledger picks its
+    embedder itself, exactly as a deployment with no configuration does."""
     home = folder / "ledger"
     if not home.exists():
         LedgerApp.initialize(home)
@@ -302,7 +305,8 @@ def main() -> None:
     print(f"{args.people} people, {sum(len(p.memories) for p in people)} memories, "
           f"{nq} questions (seed {args.seed})")
     print(f"{'method':<34} " + "  ".join(f"{k + ' r@5 r@10 MRR':<17}" for k in KINDS))
-    show("BM25 alone (rank-bm25)", score(people, bm25_ranker(people)))
+    single: list[tuple[str, Scores]] = [("BM25", score(people, bm25_ranker(people)))]
+    show("BM25 alone (rank-bm25)", single[0][1])
     embedders: list[Embedder] = []
     for name in args.embedders.split(","):
         try:
@@ -319,17 +323,41 @@ def main() -> None:
         rate = len(texts) / (time.perf_counter() - t0)
         print(f"  [{e.id}: load {load:.2f}s, {rate:,.0f} memories/s embedded]")
         embedders.append(e)
-        show(f"{e.id} alone (cosine)", score(people, embedder_ranker(people, e)))
-    weights = {"linear 0.3 (default)": RecallWeights(),
+        single.append((f"{e.id} alone", score(people, embedder_ranker(people, e))))
+        show(f"{e.id} alone (cosine)", single[-1][1])
+    weights = {DEFAULT_LABEL: RecallWeights(),
                "linear 0.5": RecallWeights(fusion="linear", keyword_share=0.5),
                "rrf k=60 0.5": RecallWeights(fusion="rrf", rrf_k=60, keyword_share=0.5),
                "rrf k=5 0.7": RecallWeights(fusion="rrf", rrf_k=5, keyword_share=0.7),
                "default, relevance only": RecallWeights(salience=0.0, recency=0.0,
                                                         relevance=1.0)}
+    default_id = configured(None).id  # no config.toml: what `Projections(app)` picks
+    if os.environ.get("LEDGER_EMBEDDER"):
+        print(f"  (LEDGER_EMBEDDER={os.environ['LEDGER_EMBEDDER']} sets the default)")
+    singles = dict(single)
+    ledgers: dict[str, Scores] = {}
     with tempfile.TemporaryDirectory(prefix="recall-quality-") as tmp:
         for e in embedders:
-            for label, res in ledger_rankers(people, Path(tmp), e, weights).items():
+            is_default = e.id == default_id
+            for label, res in ledger_rankers(people, Path(tmp), None if is_default else e,
+                                             weights).items():
                 show(f"ledger recall, {e.id}, {label}", res)
+                ledgers[f"{e.id}, {label}"] = res
+    mine = ledgers.get(f"{default_id}, {DEFAULT_LABEL}")
+    if mine is None:
+        print(f"the default embedder {default_id} was not measured (--embedders)")
+        return
+    best_name, best = max(singles.items(), key=lambda kv: kv[1]["all"][1])
+    verdict = "beats" if mine["all"][1] > best["all"][1] else "does NOT beat"
+    print(f"\nledger end to end with its default configuration ({default_id}, "
+          f"{DEFAULT_LABEL}): recall@10 {mine['all'][1]:.3f} {verdict} every single method "
+          f"in this run (best: {best_name}, {best['all'][1]:.3f})")
+    hashed = ledgers.get(f"hashing-v1/256, {DEFAULT_LABEL}")
+    if hashed is not None and default_id != "hashing-v1/256":
+        behind = [k for k in KINDS[:-1] if mine[k][1] < hashed[k][1]]
+        print(f"against today's hashing-based recall: paraphrase recall@10 "
+              f"{mine['paraphrase'][1]:.3f} vs {hashed['paraphrase'][1]:.3f}; behind on "
+              + (", ".join(behind) if behind else "no kind of question"))
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ def insert_rows(conn: Connection, table: sa.Table, rows: list[dict[str, Any]]) -
     sql = (f"INSERT INTO {prep.format_table(table)} ("  # noqa: S608 (identifiers only)
            + ", ".join(prep.quote(n) for n in names) + ") VALUES ("
            + ", ".join("?" for _ in names) + ")")
-    conn.exec_driver_sql(sql, [tuple(r.get(n) for n in names) for r in rows])
+    conn.exec_driver_sql(sql, [tuple(map(r.get, names)) for r in rows])
 
 
 def delete_ids(conn: Connection, table: sa.Table, ids: Iterable[str]) -> int:

