@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+import io
 import json
 import os
 import shutil
@@ -599,18 +600,31 @@ def read_pack(folder: Path) -> dict[str, bytes]:
     if folder.is_file() and folder.suffix == ".zip":
         try:
             with zipfile.ZipFile(folder) as zf:
-                out = {}
-                for info in zf.infolist():
-                    name = info.filename
-                    if info.is_dir():
-                        continue
-                    if name.startswith("/") or ".." in Path(name).parts:
-                        raise PackInvalid("2", f"zip entry {name!r} escapes the pack")
-                    out[name] = zf.read(info)
-                return out
+                return _zip_files(zf)
         except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as e:
             raise PackInvalid("2", f"{folder} is not a readable zip file: {e}") from e
     if not folder.is_dir():
         raise InputError(f"{folder} is not a pack folder or .zip")
     return {p.relative_to(folder).as_posix(): p.read_bytes()
             for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def read_pack_zip(data: bytes) -> dict[str, bytes]:
+    """The files of a pack zip held in memory (a pack received over the network)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            return _zip_files(zf)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as e:
+        raise PackInvalid("2", f"the pack is not a readable zip file: {e}") from e
+
+
+def _zip_files(zf: zipfile.ZipFile) -> dict[str, bytes]:
+    out = {}
+    for info in zf.infolist():
+        name = info.filename
+        if info.is_dir():
+            continue
+        if name.startswith("/") or ".." in Path(name).parts:
+            raise PackInvalid("2", f"zip entry {name!r} escapes the pack")
+        out[name] = zf.read(info)
+    return out

@@ -611,7 +611,7 @@ class MemoryService:
         """Build the Evidence Pack of a closed batch, signed with the caller's key, verify
         it, and hand it back as a zip."""
         self._require(caller, "operator")
-        from governance.pack import build_pack, verify_pack
+        from governance.pack import build_pack, read_pack_zip, verify_pack_bytes
 
         if not is_uuid(batch_id):
             raise NotFound(f"no batch {batch_id!r}")
@@ -619,8 +619,9 @@ class MemoryService:
         with tempfile.TemporaryDirectory(prefix="ledger-pack-") as tmp:
             folder = build_pack(self.app, batch_id, Path(tmp) / "pack", make_zip=True,
                                 operator=self._signing_key(caller))
-            report = verify_pack(folder.with_suffix(".zip"), self.app.root_public_key, None)
             content = folder.with_suffix(".zip").read_bytes()
+        # what is verified is the bytes handed out
+        report = verify_pack_bytes(read_pack_zip(content), self.app.root_public_key, None)
         return PackOut(batch_id=batch_id, filename=f"evidence-pack-{batch_id}.zip",
                        content=content, verification=report.as_json())
 

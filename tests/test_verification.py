@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 
 from governance.erasure import redact_user
-from governance.pack import PackInvalid, build_pack, read_pack, verify_pack, verify_pack_bytes
+from governance.pack import (
+    PackInvalid,
+    build_pack,
+    read_pack,
+    read_pack_zip,
+    verify_pack,
+    verify_pack_bytes,
+)
 from ledger.application import LedgerApp
 from ledger.home import Config
 from ledger.verification import (
@@ -147,6 +154,7 @@ def test_verify_pack_verifies_bytes_alone(tmp_path: Path) -> None:
     pack, root = _pack(tmp_path, zipped=True)
     files = read_pack(pack)
     assert read_pack(pack.with_suffix(".zip")) == files
+    assert read_pack_zip(pack.with_suffix(".zip").read_bytes()) == files
     counts: list[tuple[int, int]] = []
     report = verify_pack_bytes(files, root, None, lambda d, t: counts.append((d, t)))
     assert report.ok and report.events > 0
@@ -162,6 +170,8 @@ def test_verify_pack_verifies_bytes_alone(tmp_path: Path) -> None:
         zf.writestr("../outside", b"x")
     with pytest.raises(PackInvalid, match="escapes the pack"):
         read_pack(escaping)
+    with pytest.raises(PackInvalid, match="escapes the pack"):
+        read_pack_zip(escaping.read_bytes())
     assert verify_pack(pack, root).as_json() == report.as_json()
 
 
