@@ -646,24 +646,21 @@ class LedgerApp(Application[UUID]):
         atom_id = self._ref_id("atom", inp.ref)
         if check_ref and inp.ref is not None and self.exists(atom_id):
             raise ConflictError(f"atom {inp.ref} already exists ({atom_id})")
-        # the input's fields as they are, save those the ledger converts or resolves;
-        # ATOM_FIELDS gives the order (and the event's __dict__ the order it always had)
-        converted = {
-            "subject_id": str(subject_id),
-            "details": [d.model_dump() for d in inp.details] or None,
-            "tags": list(inp.tags) or None,
-            "valid_from": clock.format_instant(inp.valid_from) if inp.valid_from else None,
-            "valid_to": clock.format_instant(inp.valid_to) if inp.valid_to else None,
-            "artifact_ids": artifact_ids, "supersedes": supersedes,
-            "decay_profile": inp.decay_profile.model_dump() if inp.decay_profile else None,
-        }
-        state = {
+        # the input's fields as they are, in ATOM_FIELDS' order (the event's __dict__ keeps
+        # the order it always had), then those the ledger converts or resolves, in place
+        state: dict[str, Any] = {
             "originator_id": atom_id, "originator_version": Atom.INITIAL_VERSION,
-            "timestamp": at, "originator_topic": Atom.TOPIC,
-            **{name: converted[name] if name in converted else getattr(inp, name)
-               for name in ATOM_FIELDS},
-            "source_data": inp.source_data,
-        }
+            "timestamp": at, "originator_topic": Atom.TOPIC}
+        state.update(zip(ATOM_FIELDS, map(inp.__dict__.get, ATOM_FIELDS), strict=False))
+        state["subject_id"] = str(subject_id)
+        state["details"] = [d.model_dump() for d in inp.details] or None
+        state["tags"] = list(inp.tags) or None
+        state["valid_from"] = clock.format_instant(inp.valid_from) if inp.valid_from else None
+        state["valid_to"] = clock.format_instant(inp.valid_to) if inp.valid_to else None
+        state["artifact_ids"] = artifact_ids
+        state["decay_profile"] = inp.decay_profile.model_dump() if inp.decay_profile else None
+        state["supersedes"] = supersedes
+        state["source_data"] = inp.source_data
         # The frozen dataclass's __init__ only sets these attributes one by one; build the
         # event the way eventsourcing's Mapper.to_domain_event does (test_bulk_append.py
         # pins it equal to Atom._create's event).

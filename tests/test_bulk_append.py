@@ -155,3 +155,22 @@ def test_stored_tree_reads_many_nodes_across_levels(app: LedgerApp) -> None:
     assert store.get_many(keys) == memory.get_many(keys)
     with pytest.raises(KeyError, match="level 0 index 999999"):
         store.get_many([(0, 1), (0, 999999)])
+
+
+def test_the_atom_fields_are_declared_once() -> None:
+    """ADR 0038: ``AtomFields`` is the one list; the event's dataclass fields keep the
+    order they had (base fields, the atom's, ``source_data``), and the derived lists
+    follow it."""
+    import dataclasses
+
+    from ledger.domain import ATOM_FIELDS, ATOM_PERSONAL, AtomFields
+    from ledger.portability.record import _OPTIONAL_ATOM_FIELDS
+    from projections.atoms import _AS_IS
+
+    assert ATOM_FIELDS == tuple(AtomFields.__annotations__)
+    assert [f.name for f in dataclasses.fields(Atom.Created)] == [
+        "originator_id", "originator_version", "timestamp", "originator_topic",
+        *ATOM_FIELDS, "source_data"]
+    assert Atom.Created.PERSONAL == Atom.PERSONAL_STATE == ATOM_PERSONAL
+    assert set(_OPTIONAL_ATOM_FIELDS) | set(_AS_IS) <= set(ATOM_FIELDS)
+    assert "text" not in _AS_IS and "subject_id" in _AS_IS

@@ -112,3 +112,33 @@ def test_blocked_shred_fails_loudly_and_a_retry_completes(tmp_path: Path) -> Non
     assert store.destroy(["victim"], T0) == []  # row already gone; compaction still runs
     assert not any(keys["victim"] in p.read_bytes() for p in files_under(tmp_path))
     store.close()
+
+
+def test_key_files_one_format_written_0600_and_replaced_whole(tmp_path: Path) -> None:
+    """ADR 0038: keys/keyring.py reads and writes every key file; private files are 0600
+    whatever the umask, created exclusively, and replaced by rename on rotation."""
+    import os
+    import stat
+
+    from keys.errors import KeyringError
+    from keys.keyring import Keyring, read_public_key_file, read_seed_file, write_seed_file
+
+    old_umask = os.umask(0)
+    try:
+        ring = Keyring(tmp_path / "keys")
+        first = ring.create("writer")
+        with pytest.raises(KeyringError, match="already exists"):
+            ring.create("writer")
+        second = Signer.generate("writer")
+        ring.install(second)
+        write_seed_file(tmp_path / "witness.key", bytes(range(32)))
+        with pytest.raises(FileExistsError):
+            write_seed_file(tmp_path / "witness.key", bytes(32))
+    finally:
+        os.umask(old_umask)
+    assert ring.load("writer").kid == second.kid != first.kid
+    assert read_public_key_file(ring.public_key_path("writer")) == second.public_key
+    assert read_seed_file(tmp_path / "witness.key") == bytes(range(32))
+    for path in (ring.folder / "writer.key", tmp_path / "witness.key"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert not (ring.folder / "writer.key.tmp").exists()

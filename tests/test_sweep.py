@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -228,3 +229,29 @@ def test_due_atoms_are_found_by_index_not_by_scan(app: LedgerApp, proj: Projecti
         sql = str(q.compile(conn, compile_kwargs={"literal_binds": True}))
         plan = " ".join(str(r[-1]) for r in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql))
     assert "proj_atoms_retention" in plan, plan
+
+
+def test_the_write_lock_and_the_sweep_lock_are_one_implementation(
+        tmp_path: Path) -> None:
+    """ADR 0038: ``ledger.locks.held`` is both locks; the advisory-lock keys are those the
+    two copies used (so old and new processes still exclude each other), and a busy lock
+    raises the given error at once instead of waiting."""
+    import hashlib
+
+    from ledger import locks
+
+    lid = "6c1b6d1e-0000-4000-8000-000000000000"
+    assert locks.lock_key(lid, "write") == int.from_bytes(
+        hashlib.sha256(lid.encode()).digest()[:8], "big", signed=True)
+    assert locks.lock_key(lid, "sweep") == int.from_bytes(
+        hashlib.sha256(f"{lid}/sweep".encode()).digest()[:8], "big", signed=True)
+    config = SimpleNamespace(home=tmp_path, ledger_id=lid,
+                             events=SimpleNamespace(is_postgres=False))
+    busy = ConflictError("busy")
+    with locks.held(config, "sweep", busy=busy):  # type: ignore[arg-type]
+        with pytest.raises(ConflictError, match="busy"):
+            with locks.held(config, "sweep", busy=busy):  # type: ignore[arg-type]
+                pass
+        with locks.held(config, "write", busy=busy):  # type: ignore[arg-type]
+            pass  # another name, another lock
+    assert (tmp_path / "sweep.lock").exists() and (tmp_path / "write.lock").exists()
