@@ -3,8 +3,10 @@
 Prints, for one SQLite ledger on this machine:
 * in-process: the facade's bulk add rate (``add_atoms`` of 256, the largest group the
   server commits) and one-atom add rate, recall p50/p95 (facade called directly);
-* over HTTP (`ledger serve` on loopback, httpx clients): adds/s, p50 and p95 with 1 and
-  with 32 concurrent clients, recall p50/p95 with 1 client;
+* over HTTP (`ledger serve` on loopback): adds/s, p50 and p95 with 1 and with 32
+  concurrent keep-alive clients (a lean asyncio client, so that the client is not the
+  bound), recall p50/p95 with 1 client (httpx);
+* the same lean client against a bare ASGI app under uvicorn: HTTP's own ceiling here;
 * over MCP (streamable HTTP, the SDK's client): tool-call p50/p95 of `recall`;
 * the ratios the issue sets targets for: HTTP add throughput with 32 clients over the
   in-process bulk rate (target >= 0.5), HTTP recall p95 over in-process p95 (<= 2).
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import tempfile
@@ -45,6 +48,15 @@ def in_process(home: Path, atoms: int, queries: list[str]) -> dict[str, float]:
         for start in range(0, atoms, 256):
             svc.add_atoms(op, items[start:start + 256])
         out["bulk_rate"] = atoms / (time.perf_counter() - t0)
+        # what the server's writer does with 32 clients at best: every client's add in
+        # one signed command, 32 at a time (a group never holds more adds than requests
+        # in flight)
+        groups = max(4, atoms // 64)
+        t0 = time.perf_counter()
+        for g in range(groups):
+            svc.add_atoms_grouped([(op, AtomIn(subject="bench", text=f"group {g} item {i}"))
+                                   for i in range(32)])
+        out["group32_rate"] = groups * 32 / (time.perf_counter() - t0)
         n = min(300, atoms // 4)
         t0 = time.perf_counter()
         for i in range(n):
@@ -61,29 +73,90 @@ def in_process(home: Path, atoms: int, queries: list[str]) -> dict[str, float]:
 
 
 async def http_adds(url: str, token: str, clients: int, seconds: float) -> dict[str, float]:
-    import httpx
-
+    """``clients`` keep-alive connections, each posting one atom at a time and waiting for
+    its answer. The client is a few lines over asyncio streams with the requests built
+    ahead, not httpx: on 2 cores, httpx's own cost per request (about 1.5 ms of CPU) was
+    the bound of the earlier runs, not the server."""
+    host, port = url.removeprefix("http://").split(":")
     lat: list[float] = []
-    errors = 0
+    statuses: dict[int, int] = {}
     deadline = time.monotonic() + seconds
 
+    def request(n: int, i: int) -> bytes:
+        body = json.dumps({"subject": "bench", "text": f"http memory {n}-{i}"}).encode()
+        return (f"POST /v1/atoms HTTP/1.1\r\nHost: {host}\r\n"
+                f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
     async def one(n: int) -> None:
-        nonlocal errors
-        async with httpx.AsyncClient(base_url=url, timeout=60,
-                                     headers={"Authorization": f"Bearer {token}"}) as c:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
             i = 0
             while time.monotonic() < deadline and i < 100_000:
+                data = request(n, i)
                 t0 = time.perf_counter()
-                r = await c.post("/v1/atoms", json={"subject": "bench",
-                                                    "text": f"http memory {n}-{i}"})
+                writer.write(data)
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    if line[:15].lower() == b"content-length:":
+                        length = int(line[15:])
+                await reader.readexactly(length)
                 lat.append(time.perf_counter() - t0)
-                errors += r.status_code != 201
+                status = int(head[9:12])
+                statuses[status] = statuses.get(status, 0) + 1
                 i += 1
+        finally:
+            writer.close()
     t0 = time.perf_counter()
     await asyncio.gather(*[one(n) for n in range(clients)])
     wall = time.perf_counter() - t0
-    return {"rate": len(lat) / wall, "p50": pct(lat, 0.5), "p95": pct(lat, 0.95),
-            "errors": errors}
+    ok = statuses.get(201, 0)
+    return {"rate": ok / wall, "p50": pct(lat, 0.5), "p95": pct(lat, 0.95),
+            "errors": sum(statuses.values()) - ok}
+
+
+BARE_APP = """
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    more = True
+    while more:
+        more = (await receive()).get("more_body", False)
+    body = b'{"atom_id":"x","archived":[]}'
+    await send({"type": "http.response.start", "status": 201,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+"""
+
+
+def bare_ceiling(clients: int, seconds: float) -> dict[str, float]:
+    """The same client against an ASGI app that only answers 201, under the same uvicorn:
+    what HTTP alone costs on this machine, the limit any server of this stack meets."""
+    import subprocess
+
+    from tests.serving import free_port
+
+    with tempfile.TemporaryDirectory(prefix="bench-bare-") as tmp:
+        Path(tmp, "bare_app.py").write_text(BARE_APP)
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "bare_app:app", "--port",
+                                 str(port), "--log-level", "warning", "--no-access-log"],
+                                cwd=tmp)
+        try:
+            import httpx
+
+            for _ in range(100):
+                try:
+                    httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
+                    break
+                except httpx.TransportError:
+                    time.sleep(0.1)
+            return asyncio.run(http_adds(f"http://127.0.0.1:{port}", "x", clients, seconds))
+        finally:
+            proc.terminate()
+            proc.wait(10)
 
 
 async def http_recall(url: str, token: str, queries: list[str]) -> dict[str, float]:
@@ -163,18 +236,21 @@ def main() -> None:
                 mcp = None
             server.stop()
             groups = [line for line in server.output().splitlines() if "server.stopped" in line]
+        bare = bare_ceiling(32, args.seconds)
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {args.atoms} atoms "
           f"in process, {args.seconds:.0f} s per HTTP run")
+    print(f"in-process  groups of 32 {inproc['group32_rate']:6.0f} atoms/s (the writer's "
+          f"best with 32 clients: {inproc['group32_rate'] / inproc['bulk_rate']:.2f} of bulk)")
     print(f"in-process  bulk add {inproc['bulk_rate']:8.0f} atoms/s   one-atom add "
           f"{inproc['single_rate']:6.0f}/s   recall p50 {inproc['recall_p50']:6.1f} ms "
           f"p95 {inproc['recall_p95']:6.1f} ms")
     for label, r in (("HTTP  1 client ", one), ("HTTP 32 clients", many)):
         print(f"{label} add {r['rate']:8.0f} req/s      p50 {r['p50']:6.1f} ms  p95 "
               f"{r['p95']:6.1f} ms  non-201 {r['errors']:.0f}")
+    print(f"bare ASGI 32 clients {bare['rate']:8.0f} req/s      p50 {bare['p50']:6.1f} ms  "
+          f"p95 {bare['p95']:6.1f} ms  (uvicorn answering 201 and nothing else)")
     if groups:
-        import json
-
         g = json.loads(groups[-1])
         print(f"group commit: {g['grouped_adds']} adds in {g['write_groups']} signed commands "
               f"({g['grouped_adds'] / max(1, g['write_groups']):.1f} per command)")
@@ -185,6 +261,10 @@ def main() -> None:
           f"{many['rate'] / inproc['bulk_rate']:.3f} (target >= 0.5)")
     print(f"ratio HTTP recall p95 / in-process recall p95: "
           f"{recall['p95'] / inproc['recall_p95']:.2f} (target <= 2)")
+    print(f"ratio HTTP add (32 clients) / in-process groups of 32: "
+          f"{many['rate'] / inproc['group32_rate']:.3f} (what HTTP costs on top)")
+    print(f"ratio HTTP add (32 clients) / bare ASGI (32 clients): "
+          f"{many['rate'] / bare['rate']:.3f} (the share of HTTP's own ceiling)")
     print(f"ratio HTTP add (32 clients) / HTTP add (1 client): "
           f"{many['rate'] / one['rate']:.2f} (what group commit buys)")
 

@@ -32,6 +32,8 @@ from server.auth_context import CALLER
 from server.backend import Backend
 from service.caller import Caller
 from service.models import (
+    MAX_PAGE,
+    PAGE,
     ArtifactIn,
     ArtifactOut,
     AtomAdded,
@@ -95,6 +97,8 @@ class Limits:
         self.app = app
         self.settings = settings
         self.authenticate = authenticate
+        self.cached: Callable[[str | None], Caller | None] | None = getattr(
+            authenticate, "cached", None)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -125,10 +129,12 @@ class Limits:
             if not _public(path):
                 try:
                     auth = headers.get(b"authorization")
+                    header = auth.decode("latin-1") if auth else None
                     # a token's first check in a process is an argon2id hash (ADR 0028):
-                    # off the event loop
-                    caller = await run_in_threadpool(
-                        self.authenticate, auth.decode("latin-1") if auth else None)
+                    # off the event loop; a token checked moments ago is a dict lookup
+                    caller = self.cached(header) if self.cached is not None else None
+                    if caller is None:
+                        caller = await run_in_threadpool(self.authenticate, header)
                 except LedgerError as e:
                     log.info("request.refused", path=path, reason=type(e).__name__)
                     await _send(problems.from_error(e), scope, receive, send)
@@ -139,7 +145,8 @@ class Limits:
             or path.startswith("/mcp") else self.settings.request_timeout
         started = time.perf_counter()
         try:
-            await asyncio.wait_for(self.app(scope, bounded_receive, send), timeout)
+            async with asyncio.timeout(timeout):  # no task per request, unlike wait_for
+                await self.app(scope, bounded_receive, send)
         except _TooLarge:
             await _send(problems.problem(413, f"the request body is larger than {limit} bytes",
                                          slug="too-large"), scope, receive, send)
@@ -374,11 +381,26 @@ def _routes(api: FastAPI) -> None:
         return found
 
     @api.get("/v1/memories", tags=["memories"])
-    async def list_memories(c: CallerDep, b: BackendDep, subject: str | None = None,
+    async def list_memories(request: Request, response: Response, c: CallerDep,
+                            b: BackendDep, subject: str | None = None,
                             privacy_class: str | None = None,
-                            min_salience: Annotated[float | None, Query(ge=0, le=1)] = None
+                            min_salience: Annotated[float | None, Query(ge=0, le=1)] = None,
+                            limit: Annotated[int, Query(
+                                ge=1, le=MAX_PAGE,
+                                description="At most this many rows; the `Link` header "
+                                            "(rel=next) names the next page.")] = PAGE,
+                            after: Annotated[str | None, Query(
+                                max_length=200,
+                                description="The atom_id of the previous page's last "
+                                            "row.")] = None,
                             ) -> list[MemoryRow]:
-        return await b.read(lambda s: s.list_memories(c, subject, privacy_class, min_salience))
+        rows = await b.read(lambda s: s.list_memories(
+            c, subject, privacy_class, min_salience, limit=limit + 1, after=after))
+        if len(rows) > limit:
+            rows = rows[:limit]
+            following = request.url.include_query_params(after=rows[-1].atom_id)
+            response.headers["Link"] = f'<{following.path}?{following.query}>; rel="next"'
+        return rows
 
     @api.get("/v1/memories/{atom}", tags=["memories"])
     async def inspect_memory(atom: str, c: CallerDep, b: BackendDep) -> dict[str, Any]:

@@ -48,7 +48,31 @@ class Overloaded(LedgerError):
 class _Job:
     fn: Callable[[MemoryService], Any] | None
     add: tuple[Caller, AtomIn] | None = None
-    future: Future[Any] = field(default_factory=Future)
+    # an add awaited on an event loop: settled from the writer with one wake-up of that
+    # loop per group, not one per add; any other job: a thread-safe future
+    waiter: asyncio.Future[Any] | None = None
+    future: Future[Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.waiter is None:
+            self.future = Future()
+
+    def start(self) -> bool:
+        """False when whoever waits gave up before the job ran: it is then not run."""
+        if self.waiter is not None:
+            return not self.waiter.cancelled()
+        return self.future.set_running_or_notify_cancel()
+
+
+def _settle(outcomes: list[tuple[asyncio.Future[Any], Any]]) -> None:
+    """On the event loop: hand each waiting add its result or its error."""
+    for waiter, outcome in outcomes:
+        if waiter.done():  # its request timed out meanwhile
+            continue
+        if isinstance(outcome, BaseException):
+            waiter.set_exception(outcome)
+        else:
+            waiter.set_result(outcome)
 
 
 class _Worker(threading.Thread):
@@ -64,12 +88,11 @@ class _Worker(threading.Thread):
         self.groups = 0
         self.grouped_items = 0
 
-    def submit(self, job: _Job) -> Future[Any]:
+    def submit(self, job: _Job) -> None:
         if self.jobs.qsize() >= self.max_queue:
             raise Overloaded("the server is busy: too many requests are waiting",
                              hint="retry after a second")
         self.jobs.put(job)
-        return job.future
 
     def stop(self) -> None:
         self.jobs.put(None)
@@ -112,32 +135,46 @@ class _Worker(threading.Thread):
         finally:
             close_service(svc)
 
-    @staticmethod
-    def _run(svc: MemoryService, job: _Job) -> None:
-        if not job.future.set_running_or_notify_cancel():
+    @classmethod
+    def _run(cls, svc: MemoryService, job: _Job) -> None:
+        if not job.start():
             return
+        outcome: Any
         try:
             if job.add is not None:
-                job.future.set_result(svc.add_atom(*job.add))
+                outcome = svc.add_atom(*job.add)
             else:
                 assert job.fn is not None
-                job.future.set_result(job.fn(svc))
+                outcome = job.fn(svc)
         except BaseException as e:
-            job.future.set_exception(e)
+            outcome = e
+        cls._deliver([(job, outcome)])
 
     def _run_adds(self, svc: MemoryService, batch: list[_Job]) -> None:
-        live = [j for j in batch if j.future.set_running_or_notify_cancel()]
+        live = [j for j in batch if j.start()]
         if not live:
             return
         items = [j.add for j in live if j.add is not None]
         results = svc.add_atoms_grouped(items)
         self.groups += 1
         self.grouped_items += len(live)
-        for j, r in zip(live, results, strict=True):
-            if isinstance(r, BaseException):
-                j.future.set_exception(r)
+        self._deliver(list(zip(live, results, strict=True)))
+
+    @staticmethod
+    def _deliver(outcomes: list[tuple[_Job, Any]]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
+        for job, outcome in outcomes:
+            if job.waiter is not None:
+                by_loop.setdefault(job.waiter.get_loop(), []).append((job.waiter, outcome))
+            elif isinstance(outcome, BaseException):
+                job.future.set_exception(outcome)
             else:
-                j.future.set_result(r)
+                job.future.set_result(outcome)
+        for loop, settled in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_settle, settled)
+            except RuntimeError:  # that loop is closed: nobody waits any more
+                pass
 
 
 class Backend:
@@ -165,19 +202,21 @@ class Backend:
                 w.join()
 
     async def read(self, fn: Callable[[MemoryService], T]) -> T:
-        fut = self.reader.submit(_Job(fn))
-        result: T = await asyncio.wrap_future(fut)
+        job = _Job(fn)
+        self.reader.submit(job)
+        result: T = await asyncio.wrap_future(job.future)
         return result
 
     async def write(self, fn: Callable[[MemoryService], T]) -> T:
-        fut = self.writer.submit(_Job(fn))
-        result: T = await asyncio.wrap_future(fut)
+        job = _Job(fn)
+        self.writer.submit(job)
+        result: T = await asyncio.wrap_future(job.future)
         return result
 
     async def add_atom(self, caller: Caller, item: AtomIn) -> AtomAdded:
-        fut = self.writer.submit(_Job(None, add=(caller, item)))
-        result: AtomAdded = await asyncio.wrap_future(fut)
-        return result
+        waiter: asyncio.Future[AtomAdded] = asyncio.get_running_loop().create_future()
+        self.writer.submit(_Job(None, add=(caller, item), waiter=waiter))
+        return await waiter
 
     async def recall(self, caller: Caller, body: RecallIn) -> RecallOut:
         """Recall on the reader thread, then the rehearsal events (a signed write) on the
@@ -195,5 +234,7 @@ class Backend:
     def call_sync(self, fn: Callable[[MemoryService], T], write: bool = False) -> T:
         """For a caller on its own thread (the stdio MCP server)."""
         worker = self.writer if write else self.reader
-        result: T = worker.submit(_Job(fn)).result()
+        job = _Job(fn)
+        worker.submit(job)
+        result: T = job.future.result()
         return result

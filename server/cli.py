@@ -86,7 +86,7 @@ def build_authenticate(home: Path) -> Callable[[str | None], Any]:
     """The request authenticator of a server process: bearer tokens of the home's token
     store, or (OAuth mode) JWT access tokens checked against the JWKS file."""
     from ledger.home import Config
-    from service.auth import caller_from_authorization
+    from service.auth import cached_caller, caller_from_authorization
     from service.tokens import TokenStore
 
     config = Config.load(home)
@@ -98,11 +98,23 @@ def build_authenticate(home: Path) -> Callable[[str | None], Any]:
                                         audience=os.environ[AUDIENCE_ENV],
                                         issuer=os.environ.get(ISSUER_ENV))
     store = TokenStore.open(config)
+    return RequestAuthenticator(
+        lambda header: caller_from_authorization(header, store, oauth),
+        lambda header: cached_caller(header, store))
 
-    def authenticate(header: str | None) -> Any:
-        return caller_from_authorization(header, store, oauth)
 
-    return authenticate
+class RequestAuthenticator:
+    """Called with an ``Authorization`` value (on a worker thread: a token's first check
+    is an argon2id hash); :meth:`cached` answers on the event loop for a token checked
+    moments ago, None otherwise."""
+
+    def __init__(self, check: Callable[[str | None], Any],
+                 cached: Callable[[str | None], Any]) -> None:
+        self.check = check
+        self.cached = cached
+
+    def __call__(self, header: str | None) -> Any:
+        return self.check(header)
 
 
 def app_from_env() -> Any:

@@ -49,6 +49,8 @@ from server.backend import Backend
 from service.caller import Caller
 from service.facade import MemoryService
 from service.models import (
+    MAX_PAGE,
+    PAGE,
     AtomAdded,
     AtomCorrectionIn,
     AtomIn,
@@ -117,6 +119,8 @@ class Remembered(AtomAdded):
 class MemoryList(_Out):
     subject: str | None
     memories: list[MemoryRow]
+    next_after: str | None = Field(
+        None, description="More memories follow: pass this as `after` for the next page.")
 
 
 class Forgotten(_Out):
@@ -316,9 +320,14 @@ def _tools(mcp: MCPServer[Any], b: Backend) -> None:
 
     # ------------------------------------------------------------------ list, get
     async def list_memories(c: Caller, a: dict[str, Any]) -> CallToolResult:
+        limit = a["limit"]
         rows = await b.read(lambda s: s.list_memories(
-            c, a["subject"], a["privacy_class"], a["min_salience"]))
-        return _result(MemoryList(subject=a["subject"], memories=rows))
+            c, a["subject"], a["privacy_class"], a["min_salience"], limit=limit + 1,
+            after=a["after"]))
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return _result(MemoryList(subject=a["subject"], memories=rows,
+                                  next_after=rows[-1].atom_id if more else None))
 
     _add(mcp, "list_memories", "List memories",
          "List a subject's memories with their current salience, status and markers "
@@ -327,7 +336,11 @@ def _tools(mcp: MCPServer[Any], b: Backend) -> None:
                                             "credential sees every subject).", None),
           _param("privacy_class", str | None, (), "Only this privacy class.", None),
           _param("min_salience", float | None, (Field(ge=0.0, le=1.0),),
-                 "Only memories whose current salience is at least this.", None)],
+                 "Only memories whose current salience is at least this.", None),
+          _param("limit", int, (Field(ge=1, le=MAX_PAGE),),
+                 "At most this many memories (next_after names the next page).", PAGE),
+          _param("after", str | None, (Field(max_length=200),),
+                 "The next_after of the previous page.", None)],
          MemoryList, list_memories)
 
     async def get_memory(c: Caller, a: dict[str, Any]) -> CallToolResult:
@@ -405,12 +418,15 @@ def _resources(mcp: MCPServer[Any], b: Backend) -> None:
     async def memories(subject: str) -> str:
         c = current_caller()
         try:
-            rows = await b.read(lambda s: s.list_memories(c, subject))
+            rows = await b.read(lambda s: s.list_memories(c, subject, limit=MAX_PAGE + 1))
         except LedgerError as e:
             from mcp.server.mcpserver.exceptions import ResourceError
 
             raise ResourceError(_error_text(e)) from None
-        data = MemoryList(subject=subject, memories=rows).model_dump(mode="json")
+        more = len(rows) > MAX_PAGE
+        rows = rows[:MAX_PAGE]  # the rest through the list_memories tool
+        data = MemoryList(subject=subject, memories=rows,
+                          next_after=rows[-1].atom_id if more else None).model_dump(mode="json")
         return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False)
 
     @mcp.resource("ledger://checkpoint", name="checkpoint", title="Latest signed checkpoint",

@@ -168,6 +168,23 @@ def caller_from_authorization(header_value: str | None, store: Authenticator | N
                        reason="malformed")
 
 
+def cached_caller(header_value: str | None, store: Authenticator | None) -> Caller | None:
+    """The caller of a well-formed ``Authorization`` value whose ledger token ``store``
+    checked moments ago (no I/O, no hashing: callable on an event loop), else None: the
+    caller then goes through :func:`caller_from_authorization` on a worker thread."""
+    if store is None or header_value is None:
+        return None
+    cached = getattr(store, "authenticate_cached", None)
+    if cached is None:
+        return None
+    try:
+        token = _bearer_token(header_value)
+    except AuthError:
+        return None
+    found: Caller | None = cached(token)
+    return found
+
+
 def www_authenticate(error: AuthError | None = None, resource_metadata: str | None = None,
                      scope: str | None = None) -> str:
     """The ``WWW-Authenticate`` value for a refusal (RFC 6750 §3, RFC 9728 §5.1).

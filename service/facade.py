@@ -408,11 +408,26 @@ class MemoryService:
 
     def list_memories(self, caller: Caller, subject: str | None = None,
                       privacy_class: str | None = None,
-                      min_salience: float | None = None) -> list[MemoryRow]:
+                      min_salience: float | None = None, *, limit: int | None = None,
+                      after: str | None = None) -> list[MemoryRow]:
+        """The memories of the listing (``ledger memory list``); a page of at most
+        ``limit`` rows when asked, starting after the atom id ``after`` (the last row of
+        the previous page)."""
         if subject is None and not caller.unrestricted:
             raise InputError("name a subject", hint="this credential is scoped to subjects")
+        if limit is not None and limit < 1:
+            raise InputError(f"limit must be at least 1, got {limit}")
         sid = self.subject_id(caller, subject) if subject is not None else None
         rows = self.proj.memory_list(sid, privacy_class, min_salience)
+        start = 0
+        if after is not None:
+            start = next((i + 1 for i, r in enumerate(rows) if r["atom_id"] == after), -1)
+            if start < 0:
+                raise InputError("after: no memory of this listing has that id",
+                                 hint="pass the atom_id of the last row of the previous "
+                                      "page (the Link header's next URL carries it)")
+        if start or limit is not None:
+            rows = rows[start:None if limit is None else start + limit]
         erased = _erased_marker()
         return [MemoryRow(**{**r, "text": erased if r["content_erased"] else r["text"]})
                 for r in rows]

@@ -216,6 +216,12 @@ class RecallOut(_Out):
     pool: int
 
 
+PAGE = 100
+"""Rows of a listing per answer of the HTTP API and the MCP tool, unless asked otherwise."""
+MAX_PAGE = 1000
+"""The most rows one answer of a listing holds: every response is bounded."""
+
+
 class MemoryRow(_Out):
     model_config = ConfigDict(frozen=True, extra="allow")
     atom_id: str

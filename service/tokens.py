@@ -382,6 +382,21 @@ class TokenStore:
             raise
         return record.caller()
 
+    def authenticate_cached(self, token: str) -> Caller | None:
+        """The caller of a token this process checked less than ``ttl`` seconds ago, with
+        no I/O and no hashing (a dict lookup: safe on an event loop); None when the token
+        needs :meth:`authenticate` (first sight, stale entry, or not a ledger token).
+        Raises as :meth:`authenticate` does for a cached token now revoked or expired."""
+        m = _TOKEN.fullmatch(token) if isinstance(token, str) else None
+        if m is None:
+            return None
+        digest = hashlib.sha256(token.encode("ascii")).digest()
+        with self._lock:
+            hit = self._cache.get(digest)
+        if hit is None or self._monotonic() - hit[1] >= self.ttl:
+            return None
+        return self.authenticate(token)
+
     def _check(self, token: str) -> TokenRecord:
         m = _TOKEN.fullmatch(token) if isinstance(token, str) else None
         if m is None:

@@ -155,7 +155,18 @@ async def _walk_every_tool(c: Client, home: Path, tmp_path: Path) -> dict[str, A
     # list_memories = `ledger memory list --json`
     listed = _ok(await c.call_tool("list_memories", {"subject": "alice"}))
     cli_list = _cli_json(home, "memory", "list", "--subject", "alice")
-    assert listed["memories"] == cli_list
+    assert listed["memories"] == cli_list and listed["next_after"] is None
+    # in pages: one memory at a time, next_after naming where the next page starts
+    paged, after = [], None
+    while True:
+        page = _ok(await c.call_tool("list_memories", {"subject": "alice", "limit": 1,
+                                                       "after": after}))
+        paged += page["memories"]
+        after = page["next_after"]
+        if after is None:
+            break
+        assert len(page["memories"]) == 1 and after == page["memories"][0]["atom_id"]
+    assert len(cli_list) > 1 and paged == cli_list
     # the memories resource says the same
     res = await c.read_resource("memory://subjects/alice/memories")
     assert res.contents[0].mime_type == "application/json"

@@ -85,6 +85,21 @@ def test_every_endpoint_answers_like_the_cli(home: Path, tmp_path: Path) -> None
         cli_list = _cli_json(home, "memory", "list", "--subject", "user_9f4e")
         assert isinstance(cli_list, list)
         assert sorted(m["atom_id"] for m in listed) == sorted(m["atom_id"] for m in cli_list)
+        assert "link" not in c.get("/v1/memories", params={"subject": "user_9f4e"}).headers
+        # a listing comes in bounded pages: the Link header (rel=next) names the next one
+        paged, url = [], "/v1/memories?subject=user_9f4e&limit=1"
+        while url:
+            r = c.get(url)
+            assert r.status_code == 200 and len(r.json()) == 1, r.text
+            paged += r.json()
+            link = r.headers.get("link")
+            url = link.split(">")[0].lstrip("<") if link else ""
+            assert not link or link.endswith('; rel="next"')
+        assert len(listed) == 2 and paged == listed
+        r = c.get("/v1/memories", params={"subject": "user_9f4e", "after": "atom_none"})
+        assert r.status_code == 400 and "after:" in r.json()["detail"], r.text
+        assert c.get("/v1/memories", params={"subject": "user_9f4e",
+                                             "limit": 1001}).status_code == 422
         inspected = c.get(f"/v1/memories/{new_id}").json()
         assert inspected["atom_id"] == new_id and inspected["rehearsal_count"] == 1
         state = c.get("/v1/subjects/user_9f4e/state").json()
