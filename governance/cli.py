@@ -180,6 +180,7 @@ def redact_user_command(
     """
     from governance.erasure import redact_user
     from governance.requests import sla_hours
+    from ledger import progress
 
     with _session() as (app, proj):
         ack_hours, completion_hours = sla_hours(app.policy())  # Persona §7 SLA in force
@@ -188,13 +189,16 @@ def redact_user_command(
             sessions=session or [], legal_basis=legal_basis, ack_hours=ack_hours,
             completion_hours=completion_hours)
         if not dry_run and not resume and plan is None and not yes and sys.stdin.isatty():
-            preview = redact_user(app, proj, subject, dry_run=True, **common)
+            with progress.bar("Planning", total=1) as bar:
+                preview = redact_user(app, proj, subject, dry_run=True, progress=bar.step,
+                                      **common)
             sys.stderr.write(_plan_text(preview) + "\n")
             if not typer.confirm("erase these memories for good?", err=True):
                 raise InputError("not confirmed; nothing was written")
             plan = preview["plan_digest"]
-        data = redact_user(app, proj, subject, dry_run=dry_run, expect_plan=plan, resume=resume,
-                           **common)
+        with progress.bar("Erasing", total=1, json=as_json) as bar:
+            data = redact_user(app, proj, subject, dry_run=dry_run, expect_plan=plan,
+                               resume=resume, progress=bar.step, **common)
     for warning in data.get("warnings", []):
         _verdict(f"warning: {warning}")
     t = data["targets"]
@@ -344,6 +348,7 @@ def evidence_pack_command(
     from uuid import UUID
 
     from governance.pack import build_pack, countersign
+    from ledger import progress
 
     with _open[0]() as app:
         key = app.signer(signer)
@@ -361,7 +366,9 @@ def evidence_pack_command(
             UUID(target)
         except ValueError:
             raise InputError(f"{target!r} is not a batch id") from None
-        path = build_pack(app, target, out, make_zip=make_zip, operator=signer)
+        with progress.bar("Building the pack", total=1, json=as_json) as bar:
+            path = build_pack(app, target, out, make_zip=make_zip, operator=signer,
+                              progress=bar.step)
     files = sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file())
     _out({"pack": str(path), "files": files,
           "zip": str(path.with_suffix(".zip")) if make_zip else None}, as_json, str(path))

@@ -51,6 +51,7 @@ from ledger.errors import (
     NotFound,
     VerificationFailed,
 )
+from ledger.progress import Steps, report
 from projections.memory import index_text
 from projections.routes import Reach
 from projections.service import Projections
@@ -256,7 +257,7 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
                cascade: dict[str, dict[str, Any]] | None = None,
                referring: Sequence[str] | Mapping[str, str] = (),
                review_artifacts: Sequence[str] = (), batch: Any = None,
-               fresh: bool = False) -> dict[str, Any]:
+               fresh: bool = False, progress: Steps | None = None) -> dict[str, Any]:
     """Destroy, purge, probe, tombstone, close: one resumable batch (ADR 0019).
 
     Each step is recorded (signed events, the keystore) before the next begins, and each
@@ -271,12 +272,13 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
     ``referring``: memories of others to flag ``refers-to-erased`` (a mapping gives each
     flag's reason: ids, identifier positions, field names, never content);
     ``review_artifacts``: other subjects' artifacts listed for review in the reach record.
+    ``progress`` hears each step and its count (ledger/progress.py).
     """
     if mode not in ("hard", "delete"):
         raise InputError(f"hard_erase takes mode hard or delete, not {mode!r}")
     check_operator(app, operator)
     timer = _Timer()
-    proj.catch_up()
+    proj.catch_up_steps(progress)
     if batch is None and not fresh:
         batch = _open_batch(app, request_id, targets)
     resumed = batch is not None
@@ -297,7 +299,7 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
         log.info("erasure.resumed", batch_id=str(batch_id), status=batch.status)
     if batch is not None and batch.status in ("executed", "closed"):
         return _close(app, proj, batch_id, request_id, operator, timer, before,
-                      batch.event_ids, batch.reach, targets)
+                      batch.event_ids, batch.reach, targets, progress)
     if notes is None:  # taken before any key is destroyed (ADR 0019)
         with proj.store.engine.connect() as conn:
             content, indexed = _content_of(proj, conn, targets)
@@ -334,7 +336,7 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
             if main is not None:
                 scan.start([main])
             earlier = resumed and app.data_keys_destroyed_among(items)
-            shred_ids = _destroy_keys(app, targets, batch_id, operator)
+            shred_ids = _destroy_keys(app, targets, batch_id, operator, progress)
             # a key an interrupted run destroyed may have left its bytes in a page this
             # run cannot find them in (it never knew them): the keystore is rebuilt
             app.finish_key_destruction(vacuum=bool(earlier))
@@ -342,18 +344,22 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
             purged = {p.resolve() for p in proj.store.files()}
             scan.start([p for p in sorted(app.config.home.rglob("*"))
                         if p.is_file() and p.resolve() not in purged])
-            routes = _purge(proj, items, timer)
+            routes = _purge(proj, items, timer, progress)
             faults.point("after-purge")
             # the checkpoint (copying the purged pages into the file, and naming them)
             # runs on a thread while the probes read: they write nothing
             with ThreadPoolExecutor(1, thread_name_prefix="checkpoint") as ex:
                 changed = ex.submit(proj.store.checkpoint_pages)
+                report(progress, "Probing read models", 0, len(routes))
                 per_route, problems = _probe(proj, routes, items, content, indexed, timer)
+                report(progress, "Probing read models", len(routes), len(routes))
                 named = changed.result()
             if main is not None and named is not None:
                 scan.patch(main, *named)
         faults.point("scan")
+        report(progress, "Scanning the files", 0, 1)
         raw = scan_files(app.config.home, scan.wanted, scan)
+        report(progress, "Scanning the files", 1, 1)
         timer.lap("raw_scan")
     finally:
         scan.close()
@@ -374,21 +380,28 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
     note = f"erasure batch {batch_id}"  # the reason itself is sealed in the batch
     done = 0
     tomb_ids: list[str] = []
+    stones = len(targets.atoms) + len(targets.artifacts) + len(targets.records)
+    report(progress, "Writing tombstones", 0, stones)
     for chunk in _chunks(targets.atoms):
         tomb_ids += app.tombstone([UUID(a) for a in chunk], [], mode, note, reached,
                                   batch_id=str(batch_id), actor=operator)
         done += len(chunk)
         faults.point("tombstone", done)
+        report(progress, "Writing tombstones", done, stones)
     if targets.artifacts:
         tomb_ids += app.tombstone([], [UUID(a) for a in targets.artifacts], mode, note,
                                   reached, batch_id=str(batch_id), cascade=cascade,
                                   actor=operator)
         faults.point("tombstone", done + len(targets.artifacts))
+        report(progress, "Writing tombstones", done + len(targets.artifacts), stones)
     if targets.records:  # portable records (ADR 0017)
         tomb_ids += app.tombstone([], [], mode, note, reached, batch_id=str(batch_id),
                                   actor=operator, records=[UUID(r) for r in targets.records])
+        report(progress, "Writing tombstones", stones, stones)
     flag_ids = []
-    for other in referring:
+    for i, other in enumerate(referring, start=1):
+        if i % 100 == 1 or i == len(referring):
+            report(progress, "Flagging memories of others", i, len(referring))
         why = referring[other] if isinstance(referring, Mapping) else "refers to memory"
         fid = app.flag(UUID(other), "refers-to-erased", f"{why}; erased by batch "
                        f"{batch_id}", related=None, actor=operator)
@@ -417,7 +430,7 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
     app.execute_batch(operator, batch_id, event_ids, reach)
     faults.point("after-execute")
     out = _close(app, proj, batch_id, request_id, operator, timer, before, event_ids, reach,
-                 targets)
+                 targets, progress)
     log.info("erasure.completed", batch_id=str(batch_id), items=len(ids),
              events=len(event_ids))
     return {**out, "scanned_bytes": raw["bytes"],
@@ -429,13 +442,16 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
 
 def _close(app: LedgerApp, proj: Projections, batch_id: UUID, request_id: UUID | None,
            operator: str, timer: _Timer, before: int, event_ids: list[str],
-           reach: dict[str, Any], targets: Targets) -> dict[str, Any]:
+           reach: dict[str, Any], targets: Targets, progress: Steps | None = None
+           ) -> dict[str, Any]:
     """Close the batch (its key destroyed last: the sealed needles go with it) and its
     request; the checkpoint after."""
+    report(progress, "Closing the batch", 0, 1)
     close_ids = app.close_batch(operator, batch_id, request_id)
     faults.point("after-close")
     proj.catch_up()
     after = app.checkpoint()
+    report(progress, "Closing the batch", 1, 1)
     timer.lap("tombstones")
     return {"batch_id": str(batch_id), "event_ids": [*event_ids, *close_ids],
             "seconds": timer.laps, "scanned_bytes": 0, "scanned_early_bytes": 0,
@@ -450,7 +466,8 @@ def _chunks(items: Sequence[str]) -> Iterator[list[str]]:
         yield list(items[i:i + size])
 
 
-def _destroy_keys(app: LedgerApp, targets: Targets, batch_id: UUID, operator: str) -> list[str]:
+def _destroy_keys(app: LedgerApp, targets: Targets, batch_id: UUID, operator: str,
+                  progress: Steps | None = None) -> list[str]:
     """Step 3 in commits of :data:`CHUNK` items: atoms, artifacts, then the subject's key
     (last: until it goes, the subject is still there to resume). Each commit is the
     keystore's, then the items' signed events; the keystore is compacted and checked by
@@ -458,14 +475,19 @@ def _destroy_keys(app: LedgerApp, targets: Targets, batch_id: UUID, operator: st
     note = f"erasure batch {batch_id}"
     done = 0
     ids: list[str] = []
-    for chunk in _chunks([*targets.atoms, *targets.artifacts, *targets.records]):
+    items = [*targets.atoms, *targets.artifacts, *targets.records]
+    total = len(items) + len(targets.subjects)
+    report(progress, "Destroying data keys", 0, total)
+    for chunk in _chunks(items):
         ids += app.shred([UUID(i) for i in chunk], note, actor=operator, defer=True)
         done += len(chunk)
         faults.point("key", done)
+        report(progress, "Destroying data keys", done, total)
     if targets.subjects:
         ids += app.shred([UUID(i) for i in targets.subjects], note, actor=operator,
                          defer=True)
         faults.point("subject-key")
+        report(progress, "Destroying data keys", total, total)
     return ids
 
 
@@ -511,11 +533,13 @@ def _record_texts(app: LedgerApp, ids: Sequence[str]) -> list[str]:
             for t in needles_of(r.content, MIN_PROBE_CHARS)] if ids else []
 
 
-def _purge(proj: Projections, items: list[str], timer: _Timer) -> list[Any]:
+def _purge(proj: Projections, items: list[str], timer: _Timer,
+           progress: Steps | None = None) -> list[Any]:
     """Step 4: apply the destruction, purge every route explicitly, compact the routes
     (the store's checkpoint is the caller's: it names the pages the purge changed).
     Returns the routes to probe."""
-    proj.catch_up()  # the read models apply the destruction: the purge
+    # the read models apply the destruction: the purge
+    proj.catch_up_steps(progress, "Purging read models")
     routes = [r for r in proj.registry.routes() if r.name != "sqlite-files"]
     with proj.store.engine.begin() as conn:  # explicit purge of every route, in batches
         proj.registry.purge_many(conn, items, routes)
@@ -838,9 +862,10 @@ def redact_user(app: LedgerApp, proj: Projections, subject: str, *, reason: str,
                 legal_basis: str | None = None, dry_run: bool = False,
                 ack_hours: float = DEFAULT_ACK_HOURS,
                 completion_hours: float = DEFAULT_COMPLETION_HOURS,
-                resume: bool = False, expect_plan: str | None = None) -> dict[str, Any]:
+                resume: bool = False, expect_plan: str | None = None,
+                progress: Steps | None = None) -> dict[str, Any]:
     """The right to be forgotten (Persona Schema §5): receipt, gather, approve, erase, flag,
-    confirm.
+    confirm. ``progress`` hears each step and its count (ledger/progress.py).
 
     A dry run checks what the real run checks (reason, subject, operator key and role,
     identifiers, sessions) and then reports the plan with its digest; a real run given
@@ -859,7 +884,7 @@ def redact_user(app: LedgerApp, proj: Projections, subject: str, *, reason: str,
     pending = None if dry_run else open_request(app, str(sid))
     if pending is not None:
         check_operator(app, operator)
-        return _resume_request(app, proj, pending, operator)
+        return _resume_request(app, proj, pending, operator, progress)
     if resume:
         done = _completed_request(app, proj, str(sid))
         if done is not None:
@@ -870,7 +895,10 @@ def redact_user(app: LedgerApp, proj: Projections, subject: str, *, reason: str,
                        hint="start one with `ledger redact-user SUBJECT --reason ...`")
     check_operator(app, operator)
     t0 = time.perf_counter()
+    proj.catch_up_steps(progress)
+    report(progress, "Gathering what to erase", 0, 1)
     gathered_plan = plan_user_erasure(app, proj, str(sid), identifiers, sessions)
+    report(progress, "Gathering what to erase", 1, 1)
     targets = gathered_plan.targets
     gathered = round(time.perf_counter() - t0, 4)
     plan = gathered_plan.as_json()
@@ -894,7 +922,8 @@ def redact_user(app: LedgerApp, proj: Projections, subject: str, *, reason: str,
     faults.point("after-receipt")
     result = hard_erase(app, proj, targets, mode="hard", reason=reason, operator=operator,
                         request_id=request_id, referring=gathered_plan.flag_reasons,
-                        review_artifacts=gathered_plan.review_artifacts, fresh=True)
+                        review_artifacts=gathered_plan.review_artifacts, fresh=True,
+                        progress=progress)
     result["seconds"] = {"gather": gathered, **result["seconds"]}
     return {"status": "completed", "request_id": str(request_id), **result, **plan}
 
@@ -922,8 +951,8 @@ def resume_request(app: LedgerApp, proj: Projections, request: str, operator: st
     return _resume_request(app, proj, req, operator)
 
 
-def _resume_request(app: LedgerApp, proj: Projections, req: ErasureRequest, operator: str
-                    ) -> dict[str, Any]:
+def _resume_request(app: LedgerApp, proj: Projections, req: ErasureRequest, operator: str,
+                    progress: Steps | None = None) -> dict[str, Any]:
     """Continue the request's batch from where it stopped (or open it, if the run
     stopped after the receipt), and close both."""
     batch = _open_batch(app, req.id, None)
@@ -936,10 +965,12 @@ def _resume_request(app: LedgerApp, proj: Projections, req: ErasureRequest, oper
         result = hard_erase(app, proj, plan.targets, mode="hard", reason=req.reason or
                             f"erasure request {req.id}", operator=operator,
                             request_id=req.id, referring=plan.flag_reasons,
-                            review_artifacts=plan.review_artifacts, fresh=True)
+                            review_artifacts=plan.review_artifacts, fresh=True,
+                            progress=progress)
     else:
         result = hard_erase(app, proj, Targets(), mode=batch.mode, reason="",
-                            operator=operator, request_id=req.id, batch=batch)
+                            operator=operator, request_id=req.id, batch=batch,
+                            progress=progress)
     flagged = (result.get("reach") or {}).get("flagged_for_review", [])
     return {"status": "completed", "request_id": str(req.id), **result, "resumed": True,
             "subject_id": req.subject_id, "flag_for_review": flagged}

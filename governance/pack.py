@@ -55,6 +55,7 @@ from ledger.errors import (
     VerificationFailed,
 )
 from ledger.merkle import verify_consistency, verify_inclusion
+from ledger.progress import Steps, report
 from ledger.transparency import b64, unb64, verify_with_roster
 from ledger.verify import LogVerifier
 
@@ -97,9 +98,12 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _event_rows(app: LedgerApp, event_ids: list[str]) -> list[Any]:
+def _event_rows(app: LedgerApp, event_ids: list[str], progress: Steps | None = None
+                ) -> list[Any]:
     rows = []
-    for eid in event_ids:
+    for i, eid in enumerate(event_ids, start=1):
+        if i % 500 == 0 or i == len(event_ids):
+            report(progress, "Reading the batch's events", i, len(event_ids))
         oid, version = eid.rsplit("/", 1)
         found = app.stored_events(UUID(oid), gt=int(version) - 1, lte=int(version))
         if not found:
@@ -109,8 +113,9 @@ def _event_rows(app: LedgerApp, event_ids: list[str]) -> list[Any]:
 
 
 def build_pack(app: LedgerApp, batch_id: str, out: Path, make_zip: bool = False,
-               operator: str = "operator") -> Path:
-    """Write the Evidence Pack of a closed batch to ``out`` (which must not exist)."""
+               operator: str = "operator", progress: Steps | None = None) -> Path:
+    """Write the Evidence Pack of a closed batch to ``out`` (which must not exist);
+    ``progress`` hears each step and its count (ledger/progress.py)."""
     try:
         batch = app.aggregate(UUID(str(batch_id)))
     except (ValueError, Exception) as e:
@@ -132,7 +137,7 @@ def build_pack(app: LedgerApp, batch_id: str, out: Path, make_zip: bool = False,
         ids += [f"{request.id}/{v}" for v in range(1, request.version + 1)]
     ids += list(batch.event_ids)
     rows = {(str(r.originator_id), r.originator_version): r for r in roster_rows}
-    for r in _event_rows(app, ids):
+    for r in _event_rows(app, ids, progress):
         rows[(str(r.originator_id), r.originator_version)] = r
     opened = {k: envelope.open_state(r.state) for k, r in rows.items()}
     ordered = sorted(rows, key=lambda k: opened[k].envelope["seq"])
@@ -140,8 +145,13 @@ def build_pack(app: LedgerApp, batch_id: str, out: Path, make_zip: bool = False,
     after = app.checkpoint()
     first_batch_seq = opened[(str(batch.id), 1)].envelope["seq"]
     before = _checkpoint_before(app, first_batch_seq)
-    proofs = {k: app.inclusion_proof(opened[k].envelope["seq"] - 1, after.size) for k in ordered}
+    proofs = {}
+    for i, k in enumerate(ordered, start=1):
+        if i % 500 == 0 or i == len(ordered):
+            report(progress, "Proving inclusion", i, len(ordered))
+        proofs[k] = app.inclusion_proof(opened[k].envelope["seq"] - 1, after.size)
     consistency = app.consistency_proof(before.size, after.size)
+    report(progress, "Writing the pack", 0, 1)
 
     make_dirs(out)
     try:
@@ -190,8 +200,11 @@ def build_pack(app: LedgerApp, batch_id: str, out: Path, make_zip: bool = False,
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise
+    report(progress, "Writing the pack", 1, 1)
     if make_zip:
+        report(progress, "Zipping the pack", 0, 1)
         zip_pack(out)
+        report(progress, "Zipping the pack", 1, 1)
     return out
 
 

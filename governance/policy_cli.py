@@ -15,6 +15,7 @@ import typer
 
 from governance.cli import JsonOpt, OpenApp, _out, _verdict, open_session
 from ledger.errors import EXIT_VERIFY
+from ledger.text import plural
 
 if TYPE_CHECKING:  # each command imports what it uses: `ledger --help` stays light
     from ledger.application import LedgerApp
@@ -53,11 +54,18 @@ def sweep_command(
     Example: LEDGER_NOW=2026-12-01T00:00:00Z ledger sweep --dry-run --json
     """
     from governance.sweep import sweep
+    from ledger import progress
 
-    with _session() as (app, proj):
-        data = sweep(app, proj, operator=operator, dry_run=dry_run)
+    with _session() as (app, proj), progress.bar("Sweeping", total=1, json=as_json) as bar:
+        data = sweep(app, proj, operator=operator, dry_run=dry_run, progress=bar.step)
     lines = [f"{d['action']}  {d['atom_id']}  {d['rule']}  due {d['due_at']}"
              for d in data["due"]]
+    if not dry_run and not progress.verbose() and len(lines) > 10:  # a summary (-v: all)
+        per: dict[str, int] = {}
+        for d in data["due"]:
+            per[d["action"]] = per.get(d["action"], 0) + 1
+        lines = [f"{action}  {plural(n, 'atoms')}" for action, n in sorted(per.items())]
+        lines.append("(-v lists them, --json gives them)")
     _out(data, as_json, "\n".join(lines))
     a, e, t = (data["archived"]["count"], data["erased"]["count"],
                data["tombstone_records_dropped"]["count"])

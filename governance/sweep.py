@@ -42,6 +42,8 @@ from governance.erasure import Targets, check_operator, hard_erase
 from ledger import clock, locks, policy_rules
 from ledger.errors import ConflictError
 from ledger.inputs import PRIVACY_CLASSES
+from ledger.progress import Steps
+from ledger.progress import report as tell
 from projections.atoms import decay_state
 from projections.memory import parse_time
 from projections.service import Projections
@@ -211,9 +213,10 @@ def _drop_tombstone_records(proj: Projections, ids: list[str]) -> int:
     return dropped
 
 
-def sweep(app: LedgerApp, proj: Projections, *, operator: str = "operator", dry_run: bool = False
-          ) -> dict[str, Any]:
-    """Run the retention and decay rules of the policy in force; return what was done."""
+def sweep(app: LedgerApp, proj: Projections, *, operator: str = "operator", dry_run: bool = False,
+          progress: Steps | None = None) -> dict[str, Any]:
+    """Run the retention and decay rules of the policy in force; return what was done.
+    ``progress`` hears each step and its count (ledger/progress.py)."""
     check_operator(app, operator)  # refuse before anything is written; a dry run too
     policy = policy_rules.in_force(app)
     now = clock.now()
@@ -221,9 +224,11 @@ def sweep(app: LedgerApp, proj: Projections, *, operator: str = "operator", dry_
         return _report(SweepPlan(now=_instant(now), policy_event_id=None), dry_run,
                        "no-policy")
     with sweep_lock(app):
-        proj.catch_up()
+        proj.catch_up_steps(progress)
+        tell(progress, "Finding what is due", 0, 1)
         ensure_indexes(proj)
         plan = plan_sweep(proj, policy, now)
+        tell(progress, "Finding what is due", 1, 1)
         report = _report(plan, dry_run, "nothing-due" if plan.empty
                          else ("planned" if dry_run else "swept"))
         if dry_run or plan.empty:
@@ -231,22 +236,27 @@ def sweep(app: LedgerApp, proj: Projections, *, operator: str = "operator", dry_
                      due=len(plan.due), now=plan.now)
             return report
         if plan.archive:
+            tell(progress, "Archiving atoms", 0, len(plan.archive))
             ids = app.archive_atoms({d.atom_id: d.reason for d in plan.archive},
                                     actor=operator)
+            tell(progress, "Archiving atoms", len(plan.archive), len(plan.archive))
             report["archived"]["event_ids"] = ids
             report["archived"]["count"] = len(ids)
         if plan.erase:
             reason = (f"memoryPolicy retention sweep at {plan.now}: {len(plan.erase)} atoms "
                       f"past their class's retention (policy event {plan.policy_event_id})")
             result = hard_erase(app, proj, Targets(atoms=[d.atom_id for d in plan.erase]),
-                                mode="delete", reason=reason, operator=operator)
+                                mode="delete", reason=reason, operator=operator,
+                                progress=progress)
             report["erased"].update(batch_id=result["batch_id"],
                                     event_ids=result["event_ids"],
                                     checkpoints=result.get("checkpoints"))
         if plan.drop:
+            tell(progress, "Dropping tombstone records", 0, len(plan.drop))
             proj.catch_up()
             report["tombstone_records_dropped"]["count"] = _drop_tombstone_records(
                 proj, [d.atom_id for d in plan.drop])
+            tell(progress, "Dropping tombstone records", len(plan.drop), len(plan.drop))
     log.info("sweep.done", archived=report["archived"]["count"],
              erased=report["erased"]["count"], batch_id=report["erased"]["batch_id"],
              tombstone_records=report["tombstone_records_dropped"]["count"])

@@ -80,6 +80,7 @@ from ledger.transparency import SignedCheckpoint, TransparencyLog
 
 if TYPE_CHECKING:
     from ledger.checkpoint import Checkpoint
+    from ledger.progress import Steps
     from ledger.verify import Failure
 
 log = structlog.get_logger("ledger")
@@ -554,18 +555,26 @@ class LedgerApp(Application[UUID]):
     def import_records(self, subjects: Sequence[dict[str, Any]],
                        artifacts: Sequence[dict[str, Any]], atoms: Sequence[dict[str, Any]],
                        actor: str | None = None,
-                       records: Callable[[UUID, datetime], Sequence[Any]] | None = None
-                       ) -> dict[str, Any]:
+                       records: Callable[[UUID, datetime], Sequence[Any]] | None = None,
+                       progress: Steps | None = None) -> dict[str, Any]:
         """Record subjects, artifacts and atoms in one command: all or nothing.
 
         Items whose ref already exists are skipped (so a repeated import is a no-op);
         atoms may cite artifacts created in the same call. ``records(subject id, at)``
         gives more aggregates (portable records, ADR 0017) for the same command.
-        Returns counts and ids, and the policy's archiving (``archived``).
+        Returns counts and ids, and the policy's archiving (``archived``). ``progress``
+        hears the items recorded, then the events signed and written (ledger/progress.py).
         """
         sub_in = [parse(SubjectInput, d) for d in subjects]
         art_in = [parse(ArtifactInput, d) for d in artifacts]
         atom_in = [parse(AtomInput, d) for d in atoms]
+        total, tick = len(sub_in) + len(art_in) + len(atom_in), 0
+
+        def recorded(n: int = 1) -> None:
+            nonlocal tick
+            tick += n
+            if progress is not None and (tick % 500 == 0 or tick == total):
+                progress("Recording items", tick, total)
         signer = self.signer(actor)
         created = {"subjects": 0, "artifacts": 0, "atoms": 0}
         skipped = {"subjects": 0, "artifacts": 0, "atoms": 0}
@@ -575,6 +584,7 @@ class LedgerApp(Application[UUID]):
             seen: dict[tuple[str, str], UUID] = {}
             new: list[Any] = []
             for s_inp in sub_in:
+                recorded()
                 sid = self.subject_id(s_inp.ref)
                 seen[("subject", s_inp.ref)] = sid
                 ids["subjects"][s_inp.ref] = str(sid)
@@ -586,6 +596,7 @@ class LedgerApp(Application[UUID]):
                                            locale=s_inp.locale))
                 created["subjects"] += 1
             for a_inp in art_in:
+                recorded()
                 aid = self._ref_id("artifact", a_inp.ref)
                 if a_inp.ref is not None:
                     seen[("artifact", a_inp.ref)] = aid
@@ -598,6 +609,7 @@ class LedgerApp(Application[UUID]):
                 new.append(self._new_artifact(a_inp, aid, subject_id, at))
                 created["artifacts"] += 1
             for m_inp in atom_in:
+                recorded()
                 if m_inp.ref is not None:
                     mid = self._ref_id("atom", m_inp.ref)
                     ids["atoms"][m_inp.ref] = str(mid)
@@ -614,7 +626,12 @@ class LedgerApp(Application[UUID]):
             loaded = policy_rules.over_limit(self, policy, new, at)
             archived = archived_by_policy([*new, *loaded])
             if new:
+                events = len(new) + len(loaded)
+                if progress is not None:
+                    progress("Signing and writing events", 0, events)
                 self.commit(*new, *loaded)
+                if progress is not None:
+                    progress("Signing and writing events", events, events)
         log.info("import.recorded", **{f"created_{k}": v for k, v in created.items()},
                  **{f"skipped_{k}": v for k, v in skipped.items()})
         return {"created": created, "skipped": skipped, "ids": ids,

@@ -795,12 +795,12 @@ _COMMAND: list[Any] = []
 
 
 # Commands that can run for long without a count to show: `LABEL ... N s` on a terminal
-# (ledger/progress.py). verify and projections rebuild draw bars with counts instead.
-ACTIVITY = {("import",): "Importing", ("export",): "Exporting",
-            ("redact-user",): "Erasing", ("redact",): "Redacting", ("delete",): "Erasing",
-            ("artifact", "delete"): "Erasing", ("evidence-pack",): "Building the pack",
+# (ledger/progress.py). verify, import, export, redact-user, evidence-pack, sweep,
+# projections rebuild and a recall's catch-up draw bars with counts instead.
+ACTIVITY = {("redact",): "Redacting", ("delete",): "Erasing",
+            ("artifact", "delete"): "Erasing",
             ("verify-pack",): "Verifying the pack", ("recall",): "Recalling",
-            ("sweep",): "Sweeping", ("audit",): "Building the report",
+            ("audit",): "Building the report",
             ("policy", "check"): "Checking", ("review", "resolve"): "Resolving",
             ("checkpoint",): "Signing the checkpoint", ("state",): "Reading the log"}
 

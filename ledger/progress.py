@@ -25,11 +25,23 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 _settings = {"quiet": False, "verbose": False}
+
+Steps = Callable[[str, int, int], None]
+"""What long work loops take to report: ``steps(stage, done, total)``, e.g.
+``steps("Destroying data keys", 2000, 20000)``. :meth:`Bar.step` draws it; ``None`` (the
+default everywhere) reports nothing. Call it at the start of a stage (``done`` 0) and
+every few hundred items, not per item."""
+
+
+def report(steps: Steps | None, stage: str, done: int, total: int) -> None:
+    """``steps(stage, done, total)`` when there is a ``steps``."""
+    if steps is not None:
+        steps(stage, done, total)
 
 
 def configure(*, quiet: bool = False, verbose: bool = False) -> None:
@@ -66,6 +78,7 @@ class Bar:
         self._impl = impl
         self.total = total
         self.done = 0
+        self.stages: list[str] = []  # the stages :meth:`step` went through, in order
 
     @property
     def drawn(self) -> bool:
@@ -91,6 +104,22 @@ class Bar:
             self._impl.render_progress()
 
     def __call__(self, done: int, total: int) -> None:
+        self.update(done, total)
+
+    def step(self, stage: str, done: int, total: int) -> None:
+        """Work in stages (:data:`Steps`): a new ``stage`` relabels the bar and restarts
+        its count at 0 of ``total``; the same stage moves it to ``done``."""
+        if not self.stages or self.stages[-1] != stage:
+            self.stages.append(stage)
+            self.done, self.total = 0, total
+            impl = self._impl
+            if impl is not None:
+                import time
+
+                impl.label, impl.length, impl.pos = stage, max(total, 1), 0
+                impl.avg, impl.eta_known, impl.finished = [], False, False
+                impl.start = impl.last_eta = time.time()
+                impl.render_progress()
         self.update(done, total)
 
 
@@ -216,4 +245,5 @@ def steps(label: str, items: list[Any], *, json: bool = False) -> Iterator[Any]:
             b.advance()
 
 
-__all__ = ["Bar", "activity", "bar", "configure", "enabled", "quiet", "steps", "tracked", "verbose"]
+__all__ = ["Bar", "Steps", "activity", "bar", "configure", "enabled", "quiet", "report", "steps",
+           "tracked", "verbose"]

@@ -26,7 +26,6 @@ from ledger.errors import EXIT_VERIFY, InputError
 
 if TYPE_CHECKING:  # each command imports what it uses: `ledger --help` stays light
     from ledger.application import LedgerApp
-    from projections.runner import Progress
     from projections.service import Projections
 
 __all__ = ["OpenApp", "Rehearse", "memory_cli", "memory_inspect_command",
@@ -111,23 +110,6 @@ def _erased(d: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
 _ATOM_CONTENT = ("text", "gist", "details", "tags")
 
 
-@contextmanager
-def _progress(label: str) -> Iterator[Progress | None]:
-    """A progress bar on stderr when stderr is a terminal; otherwise nothing."""
-    if not sys.stderr.isatty():
-        yield None
-        return
-    with typer.progressbar(length=1, label=label, file=sys.stderr) as bar:
-        state = {"done": 0}
-
-        def update(done: int, total: int) -> None:
-            bar.length = max(total, 1)
-            bar.update(max(0, done - state["done"]))
-            state["done"] = done
-
-        yield update
-
-
 # ---------------------------------------------------------------------- projections
 @projections_cli.command("status")
 def status_command(as_json: JsonOpt = False) -> None:
@@ -196,8 +178,11 @@ def rebuild_command(
 
     Example: ledger projections rebuild keyword
     """
-    with _projections() as (_app, proj), _progress("rebuild") as progress:
-        report = proj.rebuild(name, progress)
+    from ledger import progress
+
+    with _projections() as (_app, proj), \
+            progress.bar("Rebuilding read models", total=1, json=as_json) as bar:
+        report = proj.rebuild(name, bar)
     data = report.as_json()
     rate = report.notifications / report.seconds if report.seconds > 0 else 0.0
     text = "\n".join(f"{n:<9} {m['events']:>9} events  {m['apply_seconds']:.3f}s applying"
@@ -208,6 +193,10 @@ def rebuild_command(
 
 
 # ---------------------------------------------------------------------- recall
+CATCH_UP_BAR = 500
+"""Read models this many events behind are caught up under a progress bar before a recall
+(fewer take well under a second)."""
+
 def recall_command(
     query: Annotated[str, typer.Argument(help="What to recall, in words.")],
     subject: Annotated[str, typer.Option(help="Subject ref or id.")],
@@ -226,7 +215,13 @@ def recall_command(
 
     Example: ledger recall "where does she work" --subject user_9f4e -k 3
     """
+    from ledger import progress
+
     with _projections() as (app, proj):
+        behind = proj.runner.head() - min(proj.runner.positions().values(), default=0)
+        if behind >= CATCH_UP_BAR:  # the first recall after a large import or erasure
+            with progress.bar("Catching up read models", total=behind, json=as_json) as bar:
+                proj.catch_up_steps(bar.step)
         result = proj.recall(query, subject, k)
         rehearsed = bool(result.atom_ids) and not no_rehearse and CONTEXT.rehearse is not None
         if rehearsed:

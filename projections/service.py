@@ -50,6 +50,7 @@ from projections.vectors import SEGMENT_SIZE, VectorIndex
 
 if TYPE_CHECKING:
     from ledger.application import LedgerApp
+    from ledger.progress import Steps
 
 log = structlog.get_logger("projections")
 
@@ -213,6 +214,20 @@ class Projections:
     # ------------------------------------------------------------------ running
     def catch_up(self, progress: Progress | None = None) -> RunReport:
         return self.runner.catch_up(progress=progress)
+
+    def catch_up_steps(self, progress: Steps | None,
+                       stage: str = "Catching up read models") -> RunReport:
+        """:meth:`catch_up`, telling ``progress`` (ledger/progress.py) the events applied
+        of those the slowest read model is behind; nothing when none is behind."""
+        if progress is None:
+            return self.catch_up()
+        start = min(self.runner.positions().values(), default=0)
+        head = self.runner.head()
+        if head <= start:
+            return self.catch_up()
+        progress(stage, 0, head - start)
+        return self.catch_up(lambda done, top: progress(stage, max(0, done - start),
+                                                        max(0, top - start)))
 
     def rebuild(self, name: str | None = None, progress: Progress | None = None) -> RunReport:
         return self.runner.rebuild(None if name is None else [name], progress)

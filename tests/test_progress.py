@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import select
 import subprocess
 import sys
@@ -18,13 +19,15 @@ from ledger import progress
 
 from .conftest import run_cli
 
+QUIET_LOGS = {"LEDGER_LOG_LEVEL": "warning"}  # a user's default: the suite logs at debug
+
 
 def on_terminal(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     """Run ``ledger ARGS`` with stdout and stderr on a new pseudo-terminal."""
     master, slave = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "ledger", *args], stdin=slave,
                             stdout=slave, stderr=slave, close_fds=True,
-                            env={**os.environ, "COLUMNS": "100", **(env or {})})
+                            env={**os.environ, **QUIET_LOGS, "COLUMNS": "100", **(env or {})})
     os.close(slave)
     chunks: list[bytes] = []
     deadline = time.monotonic() + 120
@@ -48,18 +51,26 @@ def on_terminal(*args: str, env: dict[str, str] | None = None) -> tuple[int, str
 
 def on_pipe(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "ledger", *args], capture_output=True,
-                          text=True, timeout=120, check=False)
+                          text=True, timeout=120, check=False, env={**os.environ, **QUIET_LOGS})
 
 
-@pytest.fixture
-def busy_home(tmp_path: Path) -> Path:
-    home = tmp_path / "home"
+def make_home(home: Path) -> Path:
     assert run_cli("--home", str(home), "init").code == 0
     assert run_cli("--home", str(home), "subject", "add", "u1").code == 0
     for i in range(5):
         assert run_cli("--home", str(home), "atom", "add", "--subject", "u1",
                        "--text", f"fact {i}").code == 0
     return home
+
+
+@pytest.fixture
+def busy_home(tmp_path: Path) -> Path:
+    return make_home(tmp_path / "home")
+
+
+def counted(stage: str, screen: str) -> list[str]:
+    """The counts (``done/total``) a bar of ``stage`` showed, in order."""
+    return re.findall(re.escape(stage) + r"\s+\[[#-]*\]\s+(\d+/\d+)", screen)
 
 
 def test_verify_draws_a_bar_on_a_terminal(busy_home: Path) -> None:
@@ -132,3 +143,39 @@ def test_a_slow_command_shows_activity_on_a_terminal_only(busy_home: Path) -> No
     assert not any("Recalling" in line for line in visible), screen  # wiped, never mixed
     r = on_pipe("--home", str(busy_home), "recall", "fact", "--subject", "u1", "--no-rehearse")
     assert r.returncode == 0 and "Recalling" not in r.stderr and "\r" not in r.stderr
+
+
+def test_import_draws_a_counted_bar_on_a_terminal_and_nothing_on_a_pipe(
+        busy_home: Path, tmp_path: Path) -> None:
+    doc = tmp_path / "u1.konshus.json"
+    r = on_pipe("--home", str(busy_home), "export", "--format", "konshus", "--subject", "u1",
+                "--out", str(doc))
+    assert r.returncode == 0, r.stderr
+    assert "\r" not in r.stderr and "Encoding" not in r.stderr and r.stderr.startswith("OK: ")
+    args = ("import", str(doc), "--format", "konshus")
+    code, screen = on_terminal("--home", str(make_home(tmp_path / "t1")), *args)
+    assert code == 0, screen
+    assert counted("Recording items", screen)[-1] == "6/6", screen  # subject + 5 atoms
+    assert counted("Signing and writing events", screen)[-1] == "5/5", screen
+    assert "100%" in screen and "OK: imported" in screen
+    code, screen = on_terminal("--home", str(make_home(tmp_path / "t2")), "-q", *args)
+    assert code == 0 and "Recording" not in screen and "%" not in screen, screen
+    r = on_pipe("--home", str(make_home(tmp_path / "t3")), *args)
+    assert r.returncode == 0, r.stderr
+    assert "Recording" not in r.stderr and "\r" not in r.stderr and "%" not in r.stderr
+    assert r.stdout.startswith("created: ") and r.stderr.startswith("OK: imported")
+
+
+def test_redact_user_draws_counted_bars_on_a_terminal_and_nothing_on_a_pipe(
+        busy_home: Path, tmp_path: Path) -> None:
+    args = ("redact-user", "u1", "--reason", "test", "--operator", "operator", "--yes")
+    code, screen = on_terminal("--home", str(busy_home), *args)
+    assert code == 0, screen
+    assert counted("Destroying data keys", screen)[-1] == "6/6", screen  # 5 atoms, subject
+    assert counted("Writing tombstones", screen)[-1] == "5/5", screen
+    assert "Catching up read models" in screen and "OK: erased 5 atoms" in screen
+    r = on_pipe("--home", str(make_home(tmp_path / "other")), *args)
+    assert r.returncode == 0, r.stderr
+    assert "Destroying" not in r.stderr and "\r" not in r.stderr and "%" not in r.stderr
+    assert r.stderr.startswith("OK: erased 5 atoms")
+    assert len(r.stdout.splitlines()) < 5  # a summary, not an event id per line

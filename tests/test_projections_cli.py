@@ -115,13 +115,17 @@ def test_rebuild_shows_progress_on_a_terminal_only(seeded: dict[str, str], home:
         def isatty(self) -> bool:
             return True
 
-    out, err = io.StringIO(), Terminal()
-    with redirect_stdout(out), redirect_stderr(err):
-        with pytest.raises(SystemExit) as exit_:
-            make_cli(home)(args=["projections", "rebuild", "--json"], prog_name="ledger")
-    assert exit_.value.code in (0, None)
-    assert "rebuild" in err.getvalue() and "100%" in err.getvalue()
-    assert json.loads(out.getvalue())["head"] > 0  # stdout stays pure JSON
+    for args in (["projections", "rebuild"], ["projections", "rebuild", "--json"]):
+        out, err = io.StringIO(), Terminal()
+        with redirect_stdout(out), redirect_stderr(err):
+            with pytest.raises(SystemExit) as exit_:
+                make_cli(home)(args=args, prog_name="ledger")
+        assert exit_.value.code in (0, None)
+        if "--json" in args:  # --json: no bar, and stdout is pure JSON
+            assert "Rebuilding" not in err.getvalue() and "%" not in err.getvalue()
+            assert json.loads(out.getvalue())["head"] > 0
+        else:
+            assert "Rebuilding read models" in err.getvalue() and "100%" in err.getvalue()
     r = run(home, "projections", "rebuild")  # not a terminal: no bar
     assert "100%" not in r.err
 

@@ -94,15 +94,19 @@ def make_import(open_app: OpenApp) -> Callable[..., None]:
 
         Example: ledger import export.json --format konshus --json
         """
+        from ledger import progress
         from ledger.portability import service
 
         fmt = _format(fmt, ingest=True)
         trusted = [service.read_trusted_key(p) for p in trust or []]
-        with open_app() as app:
+        reading = f"Reading and checking {file.name}"
+        with open_app() as app, progress.bar(reading, total=1, json=as_json) as bar:
+            bar.step(reading, 0, 1)
             plan = service.plan_file(app, file, fmt, subject=subject, trusted=trusted,
                                      max_bytes=max_bytes, skip_unsupported=skip_unsupported)
+            bar.step(reading, 1, 1)
             report = service.apply_plan(app, plan, dry_run=dry_run, actor=actor,
-                                        apply_untrusted=apply_untrusted)
+                                        apply_untrusted=apply_untrusted, progress=bar.step)
         verb = "would create" if dry_run else "created"
         _out(report, as_json, f"{verb}: {_counts(report['created'])}\n"
                               f"skipped: {_counts(report['skipped'])}\n"
@@ -148,25 +152,28 @@ def make_export(open_app: OpenApp) -> Callable[..., None]:
 
         Example: ledger export --format mem --subject user_9f4e --out user.mem --sign
         """
+        from ledger import progress
         from ledger.portability import konshus, mem, persona, service, view
         from ledger.portability.record import tally
 
         fmt = _format(fmt)
-        with open_app() as app:
-            v = view.load(app, subject)
+        with open_app() as app, progress.bar("Reading the log", total=1, json=as_json) as bar:
+            v = view.load(app, subject, progress=bar.step)
             signer = app.signer(actor) if sign or fmt == "mem" else None
             if fmt == "mem":
                 assert signer is not None
                 stats = mem.export(v, out, include_private=include_private,
                                    key=mem.signing_key(bytes(signer.signing_key)),
-                                   sign_manifest=sign)
+                                   sign_manifest=sign, progress=bar.step)
                 written = [str(out)]
             else:
                 module = konshus if fmt == "konshus" else persona
                 doc, stats = module.export(v, include_private=include_private,
-                                           now=clock.now())
+                                           now=clock.now(), progress=bar.step)
+                bar.step(f"Writing {out.name}", 0, 1)
                 written = service.write_document(out, doc, signer if sign else None,
                                                  PAYLOAD_TYPES[fmt])
+                bar.step(f"Writing {out.name}", 1, 1)
         stats = {**stats, **tally(v.atoms)}
         if fmt != "mem":  # only a .mem bundle has a place for portable records (ADR 0017)
             stats["records_not_carried"] = sum(r.content is not None for r in v.records)

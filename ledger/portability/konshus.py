@@ -47,7 +47,8 @@ from ledger.portability.record import (
     wire_of,
     withheld,
 )
-from ledger.portability.view import ArtifactView, SubjectView
+from ledger.portability.view import ArtifactView, SubjectView, encoding
+from ledger.progress import Steps, report
 
 SCHEMA = "konshus-v0.1.json"
 VERSION = "0.1.0"
@@ -254,19 +255,20 @@ def plan_import(data: bytes, *, subject: str | None, artifact_exists: Callable[[
 
 
 # ------------------------------------------------------------------ export
-def export(view: SubjectView, *, include_private: bool, now: datetime
-           ) -> tuple[dict[str, Any], dict[str, int]]:
+def export(view: SubjectView, *, include_private: bool, now: datetime,
+           progress: Steps | None = None) -> tuple[dict[str, Any], dict[str, int]]:
     """A Konshus export of one subject, checked like an import before it is returned.
 
     Erased and deleted items are left out (Konshus has no tombstones); so are
     soft-redacted and archived atoms, and atoms that are inferred or observed but
-    whose every source was deleted (unsourced).
+    whose every source was deleted (unsourced). ``progress`` hears the atoms encoded.
     """
     gone = {a.local_id for a in view.artifacts if a.gone}
     omitted = {"erased": 0, "redacted": 0, "unsourced": 0, "private_withheld": 0}
     atoms: list[dict[str, Any]] = []
     cited_by: dict[str, list[str]] = {}
-    for v in view.atoms:
+    for i, v in enumerate(view.atoms, start=1):
+        encoding(progress, i, len(view.atoms))
         if v.erased:
             omitted["erased"] += 1
             continue
@@ -299,7 +301,9 @@ def export(view: SubjectView, *, include_private: bool, now: datetime
                               "locale": view.locale}),
         "atoms": atoms, "artifacts": artifacts,
     }
+    report(progress, "Checking the export", 0, 1)
     check_document(doc, "our own Konshus export")
+    report(progress, "Checking the export", 1, 1)
     return doc, {"atoms": len(atoms), "artifacts": len(artifacts), **omitted}
 
 

@@ -66,7 +66,8 @@ from ledger.portability.record import (
     withheld,
 )
 from ledger.portability.records import DERIVED_KINDS, NOT_RECORDS, TOMBSTONE_KIND
-from ledger.portability.view import ArtifactView, SubjectView
+from ledger.portability.view import ArtifactView, SubjectView, encoding
+from ledger.progress import Steps
 
 SUBJECT_KIND = "memoryLedgerSubject"
 GENERATOR = "memory-ledger/0.1.0"
@@ -475,8 +476,9 @@ def tombstone_for(kind: str, local_id: str, at: str | None, deleted: bool, ledge
 
 
 def export(view: SubjectView, out: Path, *, include_private: bool, key: PortableSigningKey,
-           sign_manifest: bool) -> dict[str, int]:
-    """Write one subject's bundle to ``out`` (a new directory); return counts."""
+           sign_manifest: bool, progress: Steps | None = None) -> dict[str, int]:
+    """Write one subject's bundle to ``out`` (a new directory); return counts.
+    ``progress`` hears the atoms encoded."""
     episodes: list[PortableEpisode] = []
     ext: dict[str, str] = {}
     tombstones: list[Any] = []
@@ -493,7 +495,8 @@ def export(view: SubjectView, out: Path, *, include_private: bool, key: Portable
         episodes.append(_episode(native))
         ext[a.local_id] = canonical_json(extra)
         stats["artifacts"] += 1
-    for v in view.atoms:
+    for i, v in enumerate(view.atoms, start=1):
+        encoding(progress, i, len(view.atoms))
         if v.erased:
             kept = v.sidecar.get("tombstone")
             if kept is not None:

@@ -47,7 +47,8 @@ from ledger.portability.record import (
     wire_of,
     withheld,
 )
-from ledger.portability.view import SubjectView
+from ledger.portability.view import SubjectView, encoding
+from ledger.progress import Steps
 
 SCHEMA = "persona-memory-atom.json"
 KINDS = ("episodic", "semantic", "procedural")
@@ -239,14 +240,15 @@ def plan_import(data: bytes, *, subject: str | None, artifact_exists: Callable[[
     return plan
 
 
-def export(view: SubjectView, *, include_private: bool, now: datetime
-           ) -> tuple[dict[str, Any], dict[str, int]]:
+def export(view: SubjectView, *, include_private: bool, now: datetime,
+           progress: Steps | None = None) -> tuple[dict[str, Any], dict[str, int]]:
     """A Persona document of one subject's atoms (erased ones as hard-redacted)."""
     gone = {a.local_id for a in view.artifacts if a.gone}
     atoms: list[dict[str, Any]] = []
     cited_by: dict[str, list[str]] = {}
     stats = {"atoms": 0, "erased": 0, "consent_warnings": 0, "private_withheld": 0}
-    for v in view.atoms:
+    for i, v in enumerate(view.atoms, start=1):
+        encoding(progress, i, len(view.atoms))
         if v.withheld and not v.erased:  # archived, soft-redacted: ADR 0018
             continue
         rec = from_view(v)

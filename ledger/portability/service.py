@@ -29,6 +29,7 @@ from ledger.portability.record import MAX_SIGNED_INT
 
 if TYPE_CHECKING:
     from ledger.application import LedgerApp
+    from ledger.progress import Steps
 
 log = structlog.get_logger("ledger.portability")
 
@@ -74,13 +75,18 @@ def _signable(value: Any, where: str) -> None:
 
 
 def apply_plan(app: LedgerApp, plan: Plan, *, dry_run: bool = False, actor: str | None = None,
-               apply_untrusted: bool = False) -> dict[str, Any]:
-    """Validate, then write the plan (unless ``dry_run``); return the import report."""
+               apply_untrusted: bool = False, progress: Steps | None = None
+               ) -> dict[str, Any]:
+    """Validate, then write the plan (unless ``dry_run``); return the import report.
+    ``progress`` hears the items checked, recorded, then the events written."""
     subject = plan.subject_ref
     _check(SubjectInput, plan.subject, f"subject {subject!r}")
     for a in plan.artifacts:
         _check(ArtifactInput, a, f"artifact {a.get('ref')!r}")
-    for m in plan.atoms:
+    total = len(plan.atoms)
+    for i, m in enumerate(plan.atoms, start=1):
+        if progress is not None and (i % 500 == 0 or i == total):
+            progress("Checking atoms", i, total)
         _check(AtomInput, m, f"atom {m.get('ref')!r}")
         for k, v in m.items():
             if k not in _SEALED:
@@ -149,7 +155,8 @@ def apply_plan(app: LedgerApp, plan: Plan, *, dry_run: bool = False, actor: str 
     from ledger.portability import records
 
     result = app.import_records([plan.subject], artifacts, atoms, actor=actor,
-                                records=lambda sid, at: records.build(app, sid, rp, at))
+                                records=lambda sid, at: records.build(app, sid, rp, at),
+                                progress=progress)
     ids = result["ids"]
     for item in extra_artifacts:
         shred.append(UUID(ids["artifacts"][item["ref"]]))

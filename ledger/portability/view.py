@@ -22,6 +22,7 @@ from ledger.portability.common import FOREIGN, SIDECAR, WIRE, local_of, norm_ins
 
 if TYPE_CHECKING:
     from ledger.application import LedgerApp
+    from ledger.progress import Steps
 
 log = structlog.get_logger("ledger.portability")
 
@@ -113,17 +114,24 @@ class SubjectView:
         return None
 
 
-def fold(app: LedgerApp, batch: int = 5000) -> dict[UUID, Any]:
-    """Subject, artifact and atom aggregates from the whole log (signatures verified)."""
+def fold(app: LedgerApp, batch: int = 5000, progress: Steps | None = None
+         ) -> dict[UUID, Any]:
+    """Subject, artifact and atom aggregates from the whole log (signatures verified);
+    ``progress`` hears the log position read, of the head's."""
     aggs: dict[UUID, Any] = {}
     rows: list[Any] = []
+    head = app.head_position() if progress is not None else 0
     for n in app.stored_records(batch=batch):
         if n.topic.startswith(_TOPICS):
             rows.append(n)
         if len(rows) >= batch:
             _apply(app, rows, aggs)
             rows = []
+        if progress is not None and n.id % 1000 == 0:
+            progress("Reading the log", min(n.id, head), head)
     _apply(app, rows, aggs)
+    if progress is not None:
+        progress("Reading the log", head, head)
     return aggs
 
 
@@ -135,17 +143,23 @@ def _apply(app: LedgerApp, rows: list[Any], aggs: dict[UUID, Any]) -> None:
         aggs[event.originator_id] = event.mutate(aggs.get(event.originator_id))
 
 
+def encoding(progress: Steps | None, done: int, total: int) -> None:
+    """Every 500 atoms of an export's encoding loop, and its last."""
+    if progress is not None and (done % 500 == 0 or done == total):
+        progress("Encoding atoms", done, total)
+
+
 def subject_refs(aggs: dict[UUID, Any]) -> list[str]:
     from ledger.domain import Subject
 
     return sorted(a.ref for a in aggs.values() if isinstance(a, Subject))
 
 
-def load(app: LedgerApp, subject: str | None) -> SubjectView:
+def load(app: LedgerApp, subject: str | None, progress: Steps | None = None) -> SubjectView:
     """The view of ``subject`` (a ref or id); without one, the ledger's only subject."""
     from ledger.domain import Artifact, Atom, Record, Subject
 
-    aggs = fold(app)
+    aggs = fold(app, progress=progress)
     subjects = [a for a in aggs.values() if isinstance(a, Subject)]
     if subject is None:
         if len(subjects) != 1:
