@@ -30,6 +30,8 @@ serve-demo: $(VENV)/.runtime
 test: $(VENV)/.dev
 	LEDGER_CHROMIUM="$$(scripts/ensure-chromium.sh)" $(BIN)/python -m pytest -q -n 2 --dist loadfile
 
+# The slow tests (tests/conftest.py SLOW, @pytest.mark.slow) left out, the browser tests
+# among them: no Chromium needed. Under 3 minutes on 2 cores (README "Set up").
 test-fast: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow"
 

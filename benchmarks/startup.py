@@ -43,12 +43,18 @@ def wall(cmd: list[str], env: dict[str, str], name: str | None = None) -> float:
     return elapsed
 
 
+LOAD_AT_START = os.getloadavg()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=9)
     args = parser.parse_args()
     ledger = [LEDGER] if LEDGER else [sys.executable, "-m", "ledger"]
-    env = {k: v for k, v in os.environ.items() if k not in ("LEDGER_NOW", "LEDGER_HOME")}
+    # A user's Python caches compiled modules (__pycache__); PYTHONDONTWRITEBYTECODE (set in
+    # some sandboxes) would make every run compile the project's modules again (~0.25 s).
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LEDGER_NOW", "LEDGER_HOME", "PYTHONDONTWRITEBYTECODE")}
     with tempfile.TemporaryDirectory(prefix="ledger-startup-") as tmp:
         home = str(Path(tmp) / "home")
         subprocess.run([*ledger, "--home", home, "init"], check=True, capture_output=True,
@@ -72,7 +78,9 @@ def main() -> int:
     base = statistics.median(times["python -c pass"])
     print(f"start-up wall time, {args.runs} runs each, interleaved; {os.cpu_count()} cores; "
           f"python {sys.version.split()[0]}")
-    print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} (a shared machine "
+    load = os.getloadavg()
+    print(f"load average {' '.join(f'{x:.1f}' for x in load)} at the end, "
+          f"{' '.join(f'{x:.1f}' for x in LOAD_AT_START)} at the start (a shared machine "
           "stretches wall times; CPU time is less affected)")
     print(f"{'command':<30} {'median':>8} {'fastest':>8} {'- python':>9} {'x python':>8} "
           f"{'cpu':>7} {'target':>7}  ok")
@@ -84,6 +92,8 @@ def main() -> int:
         failed |= ok == "NO"
         print(f"{name:<30} {med:>7.3f}s {fast:>7.3f}s {med - base:>8.3f}s {med / base:>7.1f}x "
               f"{cpu:>6.3f}s {'' if target is None else f'{target:.1f}s':>7}  {ok}")
+    print(f"cpu: user + system seconds of one run (median); python -c pass: "
+          f"{statistics.median(CPU['python -c pass']):.3f}s of CPU")
     return 1 if failed else 0
 
 
