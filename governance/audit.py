@@ -42,7 +42,7 @@ from ledger.domain import (
 )
 from ledger.errors import EnvironmentProblem, InputError
 from ledger.transparency import b64
-from ledger.verification import Progress, verify_for_audit
+from ledger.verification import EVERY, Progress, verify_for_audit
 
 if TYPE_CHECKING:
     from ledger.application import LedgerApp
@@ -489,8 +489,9 @@ def build_report(app: LedgerApp, period: Period, subject: str | None = None,
     first_seq = last_seq = None
     first_position = last_position = None
     batch_in_period: set[str] = set()
+    done = 0
     for done, row in enumerate(rows(app, start_pos, stop_pos), 1):
-        if progress is not None:
+        if progress is not None and done % EVERY == 0:
             progress(done, in_period + to_verify)
         env = _env(row.state)
         topic, oid, payload = env["topic"], env["originator_id"], env["payload"]
@@ -547,6 +548,8 @@ def build_report(app: LedgerApp, period: Period, subject: str | None = None,
         if _PACK.search(_short(topic)):
             packs[topic] += 1
 
+    if progress is not None:
+        progress(done, in_period + to_verify)
     req_rows = _request_rows(requests, period, sid, at)
     statuses = Counter(r["status"] for r in req_rows)
     batch_rows = _batch_rows(batches, period, batch_in_period, names,

@@ -57,6 +57,7 @@ from ledger.errors import (
 from ledger.merkle import verify_consistency, verify_inclusion
 from ledger.progress import Steps, report
 from ledger.transparency import b64, unb64, verify_with_roster
+from ledger.verification import EVERY
 from ledger.verify import LogVerifier
 
 if TYPE_CHECKING:
@@ -461,7 +462,7 @@ def verify_pack_bytes(pack: Mapping[str, bytes], root_public_key: bytes | None =
     lines = files[EVENTS].decode().splitlines()
     total = 2 * len(lines)
     for done, line in enumerate(lines, 1):
-        if progress is not None:
+        if progress is not None and (done % EVERY == 0 or done == len(lines)):
             progress(done, total)
         doc = json.loads(line)
         rec = _Rec(doc["seq"], UUID(doc["originator_id"]), doc["version"], doc["topic"],
@@ -493,7 +494,7 @@ def verify_pack_bytes(pack: Mapping[str, bytes], root_public_key: bytes | None =
     except VerificationFailed as e:
         raise PackInvalid("5", str(e)) from e
     for done, ((doc, _rec), leaf) in enumerate(zip(events, v.leaves or [], strict=True), 1):
-        if progress is not None:
+        if progress is not None and (done % EVERY == 0 or done == len(events)):
             progress(len(events) + done, 2 * len(events))
         try:
             verify_inclusion(leaf, doc["seq"] - 1, after.size, [unb64(p) for p in doc["proof"]],

@@ -89,6 +89,11 @@ class StoredTree:
         return cls(src.tlog.store.leaf_hashes, src.tlog.tree.root)
 
 
+EVERY = 256
+"""Progress is reported every this many events, and at the end (a bar on a terminal
+redraws on each report)."""
+
+
 def _tracked(records: Iterable[Any], progress: Progress | None, total: int) -> Iterable[Any]:
     if progress is None:
         return records
@@ -98,7 +103,9 @@ def _tracked(records: Iterable[Any], progress: Progress | None, total: int) -> I
         for rec in records:
             yield rec
             done += 1
-            progress(done, total)
+            if done % EVERY == 0:
+                progress(done, total)
+        progress(done, total)
 
     return walk()
 

@@ -185,7 +185,7 @@ def test_audit_report_counts_what_it_reads_and_verifies(local: LedgerApp) -> Non
                                           progress=lambda d, t: counts.append((d, t)))
     events = report["activity"]["events"]
     assert report["verification"]["ok"] is True
-    assert counts[events - 1] == (events, 2 * events)  # the period read, then verified
+    assert (events, 2 * events) in counts  # the period read, then verified
     assert counts[-1] == (2 * events, 2 * events)
     again = build_report(local, period)
     again["generated_at"] = report["generated_at"]
