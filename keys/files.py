@@ -23,13 +23,19 @@ PRIVATE = 0o600
 
 def write_file(path: str | Path, data: bytes | str, mode: int = PUBLIC) -> None:
     """Create or replace ``path`` with ``data`` (str: UTF-8), mode exactly ``mode``."""
+    _write(path, data, os.O_TRUNC, mode, sync=False)
+
+
+def _write(path: str | Path, data: bytes | str, flag: int, mode: int, sync: bool) -> None:
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | flag, mode)
     try:
-        os.fchmod(fd, mode)
+        os.fchmod(fd, mode)  # the mode asked for, whatever the umask
         view = memoryview(raw)
         while view:
             view = view[os.write(fd, view):]
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -42,18 +48,8 @@ def write_private(path: str | Path, data: bytes | str, *, replace: bool = False)
     the old file or the new one, never half of one.
     """
     path = Path(path)
-    raw = data.encode("utf-8") if isinstance(data, str) else data
     target = path.with_name(path.name + ".tmp") if replace else path
-    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_TRUNC if replace else os.O_EXCL)
-    fd = os.open(target, flags, PRIVATE)
-    try:
-        os.fchmod(fd, PRIVATE)
-        view = memoryview(raw)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _write(target, data, os.O_TRUNC if replace else os.O_EXCL, PRIVATE, sync=True)
     if replace:
         os.replace(target, path)
 
