@@ -41,8 +41,9 @@ from ledger.domain import (
     Subject,
 )
 from ledger.errors import EnvironmentProblem, InputError
+from ledger.progress import Steps, report
 from ledger.transparency import b64
-from ledger.verification import EVERY, Progress, verify_for_audit
+from ledger.verification import EVERY, verify_for_audit
 
 if TYPE_CHECKING:
     from ledger.application import LedgerApp
@@ -52,6 +53,8 @@ __all__ = ["REPORT_VERSION", "VERIFY_SCOPES", "Period", "build_report", "categor
            "parse_period", "policy_history", "policy_rule"]
 
 REPORT_VERSION = 1
+READING = "Reading the period's events"
+"""The first stage the report reports (``progress``); verification's follows."""
 VERIFY_SCOPES = ("full", "since", "none")
 RECALL_REASON = "recalled"
 """The reason ``ledger recall`` gives its rehearsal events (LedgerApp.rehearse_atoms)."""
@@ -282,7 +285,7 @@ def _failure(f: Failure | None) -> dict[str, Any] | None:
 
 
 def _verification(app: LedgerApp, scope: str, first_seq: int | None, last_position: int | None,
-                  period: Period, progress: Progress | None = None) -> dict[str, Any]:
+                  period: Period, progress: Steps | None = None) -> dict[str, Any]:
     """The report's verification section: the checks are ledger/verification.py's
     (:func:`ledger.verification.verify_for_audit`); this says what they found."""
     if scope == "none":
@@ -426,11 +429,11 @@ def _roster_changes(roster_events: list[dict[str, Any]], period: Period,
 
 def build_report(app: LedgerApp, period: Period, subject: str | None = None,
                  verify: str = "full", now: datetime | None = None,
-                 progress: Progress | None = None) -> dict[str, Any]:
+                 progress: Steps | None = None) -> dict[str, Any]:
     """The audit report of ``period`` as a JSON-ready dict (see module docstring).
 
-    ``progress(done, total)`` (a :class:`ledger.progress.Bar`) counts the period's events
-    read, then the events verified."""
+    ``progress(stage, done, total)`` (ADR 0036) counts the period's events read, then the
+    events verified."""
     if verify not in VERIFY_SCOPES:
         raise InputError(f"unknown verification scope {verify!r}",
                          hint=f"use one of: {', '.join(VERIFY_SCOPES)}")
@@ -445,7 +448,6 @@ def build_report(app: LedgerApp, period: Period, subject: str | None = None,
         app, max_id, lambda ts: ts >= (period.start_text or ""))
     stop_pos = bound(app, max_id, period.after_end) - 1
     in_period = max(stop_pos - start_pos + 1, 0)
-    to_verify = 0 if verify == "none" else max_id
 
     # -- policy in force at the end of the period, and changes within it
     pol_events = _policy_events(app)
@@ -490,9 +492,10 @@ def build_report(app: LedgerApp, period: Period, subject: str | None = None,
     first_position = last_position = None
     batch_in_period: set[str] = set()
     done = 0
+    report(progress, READING, 0, in_period)
     for done, row in enumerate(rows(app, start_pos, stop_pos), 1):
         if progress is not None and done % EVERY == 0:
-            progress(done, in_period + to_verify)
+            progress(READING, done, in_period)
         env = _env(row.state)
         topic, oid, payload = env["topic"], env["originator_id"], env["payload"]
         if first_seq is None:
@@ -548,8 +551,7 @@ def build_report(app: LedgerApp, period: Period, subject: str | None = None,
         if _PACK.search(_short(topic)):
             packs[topic] += 1
 
-    if progress is not None:
-        progress(done, in_period + to_verify)
+    report(progress, READING, done, in_period)
     req_rows = _request_rows(requests, period, sid, at)
     statuses = Counter(r["status"] for r in req_rows)
     batch_rows = _batch_rows(batches, period, batch_in_period, names,
@@ -571,10 +573,7 @@ def build_report(app: LedgerApp, period: Period, subject: str | None = None,
         elif r["status"] == "completed-late":
             findings.append(f"erasure request {r['request_id']} was completed late "
                             f"({r['completed_at']}, due {r['complete_due']})")
-    verification = _verification(
-        app, verify, first_seq, last_position, period,
-        None if progress is None else
-        lambda done, total: progress(in_period + done, in_period + total))
+    verification = _verification(app, verify, first_seq, last_position, period, progress)
     if verification["ok"] is False:
         findings.append(f"verification failed: {verification['failure']['reason']}")
     if events == 0:

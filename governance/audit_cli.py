@@ -21,7 +21,7 @@ from ledger.errors import EXIT_VERIFY, InputError
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from ledger.verification import Progress
+    from ledger.progress import Steps
 
 
 class AuditReport(Protocol):
@@ -29,7 +29,7 @@ class AuditReport(Protocol):
     the facade's ``MemoryService.audit_report`` for the local operator."""
 
     def __call__(self, from_: str | None, to: str | None, *, subject: str | None,
-                 verify: str, now: datetime, progress: Progress) -> dict[str, Any]: ...
+                 verify: str, now: datetime, progress: Steps) -> dict[str, Any]: ...
 
 
 _report: list[AuditReport] = []
@@ -84,8 +84,9 @@ def audit_command(
                          hint=f"use one of: {', '.join(VERIFY_SCOPES)}")
     now = clock.now()
     parse_period(from_, to, now)  # bad dates are usage errors, before the ledger is opened
-    with progress.bar("Building the report", json=fmt == "json") as bar:
-        report = _report[0](from_, to, subject=subject, verify=verify, now=now, progress=bar)
+    with progress.bar("Building the report", total=1, json=fmt == "json") as bar:
+        report = _report[0](from_, to, subject=subject, verify=verify, now=now,
+                            progress=bar.step)
     text = render(report, fmt)
     if out is not None:
         write_atomic(out, text)

@@ -421,7 +421,7 @@ def verify_pack_command(
             raise InputError(f"cannot read policy file {policy}: {e}") from e
     try:
         with progress.bar("Verifying the pack", json=as_json) as bar:
-            report = verify_pack(pack, root, witness_policy, bar)
+            report = verify_pack(pack, root, witness_policy, bar.step)
     except PackInvalid as e:
         _out({"ok": False, "step": e.step, "reason": str(e)}, as_json)
         _verdict(f"FAIL: {e}")

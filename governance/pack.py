@@ -57,13 +57,12 @@ from ledger.errors import (
 from ledger.merkle import verify_consistency, verify_inclusion
 from ledger.progress import Steps, report
 from ledger.transparency import b64, unb64, verify_with_roster
-from ledger.verification import EVERY
+from ledger.verification import EVERY, VERIFYING
 from ledger.verify import LogVerifier
 
 if TYPE_CHECKING:
     from ledger.application import LedgerApp
     from ledger.transparency import SignedCheckpoint
-    from ledger.verification import Progress
 
 STATEMENT = "statement.dsse.json"
 EVENTS = "events.jsonl"
@@ -73,6 +72,8 @@ CONSISTENCY = "consistency.json"
 ROOT_PUB = "keys/root.pub"
 REPORT = "report.html"
 PROOFS = "proofs"  # proofs/<seq>.tlog-proof: c2sp.org/tlog-proof of tombstones, key destructions
+CHECKING = "Checking inclusion proofs"
+"""verify-pack's stage of step 5 (step 3's is :data:`ledger.verification.VERIFYING`)."""
 PREDICATE_SCHEMA = "evidence-pack-predicate.v1.json"
 """JSON Schema of the statement's predicate, in the ``schemas`` package (step 1.1)."""
 
@@ -410,7 +411,7 @@ class PackReport:
 
 
 def verify_pack(folder: Path, root_public_key: bytes | None = None,
-                policy: Any = None, progress: Progress | None = None) -> PackReport:
+                policy: Any = None, progress: Steps | None = None) -> PackReport:
     """Verify a pack folder (or .zip); raise :class:`PackInvalid` at the first failing step.
 
     The I/O (:func:`read_pack`) then the pure checks (:func:`verify_pack_bytes`)."""
@@ -418,11 +419,11 @@ def verify_pack(folder: Path, root_public_key: bytes | None = None,
 
 
 def verify_pack_bytes(pack: Mapping[str, bytes], root_public_key: bytes | None = None,
-                      policy: Any = None, progress: Progress | None = None) -> PackReport:
+                      policy: Any = None, progress: Steps | None = None) -> PackReport:
     """Verify a pack given as its files' bytes (name -> bytes, as :func:`read_pack` reads
     them): docs/spec/evidence-pack.md, steps 1-7. Pure: no file, no network, no clock.
-    Raise :class:`PackInvalid` at the first failing step. ``progress(done, total)`` counts
-    the events through steps 3 and 5."""
+    Raise :class:`PackInvalid` at the first failing step. ``progress(stage, done, total)``
+    counts the events through steps 3 and 5 (ADR 0036)."""
     files = dict(pack)
     # Step 1: the statement is a DSSE envelope of an in-toto Statement v1 of our type.
     try:
@@ -460,10 +461,10 @@ def verify_pack_bytes(pack: Mapping[str, bytes], root_public_key: bytes | None =
     v.sparse = True
     events = []
     lines = files[EVENTS].decode().splitlines()
-    total = 2 * len(lines)
+    report(progress, VERIFYING, 0, len(lines))
     for done, line in enumerate(lines, 1):
         if progress is not None and (done % EVERY == 0 or done == len(lines)):
-            progress(done, total)
+            progress(VERIFYING, done, len(lines))
         doc = json.loads(line)
         rec = _Rec(doc["seq"], UUID(doc["originator_id"]), doc["version"], doc["topic"],
                    unb64(doc["state"]))
@@ -493,9 +494,10 @@ def verify_pack_bytes(pack: Mapping[str, bytes], root_public_key: bytes | None =
         after = verify_with_roster(after_note, origin, roster, at)
     except VerificationFailed as e:
         raise PackInvalid("5", str(e)) from e
+    report(progress, CHECKING, 0, len(events))
     for done, ((doc, _rec), leaf) in enumerate(zip(events, v.leaves or [], strict=True), 1):
         if progress is not None and (done % EVERY == 0 or done == len(events)):
-            progress(len(events) + done, 2 * len(events))
+            progress(CHECKING, done, len(events))
         try:
             verify_inclusion(leaf, doc["seq"] - 1, after.size, [unb64(p) for p in doc["proof"]],
                              after.root)

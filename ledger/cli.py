@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
     from ledger.application import LedgerApp
     from ledger.checkpoint import Checkpoint
-    from ledger.verification import Progress
+    from ledger.progress import Steps
     from service.caller import Caller
     from service.facade import MemoryService
 
@@ -553,7 +553,7 @@ def verify(
         kept = [] if checkpoint is None else [(str(checkpoint), _read_note(checkpoint))]
         note = None if since is None else _read_note(since)
         with progress.bar("Verifying events", json=as_json) as bar:
-            found = verify_ledger(app, root, since=note, checkpoints=kept, progress=bar)
+            found = verify_ledger(app, root, since=note, checkpoints=kept, progress=bar.step)
     report, result = found.report, found.as_json()
     out(result, as_json)
     if report.failure is not None:
@@ -754,7 +754,7 @@ register_projections(cli, opened, rehearse=_rehearse)
 register_governance(cli, opened, artifact_cli)
 register_policy(cli, opened, policy_cli)
 def _audit_report(from_: str | None, to: str | None, *, subject: str | None, verify: str,
-                  now: datetime, progress: Progress) -> dict[str, Any]:
+                  now: datetime, progress: Steps) -> dict[str, Any]:
     with served() as (svc, me):
         return svc.audit_report(me, from_, to, subject=subject, verify=verify, now=now,
                                 progress=progress)
@@ -795,12 +795,12 @@ _COMMAND: list[Any] = []
 
 
 # Commands that can run for long without a count to show: `LABEL ... N s` on a terminal
-# (ledger/progress.py). verify, import, export, redact-user, evidence-pack, sweep,
-# projections rebuild and a recall's catch-up draw bars with counts instead.
+# (ledger/progress.py). verify, verify-pack, audit, import, export, redact-user,
+# evidence-pack, sweep, projections rebuild and a recall's catch-up draw bars with counts
+# instead.
 ACTIVITY = {("redact",): "Redacting", ("delete",): "Erasing",
             ("artifact", "delete"): "Erasing",
-            ("verify-pack",): "Verifying the pack", ("recall",): "Recalling",
-            ("audit",): "Building the report",
+            ("recall",): "Recalling",
             ("policy", "check"): "Checking", ("review", "resolve"): "Resolving",
             ("checkpoint",): "Signing the checkpoint", ("state",): "Reading the log"}
 

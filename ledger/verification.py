@@ -12,7 +12,8 @@ database): :func:`ledger.verify.verify_log` (steps 1-7 of docs/spec/event-envelo
 :func:`check_chain` (recorded checkpoints signed by a log key, each consistent with the
 next), :func:`verify_after` (the events after a trusted checkpoint). They take records
 as any iterable and lookups as callables, so that a caller can hand them bytes it holds
-(a test, a pack, a copy) as well as a live ledger.
+(a test, a pack, a copy) as well as a live ledger. The entries report their count as
+``progress(stage, done, total)`` (:data:`ledger.progress.Steps`, ADR 0036).
 
 **I/O half**: :class:`Source` names what is read of a ledger (``LedgerApp`` is one);
 :func:`gather_since` reads what :func:`verify_after` needs. The entries
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
     from keys.roster import RosterState
     from ledger.home import Config
+    from ledger.progress import Steps
     from ledger.transparency import SignedCheckpoint, TransparencyLog
     from ledger.verify import Failure, Report, StoredRecord
 
@@ -42,8 +44,8 @@ __all__ = ["AuditVerdict", "LedgerVerdict", "SinceInputs", "Source", "StoredTree
            "check_chain", "check_notes", "check_signed", "gather_since", "verify_after",
            "verify_for_audit", "verify_ledger", "verify_since"]
 
-Progress = Callable[[int, int], None]
-"""``(done, total)``: :class:`ledger.progress.Bar` is one."""
+VERIFYING = "Verifying events"
+"""The stage verification reports (``progress(stage, done, total)``, ADR 0036)."""
 
 
 # ----------------------------------------------------------------------------- the I/O half
@@ -94,18 +96,19 @@ EVERY = 256
 redraws on each report)."""
 
 
-def _tracked(records: Iterable[Any], progress: Progress | None, total: int) -> Iterable[Any]:
+def _tracked(records: Iterable[Any], progress: Steps | None, total: int) -> Iterable[Any]:
     if progress is None:
         return records
 
     def walk() -> Iterator[Any]:
         done = 0
+        progress(VERIFYING, 0, total)
         for rec in records:
             yield rec
             done += 1
             if done % EVERY == 0:
-                progress(done, total)
-        progress(done, total)
+                progress(VERIFYING, done, total)
+        progress(VERIFYING, done, total)
 
     return walk()
 
@@ -140,7 +143,7 @@ def _note_size(note: str) -> int | None:
         return None
 
 
-def gather_since(src: Source, note: str, progress: Progress | None = None) -> SinceInputs:
+def gather_since(src: Source, note: str, progress: Steps | None = None) -> SinceInputs:
     """The I/O of ``verify --since``: the roster's events, the stored tree's peaks for the
     checkpoint's size, its last event with an inclusion proof, and the events after it
     (read lazily, as :func:`verify_after` walks them)."""
@@ -314,12 +317,12 @@ def verify_after(inputs: SinceInputs, root_public_key: bytes
 
 # ----------------------------------------------------------------------------- entries
 def verify_since(src: Source, note: str, root_public_key: bytes,
-                 progress: Progress | None = None) -> tuple[Report, dict[str, Any]]:
+                 progress: Steps | None = None) -> tuple[Report, dict[str, Any]]:
     """``ledger verify --since NOTE``: :func:`gather_since` then :func:`verify_after`."""
     return verify_after(gather_since(src, note, progress), root_public_key)
 
 
-def _full(src: Source, root_public_key: bytes, progress: Progress | None
+def _full(src: Source, root_public_key: bytes, progress: Steps | None
           ) -> tuple[Report, list[bytes]]:
     from ledger.verify import verify_log
 
@@ -354,7 +357,7 @@ class LedgerVerdict:
 
 def verify_ledger(src: Source, root_public_key: bytes, *, since: str | None = None,
                   checkpoints: Sequence[tuple[str, str]] = (),
-                  progress: Progress | None = None) -> LedgerVerdict:
+                  progress: Steps | None = None) -> LedgerVerdict:
     """``ledger verify``: with ``since`` (a trusted checkpoint note) only the events after
     it; else every event, then step 8 against the latest recorded checkpoint and each of
     ``checkpoints`` (``(label, note)``, e.g. a file the caller kept)."""
@@ -393,7 +396,8 @@ class AuditVerdict:
 
 
 def verify_for_audit(src: Source, root_public_key: bytes, scope: str,
-                     limit: Callable[[], int], progress: Progress | None = None) -> AuditVerdict:
+                     limit: Callable[[], int], progress: Steps | None = None
+                     ) -> AuditVerdict:
     """The audit report's check: ``since`` verifies the events after the last recorded
     checkpoint of a size below ``limit()`` (else the whole log, as ``full``); then every
     recorded checkpoint from there on is signed by a log key, the newest extends the

@@ -702,10 +702,11 @@ class MemoryService:
     def audit_report(self, caller: Caller, from_: str | None = None, to: str | None = None,
                      *, subject: str | None = None, verify: str = "full",
                      now: datetime | None = None,
-                     progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+                     progress: Callable[[str, int, int], None] | None = None
+                     ) -> dict[str, Any]:
         """The memory audit report of a period (`ledger audit`; docs/adr/0013). ``subject``
-        limits the per-subject sections; ``verify``: full, since or none; ``progress(done,
-        total)`` counts the events read and verified."""
+        limits the per-subject sections; ``verify``: full, since or none; ``progress(stage,
+        done, total)`` counts the events read and verified (ADR 0036)."""
         self._require(caller, "operator", "auditor")
         from governance.audit import build_report, parse_period
 

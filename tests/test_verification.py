@@ -112,11 +112,11 @@ def test_since_gathers_then_verifies_what_was_gathered(local: LedgerApp) -> None
     cp = local.latest_checkpoint()
     kept, m = cp.note, cp.size
     local.add_atoms([{"subject": "u1", "text": f"new {i}"} for i in range(3)])
-    seen: list[tuple[int, int]] = []
-    inputs = gather_since(local, kept, lambda done, total: seen.append((done, total)))
+    seen: list[tuple[str, int, int]] = []
+    inputs = gather_since(local, kept, lambda *step: seen.append(step))
     report, extra = verify_after(inputs, root)
     assert report.ok and report.events == 3 and extra["since"] == m and extra["size"] == m + 3
-    assert seen[-1] == (3, 3)
+    assert seen[0] == ("Verifying events", 0, 3) and seen[-1] == ("Verifying events", 3, 3)
     after = list(gather_since(local, kept).after)
     bad = after[1]
     changed = Rec(int(bad.id), str(bad.originator_id), int(bad.originator_version),
@@ -155,10 +155,13 @@ def test_verify_pack_verifies_bytes_alone(tmp_path: Path) -> None:
     files = read_pack(pack)
     assert read_pack(pack.with_suffix(".zip")) == files
     assert read_pack_zip(pack.with_suffix(".zip").read_bytes()) == files
-    counts: list[tuple[int, int]] = []
-    report = verify_pack_bytes(files, root, None, lambda d, t: counts.append((d, t)))
+    counts: list[tuple[str, int, int]] = []
+    report = verify_pack_bytes(files, root, None, lambda *step: counts.append(step))
     assert report.ok and report.events > 0
-    assert counts[-1] == (2 * report.events, 2 * report.events)  # steps 3 and 5, counted
+    n = report.events
+    assert counts == [("Verifying events", 0, n), ("Verifying events", n, n),  # step 3
+                      ("Checking inclusion proofs", 0, n),
+                      ("Checking inclusion proofs", n, n)]  # step 5
     assert files == read_pack(pack)  # the caller's bytes are not consumed
     changed = dict(files)
     changed["events.jsonl"] = changed["events.jsonl"].replace(b"seq", b"Seq", 1)
@@ -179,14 +182,15 @@ def test_audit_report_counts_what_it_reads_and_verifies(local: LedgerApp) -> Non
     from governance.audit import build_report, parse_period
     from ledger import clock
 
-    counts: list[tuple[int, int]] = []
+    counts: list[tuple[str, int, int]] = []
     period = parse_period(None, None, clock.now())
     report: dict[str, Any] = build_report(local, period,
-                                          progress=lambda d, t: counts.append((d, t)))
+                                          progress=lambda *step: counts.append(step))
     events = report["activity"]["events"]
     assert report["verification"]["ok"] is True
-    assert (events, 2 * events) in counts  # the period read, then verified
-    assert counts[-1] == (2 * events, 2 * events)
+    assert counts[0] == ("Reading the period's events", 0, events)
+    assert ("Reading the period's events", events, events) in counts
+    assert counts[-1] == ("Verifying events", events, events)  # then verified
     again = build_report(local, period)
     again["generated_at"] = report["generated_at"]
     assert again == report  # counting changes nothing in the report
