@@ -8,9 +8,16 @@ command). Queries are those people's questions. Ledgers are kept in ``--keep`` (
 
 Printed per size, in-process (``Projections.recall``, caught up, no rehearsal, k=5):
 the first recall (which reads the subject's index), then p50/p95 over ``--queries``
-queries, with the keyword and vector stages timed apart. Then, for the ledger of
-``--rebuild-size`` events: the raw notification read rate and the rebuild rate of all
-read models, in the same run.
+queries, with the load average before and after. For the ledger of ``--rebuild-size``
+events (and any ledger whose read models are not current: a new or a reused one), the
+raw notification read rate and the rebuild rate of all read models, in the same run,
+with progress. Last, one query's embedding time for WordLlama and, when installed,
+MiniLM: the part of recall that depends on the model (ADR 0034).
+
+The embedder is WordLlama unless ``--embedder`` says otherwise: the default of a dev or
+CI install. (With MiniLM installed, it is the default, but a 10^6-atom vector index at
+its embedding speed would take hours to build; its recall costs the search below, on
+384 dimensions instead of 256, plus its query embedding, printed at the end.)
 
 Usage: python benchmarks/recall.py [--sizes 10000,100000,1000000] [--queries 300]
        [--rebuild-size 100000] [--keep /tmp/recall-bench] [--embedder wordllama]
@@ -35,7 +42,7 @@ from recall_quality import person  # type: ignore[import-not-found]
 
 from ledger.application import LedgerApp
 from ledger.home import Config
-from projections.embedder import from_spec
+from projections.embedder import configured, from_spec
 from projections.service import Projections
 
 
@@ -93,53 +100,81 @@ def read_rate(app: LedgerApp) -> tuple[int, float]:
     return count, count / (time.perf_counter() - t0)
 
 
+def load() -> str:
+    return f"load {os.getloadavg()[0]:.2f}"
+
+
+def query_embedding(name: str, questions: list[str], n: int = 200) -> None:
+    """p50/p95 of embedding one query with embedder ``name`` (when installed): the part
+    of recall that depends on the model; the search itself depends only on its dim."""
+    try:
+        e = from_spec(name)
+        e.embed(["warm up"])
+    except Exception as exc:  # not installed: say so
+        print(f"query embedding, {name}: not available ({exc.__class__.__name__})")
+        return
+    rng = random.Random(7)
+    lat = []
+    for _ in range(n):
+        q = rng.choice(questions)
+        t0 = time.perf_counter()
+        e.embed([q])
+        lat.append(time.perf_counter() - t0)
+    print(f"query embedding, {e.id}: p50 {pct(lat, 0.5) * 1000:.2f} ms, "
+          f"p95 {pct(lat, 0.95) * 1000:.2f} ms ({load()})", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10000,100000,1000000")
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--rebuild-size", type=int, default=100_000)
     ap.add_argument("--keep", default="/tmp/recall-bench")
-    ap.add_argument("--embedder", default="auto")
+    ap.add_argument("--embedder", default="wordllama")
     args = ap.parse_args()
     os.environ.setdefault("LEDGER_LOG_LEVEL", "warning")
     keep = Path(args.keep)
     keep.mkdir(parents=True, exist_ok=True)
     embedder = from_spec(args.embedder)
-    print(f"embedder {embedder.id}; ledgers in {keep}; os.cpu_count() = {os.cpu_count()}, "
-          f"load average {os.getloadavg()[0]:.2f}")
+    print(f"embedder {embedder.id} (the default is {configured(None).id}); ledgers in {keep}; "
+          f"os.cpu_count() = {os.cpu_count()}, {load()}")
     sizes = [int(s) for s in args.sizes.split(",") if s]
+    all_questions: list[str] = []
     for size in sorted(set(sizes) | {args.rebuild_size}):
         home = keep / f"q{size}"
         secs, questions = build(home, size)
+        all_questions = all_questions or questions
         app = LedgerApp(Config.load(home))
         try:
             with Projections(app, embedder=embedder) as p:
-                if size == args.rebuild_size:
-                    _count, raw = read_rate(app)
-                    last = [0.0]
+                last = [time.perf_counter()]
 
-                    def progress(done: int, head: int, last: list[float] = last) -> None:
-                        if time.perf_counter() - last[0] > 10:
-                            last[0] = time.perf_counter()
-                            print(f"  rebuild {done:,}/{head:,}", flush=True)
+                def progress(done: int, head: int, last: list[float] = last) -> None:
+                    if time.perf_counter() - last[0] > 10:
+                        last[0] = time.perf_counter()
+                        print(f"  rebuild {done:,}/{head:,} ({load()})", flush=True)
+                stale = any(m.position < m.head for m in p.status())
+                if size == args.rebuild_size or stale:
+                    raw_load = load()
+                    _count, raw = read_rate(app)
                     report = p.rebuild(progress=progress)
                     rate = report.notifications / report.seconds
-                    print(f"{size:>9,} events: raw notification read {raw:,.0f} events/s; "
-                          f"rebuild of all read models {rate:,.0f} events/s "
+                    print(f"{size:>9,} events: raw notification read {raw:,.0f} events/s "
+                          f"({raw_load}); rebuild of all read models {rate:,.0f} events/s "
                           f"({report.seconds:.1f}s, {rate / raw:.3f} of the raw read; "
                           f"reading {report.read_seconds:.1f}s, verifying+decrypting "
                           f"{report.decode_seconds:.1f}s, "
                           + ", ".join(f"{n} {r.apply_seconds:.1f}s"
-                                      for n, r in report.models.items()) + ")")
+                                      for n, r in report.models.items())
+                          + f", deferred indexes {report.index_seconds:.1f}s; {load()})",
+                          flush=True)
                 else:
-                    t0 = time.perf_counter()
-                    p.catch_up()
-                    print(f"{size:>9,} events: built in {secs:.0f}s; catch-up "
-                          f"{time.perf_counter() - t0:.1f}s")
+                    print(f"{size:>9,} events: built in {secs:.0f}s; read models current")
                 rng = random.Random(5)
                 t0 = time.perf_counter()
                 p.recall("warm up the subject index", "u1", k=5, refresh=False)
                 first = time.perf_counter() - t0
+                before = load()
                 lat: list[float] = []
                 for _ in range(args.queries):
                     q = rng.choice(questions) + f" {rng.randrange(10**6)}"  # no cache hits
@@ -149,10 +184,12 @@ def main() -> None:
                 print(f"{size:>9,} events ({size - 1:,} atoms of one subject): recall k=5 "
                       f"p50 {pct(lat, 0.5) * 1000:.1f} ms, p95 {pct(lat, 0.95) * 1000:.1f} ms, "
                       f"mean {statistics.fmean(lat) * 1000:.1f} ms over {len(lat)} queries "
-                      f"(first recall, reading the subject index: {first * 1000:.0f} ms)",
-                      flush=True)
+                      f"({before} before, {load()} after; first recall, reading the subject "
+                      f"index: {first * 1000:.0f} ms)", flush=True)
         finally:
             app.close()
+    for name in ("wordllama", "minilm"):
+        query_embedding(name, all_questions)
 
 
 if __name__ == "__main__":

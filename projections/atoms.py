@@ -167,6 +167,11 @@ class AtomStore:
                        self.artifacts, self.artifact_content, self.digests]
         self.content = [self.atom_content, self.subject_content, self.artifact_content]
         self.route = AtomStoreRoute(self)
+        a, c = self.atoms, self.atom_content
+        self._by_id = (sa.select(a, c.c.text, c.c.gist, c.c.details, c.c.tags)
+                       .select_from(a.outerjoin(c, a.c.atom_id == c.c.atom_id))
+                       .where(a.c.atom_id.in_(sa.bindparam("ids", expanding=True)))
+                       .order_by(a.c.created_at, a.c.atom_id))
 
     # ------------------------------------------------------------------ lifecycle
     def create(self, conn: Connection) -> None:
@@ -277,7 +282,10 @@ class AtomStore:
             return []
         out: list[dict[str, Any]] = []
         for start in range(0, len(ids), 500):
-            out.extend(self._select(conn, self.atoms.c.atom_id.in_(list(ids[start:start + 500]))))
+            # one statement object, so SQLAlchemy compiles it once (recall reads the
+            # returned atoms' rows on every query: issue 16)
+            rows = conn.execute(self._by_id, {"ids": list(ids[start:start + 500])})
+            out.extend(_decode_atom(dict(r._mapping)) for r in rows)
         return out
 
     def list_atoms(self, conn: Connection, subject_id: str | None = None,

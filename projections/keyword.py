@@ -123,6 +123,7 @@ class KeywordIndex:
             )
         self.fts = store.q("proj_kw_fts")
         self.route = KeywordRoute(self)
+        self._counts: dict[tuple[str, str, str], tuple[int, int]] = {}
 
     def sql(self, template: str, flag: str = "") -> str:
         """Fill a module SQL template with this store's table names (never with values)."""
@@ -246,9 +247,8 @@ class KeywordIndex:
                 if 2 * subject_docs >= total:
                     scope, join_filter, params = "", "AND d.subject_id = ? ", (subject_id,)
                 if subject_docs > TERM_CAP and len(terms) > 1:
-                    counts = {t: int(conn.exec_driver_sql(
-                        self.sql(_FTS_COUNT), (f'{scope}body : "{t}"', TERM_CAP + 1)).scalar()
-                        or 0) for t in terms}
+                    counts = {t: self._count(conn, subject_id, scope, t, total)
+                              for t in terms}
                     terms = ([t for t in terms if counts[t] <= TERM_CAP]
                              or [min(terms, key=lambda t: counts[t])])
             match = scope + "body : (" + " OR ".join(f'"{t}"' for t in terms) + ")"
@@ -260,6 +260,22 @@ class KeywordIndex:
             self.sql(_PG_SEARCH, flag="AND retrievable" if retrievable_only else "")),
             {"q": " | ".join(terms), "s": subject_id, "k": k}).all()
         return [(str(a), float(s)) for a, s in rows]
+
+    def _count(self, conn: Connection, subject_id: str, scope: str, term: str,
+               total: int) -> int:
+        """How many of the subject's documents match ``term``, up to ``TERM_CAP + 1``;
+        remembered while the index has the same last document (``total``), so the answer
+        is the same as a fresh count's."""
+        key = (subject_id, scope, term)
+        got = self._counts.get(key)
+        if got is not None and got[0] == total:
+            return got[1]
+        n = int(conn.exec_driver_sql(self.sql(_FTS_COUNT),
+                                     (f'{scope}body : "{term}"', TERM_CAP + 1)).scalar() or 0)
+        if len(self._counts) >= 4096:
+            self._counts.clear()
+        self._counts[key] = (total, n)
+        return n
 
     def dump(self, conn: Connection) -> dict[str, list[tuple[Any, ...]]]:
         if not self.sqlite:

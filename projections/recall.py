@@ -101,6 +101,10 @@ class SubjectIndex:
         vector leans the same way), and bits of the centred vectors split them better."""
         self._centered = 0
         self._live: Any = None
+        self._dead: Any = None
+        self._rows = np.zeros((0, dim), dtype=np.float32)
+        """Reused buffer for the shortlist's rows (a fresh 8 MiB array per query cost
+        its page faults)."""
 
     # ------------------------------------------------------------------ atoms
     def _grow(self, n: int) -> None:
@@ -191,7 +195,7 @@ class SubjectIndex:
         self.matrix[start:end] = np.frombuffer(vals, dtype="<f4").reshape(count, self.dim)
         self.bits[start:end] = self._signs(self.matrix[start:end])
         self.flags[start:end] = np.frombuffer(flags, dtype=np.uint8)
-        self._live = None
+        self._live = self._dead = None
         for j in range(count):
             raw = ids[j * 36:(j + 1) * 36]
             old = self.slot_ids[start + j]
@@ -220,7 +224,9 @@ class SubjectIndex:
         import numpy as np
 
         if self._live is None:
-            self._live = np.flatnonzero(self.flags[:self.used] == 1)
+            on = self.flags[:self.used] == 1
+            self._live = np.flatnonzero(on)
+            self._dead = np.flatnonzero(~on)
         return self._live
 
     def _recenter(self, live: Any) -> None:
@@ -270,14 +276,16 @@ class SubjectIndex:
                 self._recenter(live)
             qbits = self._signs(q.reshape(1, -1))[0]
             ham = self._hamming(qbits)
-            far = np.ones(used, dtype=bool)
-            far[live] = False
-            ham[far] = self.dim + 1
+            ham[self._dead] = self.dim + 1
             # the m nearest by Hamming distance (all ties at the cut kept): a counting
             # sort's threshold, cheaper than argpartition over every slot
             cut = int(np.searchsorted(np.cumsum(np.bincount(ham, minlength=self.dim + 2)), m))
             idx = np.flatnonzero(ham <= min(cut, self.dim))
-            scores = _matvec(self.matrix[idx], q)
+            if len(self._rows) < len(idx):
+                self._rows = np.empty((max(len(idx), 2 * m), self.dim), dtype=np.float32)
+            rows = self._rows[:len(idx)]
+            np.take(self.matrix, idx, axis=0, out=rows, mode="clip")  # valid indexes
+            scores = _matvec(rows, q)
         else:
             idx = live
             scores = _matvec(self.matrix[:used], q)[idx]
@@ -296,8 +304,9 @@ class SubjectIndex:
             self.matrix[slot] = 0.0
             self.bits[slot] = 0
             self.flags[slot] = 0
-            self._live = None
+            self._live = self._dead = None
             self.slot_ids[slot] = None
+            self._rows[:] = 0.0  # the last shortlist's copies may hold this vector
             n += 1
         i = self.pos.get(atom_id)
         if i is not None:
@@ -306,7 +315,7 @@ class SubjectIndex:
         return n
 
     def nbytes(self) -> int:
-        return int(self.matrix.nbytes + self.bits.nbytes
+        return int(self.matrix.nbytes + self.bits.nbytes + self._rows.nbytes
                    + sum(v.nbytes for v in self.arrays.values()))
 
 

@@ -305,13 +305,15 @@ class Runner:
         """Bring models up to the head of the log, batch by batch; then compact if needed."""
         self.setup()
         selected = self._names(names)
-        size = batch_size or self.batch_size
         report = RunReport(models={n: ModelRun() for n in selected})
         t_start = time.perf_counter()
         positions = {n: p for n, p in self.positions().items() if n in selected}
         head = self.head()
         report.head = head
         start = min(positions.values(), default=head) + 1
+        # far behind (a new store, a model reset by a version change): rebuild's batches
+        size = batch_size or (self.rebuild_batch_size
+                              if head - start >= self.rebuild_batch_size else self.batch_size)
         while start <= head:
             t0 = time.perf_counter()
             notes = self.app.notifications(start=start, limit=size, stop=head)
