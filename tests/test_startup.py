@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from .conftest import run_cli
 
 # Modules a command imports when it runs, never to show help or the version.
 HEAVY = ("sqlalchemy", "pydantic", "psycopg", "cryptography", "nacl", "eventsourcing",
@@ -54,3 +57,20 @@ def test_version_prints_the_package_version() -> None:
                        text=True, timeout=60, check=False)
     assert r.returncode == 0
     assert r.stdout.strip() == f"ledger (memory-ledger) {version('memory-ledger')}"
+
+
+def test_a_one_atom_add_imports_what_it_writes_with_only(tmp_path: Path) -> None:
+    """`ledger atom add` loads the application (SQLAlchemy, pydantic, eventsourcing ...) but
+    not what only draws or serves: rich and pygments (structlog's coloured tracebacks),
+    the read models, governance, the server."""
+    home = str(tmp_path / "home")
+    assert run_cli("--home", home, "init").code == 0
+    assert run_cli("--home", home, "subject", "add", "u1").code == 0
+    names = imported_modules("--home", home, "atom", "add", "--subject", "u1",
+                             "--text", "Prefers tea.")
+    assert "ledger.application" in names
+    unwanted = ("pygments", "projections.service", "governance.erasure", "governance.audit",
+                "fastapi", "jsonschema")  # and rich's modules ("rich" alone: a refused try)
+    loaded = sorted(n for n in names if n.startswith("rich.")
+                    or any(n == u or n.startswith(u + ".") for u in unwanted))
+    assert loaded == [], f"a one-atom add imports {loaded}"
