@@ -62,8 +62,13 @@ class SqlTreeStore:
     open, in one transaction.
     """
 
-    def __init__(self, engine: Engine, schema: str | None) -> None:
+    def __init__(self, engine: Engine, schema: str | None,
+                 tile_writer: Engine | None = None) -> None:
         self.engine = engine
+        # the tiles are derived from the events (:meth:`TransparencyLog.catch_up`
+        # rebuilds a lost tail): their writes may use an engine that does not wait for
+        # the disk (ADR 0039)
+        self.tile_writer = tile_writer or engine
         md = sa.MetaData(schema=schema)
         self.tiles = sa.Table(
             "tlog_tiles", md,
@@ -225,7 +230,7 @@ class SqlTreeStore:
                 raise ValueError(f"a node of level {level} is not a {HASH_SIZE}-byte hash")
             if level < 0 or min(indexes) < 0:
                 raise ValueError(f"a node of level {level} is out of range")
-        with self.engine.begin() as conn:
+        with self.tile_writer.begin() as conn:
             # From the tile before each level's first one: a level's length is known from
             # its last tile at or after that one (none at all: the level is shorter).
             stored = self._read(conn, from_tile={
@@ -376,16 +381,44 @@ def verify_with_roster(note: str, origin: str, roster: RosterState,
         hint="check that the checkpoint belongs to this ledger (origin line)")
 
 
+def _without_own_flush(engine: Engine) -> Engine:
+    """``engine`` whose commits return without waiting for the disk: for the Merkle tiles
+    only, which are derived from the events (ADR 0039). On SQLite (WAL), the tiles' frames
+    reach the disk with the next durable commit to the same file, the next command's
+    events; on PostgreSQL, with the next synchronous commit. A crash of the process loses
+    nothing; a crash of the machine may lose the last tiles, which the next append or
+    checkpoint finds short and rebuilds from the events (``catch_up``). Checkpoints,
+    cosignatures and the events themselves keep their own flush."""
+    from sqlalchemy import event
+
+    postgres = engine.dialect.name.startswith("postgres")
+
+    @event.listens_for(engine, "connect")
+    def _no_wait(dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute("SET synchronous_commit TO off" if postgres
+                    else "PRAGMA synchronous=NORMAL")
+        cur.close()
+        if postgres:
+            dbapi_conn.commit()  # psycopg opened a transaction for the SET
+
+    engine.dispose()  # a connection pooled before the listener (make_engine's schema)
+    return engine
+
+
 class TransparencyLog:
     """The tree and checkpoints of one ledger, stored beside its events."""
 
     def __init__(self, events_url: StorageURL, origin: str) -> None:
         self.origin = origin
         self.engine = make_engine(events_url.sqlalchemy_url(), events_url.schema, pooled=True)
-        self.store = SqlTreeStore(self.engine, events_url.schema)
+        self.tile_engine = _without_own_flush(
+            make_engine(events_url.sqlalchemy_url(), events_url.schema, pooled=True))
+        self.store = SqlTreeStore(self.engine, events_url.schema, tile_writer=self.tile_engine)
         self.tree = MerkleTree(self.store)
 
     def close(self) -> None:
+        self.tile_engine.dispose()
         self.engine.dispose()
 
     def catch_up(self, recorder: Any) -> int:
