@@ -108,7 +108,10 @@ class Bar:
 
     def step(self, stage: str, done: int, total: int) -> None:
         """Work in stages (:data:`Steps`): a new ``stage`` relabels the bar and restarts
-        its count at 0 of ``total``; the same stage moves it to ``done``."""
+        its count at 0 of ``total``; the same stage moves it to ``done``. A stage of
+        nothing (``total`` 0) is not shown."""
+        if total <= 0:
+            return
         if not self.stages or self.stages[-1] != stage:
             self.stages.append(stage)
             self.done, self.total = 0, total

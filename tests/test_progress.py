@@ -117,6 +117,24 @@ def test_always_draws_and_never_silences(monkeypatch: pytest.MonkeyPatch,
     assert not progress.enabled()
 
 
+def test_stages_relabel_one_bar_and_restart_its_count(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    monkeypatch.setenv("LEDGER_PROGRESS", "always")
+    with progress.bar("Working", total=1) as bar:
+        bar.step("Destroying data keys", 0, 3)
+        bar.step("Destroying data keys", 3, 3)
+        bar.step("Nothing to do", 0, 0)  # a stage of nothing is not shown
+        bar.step("Writing tombstones", 0, 2)
+        bar.step("Writing tombstones", 1, 2)
+    assert bar.stages == ["Destroying data keys", "Writing tombstones"]
+    assert (bar.done, bar.total) == (1, 2)
+    screen = capsys.readouterr().err
+    assert counted("Destroying data keys", screen)[-1] == "3/3"
+    assert counted("Writing tombstones", screen) == ["0/2", "1/2"]
+    assert "Nothing to do" not in screen
+
+
 def test_activity_line_on_a_terminal_is_wiped_before_other_output(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("LEDGER_PROGRESS", "always")
