@@ -74,3 +74,15 @@ def test_a_one_atom_add_imports_what_it_writes_with_only(tmp_path: Path) -> None
     loaded = sorted(n for n in names if n.startswith("rich.")
                     or any(n == u or n.startswith(u + ".") for u in unwanted))
     assert loaded == [], f"a one-atom add imports {loaded}"
+
+
+def test_a_command_line_builds_only_the_branch_it_names() -> None:
+    from ledger.cli import command
+
+    assert set(command(["--home", "atom", "verify", "--json"]).commands) == {"verify"}
+    assert set(command(["-q", "atom", "add", "--subject", "u1"]).commands) == {"atom"}
+    assert command(["--version"]).commands == {}
+    whole = command()
+    for argv in (["--help"], ["atm", "add"], ["-h"], []):  # help, a typo, completion
+        assert command(argv) is whole, argv
+    assert {"atom", "verify", "import", "redact-user"} <= set(whole.commands)
