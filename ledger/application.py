@@ -688,19 +688,37 @@ class LedgerApp(Application[UUID]):
     def add_atom(self, data: dict[str, Any], actor: str | None = None) -> UUID:
         return self.add_atoms([data], actor)[0]
 
-    def add_atoms(self, items: Sequence[dict[str, Any]], actor: str | None = None) -> list[UUID]:
-        """Record atoms in one command: all are written, or none."""
+    def add_atoms(self, items: Sequence[dict[str, Any]], actor: str | None = None,
+                  sources: Sequence[dict[str, Any]] = ()) -> list[UUID]:
+        """Record atoms in one command: all are written, or none. ``sources`` are
+        artifacts captured in the same command, which every atom of it cites (the MCP
+        ``remember`` tool's source): their ids are in ``last_sources``."""
         with gc_pause.paused(len(items) >= gc_pause.MIN_ITEMS):
-            return self._add_atoms(items, actor)
+            return self._add_atoms(items, actor, sources)
 
-    def _add_atoms(self, items: Sequence[dict[str, Any]], actor: str | None) -> list[UUID]:
-        """Also sets ``last_archived``: the atoms this command's maxAtoms step archived."""
+    def _add_atoms(self, items: Sequence[dict[str, Any]], actor: str | None,
+                   sources: Sequence[dict[str, Any]] = ()) -> list[UUID]:
+        """Also sets ``last_archived``: the atoms this command's maxAtoms step archived,
+        and ``last_sources``: the ids of the artifacts captured with them."""
         self.last_archived: list[str] = []
+        self.last_sources: list[UUID] = []
+        source_inputs = [parse(ArtifactInput, d) for d in sources]
+        source_ids = [self._ref_id("artifact", a.ref) for a in source_inputs]
+        if source_ids:
+            items = [{**d, "artifact_ids": [*(d.get("artifact_ids") or ()),
+                                            *map(str, source_ids)]} for d in items]
         inputs = _parse_atoms(items)
         signer = self.signer(actor)
         with self.writing(signer) as at:
-            policy = policy_rules.check_new_atoms(self, inputs)
             seen: dict[tuple[str, str], UUID] = {}
+            artifacts = []
+            for a, aid in zip(source_inputs, source_ids, strict=True):
+                if a.ref is not None and self.exists(aid):
+                    raise ConflictError(f"artifact {a.ref} already exists ({aid})")
+                artifacts.append(self._new_artifact(a, aid, self.resolve_subject(a.subject),
+                                                    at))
+                seen[("artifact", str(aid))] = aid  # cited before it is committed
+            policy = policy_rules.check_new_atoms(self, inputs)
             created = [self._atom_created(inp, at, seen=seen) for inp in inputs]
             if len({e.originator_id.int for e in created}) != len(created):  # int: C hash
                 raise InputError("two atoms in this command have the same ref")
@@ -711,7 +729,8 @@ class LedgerApp(Application[UUID]):
                                 else [_aggregate_of(e) for e in created])
             loaded = policy_rules.over_limit(self, policy, atoms, at)
             self.last_archived = archived_by_policy([*atoms, *loaded])
-            self.commit(*atoms, *loaded, event_ids=False)
+            self.commit(*artifacts, *atoms, *loaded, event_ids=False)
+            self.last_sources = [a.id for a in artifacts]
         command_log = log.bind()  # bound once: the lazy module logger binds on every call
         if command_log.is_enabled_for(logging.INFO):  # else skip the per-atom id strings
             for e in created:

@@ -51,6 +51,7 @@ from service.facade import MemoryService
 from service.models import (
     MAX_PAGE,
     PAGE,
+    ArtifactIn,
     AtomAdded,
     AtomCorrectionIn,
     AtomIn,
@@ -291,9 +292,10 @@ def _tools(mcp: MCPServer[Any], b: Backend) -> None:
         if artifact is None:
             added = await b.add_atom(c, item)
             return _result(Remembered(**added.model_dump()))
-        source = SourceIn.model_validate(artifact)
-        out = await b.write(lambda s: remember_with_source(s, c, item, source))
-        return _result(out)
+        source = ArtifactIn(subject=item.subject,
+                            **SourceIn.model_validate(artifact).model_dump())
+        out = await b.write(lambda s: s.add_atom_with_source(c, item, source))
+        return _result(Remembered(**out.model_dump()))
 
     _add(mcp, "remember", "Remember",
          "Record one memory (an atom: a fact, preference, episode...) about a subject you "
@@ -446,24 +448,6 @@ def _resources(mcp: MCPServer[Any], b: Backend) -> None:
 # ----------------------------------------------------------------------------- use cases
 # Two use cases the facade does not offer as one call; kept here, clearly apart, until it
 # does (the report of issue 17's MCP part names the facade change).
-def remember_with_source(s: MemoryService, c: Caller, item: AtomIn, source: SourceIn
-                         ) -> Remembered:
-    """Capture the source artifact, then record the atom citing it (one writer job: no
-    other write comes between). The artifact is written first; if the atom is then
-    refused, the error says which artifact was kept."""
-    from service.models import ArtifactIn
-
-    art = s.capture_artifact(c, ArtifactIn(subject=item.subject, **source.model_dump()))
-    cited = item.model_copy(update={"artifact_ids": [*item.artifact_ids, art.artifact_id]})
-    try:
-        added = s.add_atom(c, cited)
-    except LedgerError as e:
-        raise type(e)(f"{e} (the source artifact was captured as {art.artifact_id}; the "
-                      "memory was not recorded)", hint=e.hint) from None
-    return Remembered(atom_id=added.atom_id, archived=added.archived,
-                      artifact_id=art.artifact_id)
-
-
 def forget(s: MemoryService, c: Caller, atom: str, reason: str) -> Forgotten:
     """``MemoryService.delete_atom`` (the path of ``ledger delete``) and the id of the
     atom's own tombstone event."""

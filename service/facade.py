@@ -64,6 +64,7 @@ from service.models import (
     RedactIn,
     RequestStatus,
     RosterEntry,
+    SourcedAtomAdded,
     SubjectIn,
     SubjectOut,
     VerificationOut,
@@ -216,6 +217,10 @@ class MemoryService:
 
     # ------------------------------------------------------------------ artifacts
     def capture_artifact(self, caller: Caller, data: ArtifactIn) -> ArtifactOut:
+        aid = self.app.capture_artifact(self._artifact_command(caller, data))
+        return self.get_artifact(caller, str(aid))
+
+    def _artifact_command(self, caller: Caller, data: ArtifactIn) -> dict[str, Any]:
         self._require(caller, "assistant", "operator")
         sid = self.subject_id(caller, data.subject)
         cmd = data.model_dump()
@@ -226,8 +231,7 @@ class MemoryService:
         if data.captured_at is not None:
             cmd["captured_at"] = clock.parse_instant(data.captured_at,
                                                      "captured_at").isoformat()
-        aid = self.app.capture_artifact(cmd)
-        return self.get_artifact(caller, str(aid))
+        return cmd
 
     def get_artifact(self, caller: Caller, artifact: str) -> ArtifactOut:
         aid, sid = self._artifact_subject(caller, artifact)
@@ -286,6 +290,19 @@ class MemoryService:
     def add_atom(self, caller: Caller, data: AtomIn) -> AtomAdded:
         added = self.add_atoms(caller, [data])
         return AtomAdded(atom_id=added.atom_ids[0], archived=added.archived)
+
+    def add_atom_with_source(self, caller: Caller, data: AtomIn, source: ArtifactIn
+                             ) -> SourcedAtomAdded:
+        """An atom and the artifact it was drawn from, captured and cited in one signed
+        command: both are written, or neither."""
+        if source.subject != data.subject:
+            raise InputError("the source artifact must be of the memory's subject",
+                             hint="leave the source's subject out: it is the memory's")
+        source_cmd = self._artifact_command(caller, source)
+        ids = self.app.add_atoms([self._atom_command(caller, data)], sources=[source_cmd])
+        return SourcedAtomAdded(atom_id=str(ids[0]),
+                                archived=list(getattr(self.app, "last_archived", [])),
+                                artifact_id=str(self.app.last_sources[0]))
 
     def add_atoms(self, caller: Caller, items: Sequence[AtomIn]) -> AtomsAdded:
         """Record atoms in one signed command: all of them, or none."""

@@ -124,6 +124,10 @@ class AtomAdded(_Out):
                                 description="Atoms the policy's maxAtoms archived.")
 
 
+class SourcedAtomAdded(AtomAdded):
+    artifact_id: str = Field(description="The source artifact captured with it.")
+
+
 class AtomsAdded(_Out):
     atom_ids: list[str]
     archived: list[str] = Field(default_factory=list)

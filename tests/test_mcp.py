@@ -128,6 +128,14 @@ async def _walk_every_tool(c: Client, home: Path, tmp_path: Path) -> dict[str, A
                                             "text": "Drinks green tea in the morning",
                                             "kind": "preference", "tags": ["tea"]}))
     assert r2["artifact_id"] is None
+    # one signed command: a memory refused (its ref is taken) leaves no artifact behind
+    before = _cli_json(home, "memory", "list", "--subject", "alice")
+    refused = await c.call_tool("remember", {
+        "subject": "alice", "ref": "atom_001", "text": "Another memory under a taken ref",
+        "artifact": {"kind": "chat", "ref": "art_102", "body": "would be orphaned"}})
+    assert refused.is_error and "atom_001" in _text(refused)
+    assert run_cli("--home", str(home), "artifact", "show", "art_102").code != 0
+    assert _cli_json(home, "memory", "list", "--subject", "alice") == before
     # get_memory = `ledger atom show --json`
     got = _ok(await c.call_tool("get_memory", {"atom": "atom_001"}))
     assert {k: got[k] for k in shown} == shown
