@@ -255,3 +255,20 @@ def test_the_write_lock_and_the_sweep_lock_are_one_implementation(
         with locks.held(config, "write", busy=busy):  # type: ignore[arg-type]
             pass  # another name, another lock
     assert (tmp_path / "sweep.lock").exists() and (tmp_path / "write.lock").exists()
+
+
+def test_a_large_sweep_prints_a_summary_and_v_lists_every_atom(
+        app: LedgerApp, proj: Projections, home: Path, clock_at: Any) -> None:
+    _setup(app)
+    atoms = app.add_atoms([_atom("sensitive-pii", f"sweep target {i}") for i in range(12)])
+    clock_at(T0 + timedelta(days=31))
+    r = run_cli("--home", str(home), "sweep")
+    assert r.code == 0 and "12 erased" in r.err, r.err
+    assert r.out.splitlines() == ["erase  12 atoms", "(-v lists them, --json gives them)"]
+    assert not any(str(a) in r.out for a in atoms)
+    more = app.add_atoms([_atom("sensitive-pii", f"second target {i}") for i in range(11)])
+    clock_at(T0 + timedelta(days=62))
+    r = run_cli("-v", "--home", str(home), "sweep")
+    assert r.code == 0  # -v: a line per atom (the first sweep's tombstone rows go too)
+    assert sorted(line.split()[1] for line in r.out.splitlines()
+                  if line.startswith("erase ")) == sorted(str(a) for a in more)
