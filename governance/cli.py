@@ -189,7 +189,7 @@ def redact_user_command(
             sessions=session or [], legal_basis=legal_basis, ack_hours=ack_hours,
             completion_hours=completion_hours)
         if not dry_run and not resume and plan is None and not yes and sys.stdin.isatty():
-            with progress.bar("Planning", total=1) as bar:
+            with progress.bar("Planning", total=1, json=as_json) as bar:
                 preview = redact_user(app, proj, subject, dry_run=True, progress=bar.step,
                                       **common)
             sys.stderr.write(_plan_text(preview) + "\n")
