@@ -31,6 +31,7 @@ from pathlib import Path
 import nacl.signing
 import structlog
 
+from keys.files import write_file
 from keys.keyring import read_seed_file, write_seed_file
 from ledger.checkpoint import CheckpointError, parse_body, parse_note, parse_vkey, verify_note
 from ledger.errors import ConflictError, EnvironmentProblem, InputError, VerificationFailed
@@ -98,7 +99,7 @@ def init_home(home: Path, name: str) -> str:
     key = nacl.signing.SigningKey.generate()
     write_seed_file(home / KEY, bytes(key))
     vkey = witness_vkey(name, bytes(key.verify_key))
-    (home / VKEY).write_text(vkey + "\n", encoding="utf-8")
+    write_file(home / VKEY, vkey + "\n")  # 0644 whatever the umask (issue 20, item 8)
     conn = _connect(home / DB)
     conn.executescript(_SCHEMA)
     conn.close()
