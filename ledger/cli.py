@@ -417,14 +417,11 @@ def atom_expire(atom: str, reason: str | None = None, actor: ActorOpt = None,
 @keys_cli.command("list")
 def keys_list(as_json: JsonOpt = False) -> None:
     """The key roster: key ids, names, roles and validity.  Example: ledger keys list"""
-    with opened() as app:
-        rows = app.roster().state.rows()
-        local = set(app.keyring.names())
-        vkeys = app.log_vkeys()
+    with served() as (svc, me):
+        rows = [r.model_dump() for r in svc.roster(me)]  # with the vkey of log keys
+        local = set(svc.held_keys(me))
     for r in rows:
         r["private_key_here"] = r["name"] in local
-        if r["role"] == "log" and r["kid"] in vkeys:
-            r["vkey"] = vkeys[r["kid"]]  # C2SP verifier key of the checkpoints it signs
     text = "\n".join(
         f"{r['kid']}  {r['name']:<12} {r['role']:<9} from {r['valid_from'] or '-'}"
         + (f"  REVOKED from {r['revoked_from']}" if r["revoked_from"] else "")

@@ -712,6 +712,12 @@ class MemoryService:
                 r["vkey"] = vkeys[r["kid"]]
         return [RosterEntry(**{k: _jsonable(v) for k, v in r.items()}) for r in rows]
 
+    def held_keys(self, caller: Caller) -> list[str]:
+        """Names of the keys whose private key this ledger home holds (which of the
+        roster's keys can sign here)."""
+        self._require(caller, "operator", "auditor")
+        return sorted(self.app.keyring.names())
+
     def policy(self, caller: Caller) -> dict[str, Any] | None:
         self._require(caller, "operator", "auditor")
         return self.app.policy()
