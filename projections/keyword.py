@@ -264,8 +264,10 @@ class KeywordIndex:
     def _count(self, conn: Connection, subject_id: str, scope: str, term: str,
                total: int) -> int:
         """How many of the subject's documents match ``term``, up to ``TERM_CAP + 1``;
-        remembered while the index has the same last document (``total``), so the answer
-        is the same as a fresh count's."""
+        remembered while the index has the same last document (``total``) and this
+        process purged nothing from it. (Another process's purge can leave a count too
+        high by the atoms it erased until the next document is indexed: the cap bounds
+        cost, and a term kept or dropped by it is still a term of the query.)"""
         key = (subject_id, scope, term)
         got = self._counts.get(key)
         if got is not None and got[0] == total:
@@ -304,6 +306,7 @@ class KeywordRoute:
 
     def purge(self, conn: Connection, item_id: str) -> int:
         m = self.m
+        m._counts.clear()
         if not m.sqlite:
             return int(conn.execute(m.docs.delete().where(m.docs.c.atom_id == item_id))
                        .rowcount or 0)
@@ -326,6 +329,7 @@ class KeywordRoute:
 
     def purge_many(self, conn: Connection, item_ids: Sequence[str]) -> int:
         m = self.m
+        m._counts.clear()
         wanted = list(dict.fromkeys(item_ids))
         n = 0
         for start in range(0, len(wanted), 500):
