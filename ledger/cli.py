@@ -540,17 +540,14 @@ def verify(
     """
     from keys.keyring import read_public_key_file
     from ledger import progress
-    from ledger.verification import verify_ledger
 
-    with opened() as app:
-        root = read_public_key_file(root_key) if root_key else app.root_public_key
-        if root is None:
-            raise EnvironmentProblem("no trusted root key: keys/root.pub is missing",
-                                     hint="pass --root-key FILE")
+    with served() as (svc, me):
+        root = read_public_key_file(root_key) if root_key else None
         kept = [] if checkpoint is None else [(str(checkpoint), _read_note(checkpoint))]
         note = None if since is None else _read_note(since)
         with progress.bar("Verifying events", json=as_json) as bar:
-            found = verify_ledger(app, root, since=note, checkpoints=kept, progress=bar.step)
+            found = svc.verify_log(me, root, since=note, checkpoints=kept,
+                                   progress=bar.step)
     report, result = found.report, found.as_json()
     out(result, as_json)
     if report.failure is not None:
@@ -630,17 +627,15 @@ def prove(
 
     Example: ledger prove 3f2a...-.../1 --json > proof.json
     """
-    from ledger.proofs import prove_consistency, prove_inclusion
-
     if (event_id is None) == (consistency is None):
         raise InputError("give an EVENT_ID or --consistency OLD_CHECKPOINT (one of them)")
-    with opened() as app:
+    with served() as (svc, me):
         if consistency is not None:
-            data = prove_consistency(app, _read_note(consistency))
+            data = svc.prove_consistency(me, _read_note(consistency))
             text = f"consistency {data['old_size']} -> {data['new_size']}: "
         else:
             assert event_id is not None
-            data = prove_inclusion(app, event_id)
+            data = svc.prove_inclusion(me, event_id)
             text = f"leaf {data['leaf_index']} in tree of size {data['tree_size']}: "
     text += " ".join(data["proof"])
     out(data, as_json, text)

@@ -73,6 +73,7 @@ from service.models import (
 if TYPE_CHECKING:
     from ledger.application import LedgerApp
     from ledger.domain import Atom
+    from ledger.verification import LedgerVerdict
     from projections.service import Projections
 
 ATOM_CONTENT = ("text", "gist", "details", "tags")
@@ -700,6 +701,48 @@ class MemoryService:
                                checked_at=clock.format_instant(clock.now()),
                                **{k: v for k, v in data.items()
                                   if k not in ("ok", "events", "checked_at")})
+
+    def verify_log(self, caller: Caller, root_public_key: bytes | None = None, *,
+                   since: str | None = None, checkpoints: Sequence[tuple[str, str]] = (),
+                   progress: Callable[[str, int, int], None] | None = None
+                   ) -> LedgerVerdict:
+        """`ledger verify`: every event and the checkpoints the log must extend (the latest
+        recorded one and ``checkpoints``, ``(label, note)``), or with ``since`` (a trusted
+        checkpoint note) only the events after it (ledger/verification.py). The trusted
+        root key defaults to the home's ``keys/root.pub``."""
+        self._require(caller, "operator", "auditor")
+        from ledger.errors import EnvironmentProblem
+        from ledger.verification import verify_ledger
+
+        root = root_public_key or self.app.root_public_key
+        if root is None:
+            raise EnvironmentProblem("no trusted root key: keys/root.pub is missing",
+                                     hint="pass --root-key FILE")
+        return verify_ledger(self.app, root, since=since, checkpoints=checkpoints,
+                             progress=progress)
+
+    def prove_inclusion(self, caller: Caller, event_id: str) -> dict[str, Any]:
+        """`ledger prove EVENT_ID`: the event's leaf and its inclusion proof in the tree of
+        the latest checkpoint, checked before it is returned (ledger/proofs.py)."""
+        self._require_whole_log(caller)
+        from ledger.proofs import prove_inclusion
+
+        return prove_inclusion(self.app, event_id)
+
+    def prove_consistency(self, caller: Caller, old_note: str) -> dict[str, Any]:
+        """`ledger prove --consistency OLD`: the latest checkpoint extends a kept one."""
+        self._require_whole_log(caller)
+        from ledger.proofs import prove_consistency
+
+        return prove_consistency(self.app, old_note)
+
+    def _require_whole_log(self, caller: Caller) -> None:
+        """Proofs name any event of the log: operators and auditors of the whole ledger."""
+        self._require(caller, "operator", "auditor")
+        if not caller.unrestricted:
+            raise Forbidden("a credential scoped to subjects or a tenant may not ask for "
+                            "proofs of the whole log",
+                            hint="use an unrestricted operator or auditor credential")
 
     def roster(self, caller: Caller) -> list[RosterEntry]:
         """The key roster as `ledger keys list --json` gives it: one row per key and role,

@@ -65,3 +65,25 @@ def test_keys_list_policy_and_history_print_what_the_layers_gave(home: Path,
     assert _cli(home, "policy", "show", "--json") == expected(in_force)
     r = run_cli("--home", str(home), "atom", "history", "no-such-atom")
     assert r.code != 0 and "no atom 'no-such-atom'" in r.err
+
+
+def test_verify_and_prove_run_through_the_facade_scoped_by_the_caller(home: Path) -> None:
+    from service.caller import Caller, local_operator
+    from service.facade import Forbidden
+    from service.root import opened_service
+
+    _cli(home, "subject", "add", "u1")
+    _cli(home, "atom", "add", "--subject", "u1", "--text", "fact")
+    _cli(home, "checkpoint")
+    printed = json.loads(_cli(home, "verify", "--json"))
+    with opened_service(home, lazy=True) as svc:
+        assert svc.verify_log(local_operator()).as_json() == printed
+        event_id = next(iter(svc.app.stored_records()))
+        eid = f"{event_id.originator_id}/{event_id.originator_version}"
+        proof = svc.prove_inclusion(local_operator(), eid)
+        assert proof["leaf_index"] == 0 and proof["tree_size"] == printed["head_seq"]
+        scoped = Caller(credential_id="t1", role="auditor", subjects=frozenset({"u1"}))
+        with pytest.raises(Forbidden):
+            svc.prove_inclusion(scoped, eid)
+        assert not svc.proj_opened  # the read models were never needed
+    assert json.loads(_cli(home, "prove", eid, "--json")) == proof
