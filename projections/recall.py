@@ -60,6 +60,26 @@ def epoch(value: str | None, default: float) -> float:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
+def _epochs(values: Sequence[str | None], default: float) -> Any:
+    """:func:`epoch` of many stored instants, as a float64 array. The ledger's own form
+    (``YYYY-MM-DDTHH:MM:SS.ffffffZ``) is parsed by numpy in one call (microseconds since
+    1970 divided by 10^6: the same float as ``datetime.timestamp()``); anything else
+    one by one."""
+    import numpy as np
+
+    out = np.full(len(values), default, dtype=np.float64)
+    given = [k for k, v in enumerate(values) if v is not None]
+    if not given:
+        return out
+    texts = [values[k] for k in given]
+    if all(len(t) == 27 and t[-1] == "Z" and t[10] == "T" for t in texts):  # type: ignore[index,arg-type]
+        us = np.array([t[:-1] for t in texts], dtype="datetime64[us]")  # type: ignore[index]
+        out[given] = us.astype(np.int64) / 1e6
+    else:
+        out[given] = [epoch(t, default) for t in texts]
+    return out
+
+
 def _matvec(matrix: Any, q: Any) -> Any:
     """``matrix @ q`` in one thread (numpy's own loop, not BLAS): the product is bound by
     memory, and BLAS threads on a busy 2-core host cost 10x (measured, ADR 0021)."""
@@ -125,37 +145,51 @@ class SubjectIndex:
             self.arrays[c] = grown
 
     def put_atoms(self, rows: Sequence[Any], profiles: dict[str | None, _Profile]) -> None:
-        """Rows of ``SubjectIndex.ATOM_COLUMNS``, new or changed."""
-        fresh = [r for r in rows if str(r[0]) not in self.pos]
-        self._grow(self._n + len(fresh))
-        a = self.arrays
-        for r in rows:
-            (atom_id, status, erased, superseded_by, has_text, valid_from, valid_to,
-             baseline, count, valence, origin, profile_json, created, last_seq) = r
-            atom_id = str(atom_id)
-            i = self.pos.get(atom_id)
+        """Rows of ``RecallIndex._refresh``'s query, new or changed, column by column
+        (the first recall of a large subject reads every row: issue 16)."""
+        import numpy as np
+
+        if not rows:
+            return
+        (atom_ids, status, erased, superseded_by, has_text, valid_from, valid_to,
+         baseline, count, valence, origin, profile_json, created, last_seq) = zip(*rows,
+                                                                                 strict=True)
+        ids = [str(x) for x in atom_ids]
+        pos = self.pos
+        self._grow(self._n + sum(1 for x in ids if x not in pos))
+        where = np.empty(len(ids), dtype=np.int64)
+        for k, atom_id in enumerate(ids):
+            i = pos.get(atom_id)
             if i is None:
                 i = self._n
                 self._n += 1
-                self.pos[atom_id] = i
+                pos[atom_id] = i
                 self.ids.append(atom_id)
-            prof = profiles.get(profile_json)
+            where[k] = i
+        profs = []
+        for pj in profile_json:
+            prof = profiles.get(pj)
             if prof is None:
-                p = profile_of(json.loads(profile_json) if profile_json else None)
+                p = profile_of(json.loads(pj) if pj else None)
                 prof = _Profile(math.log(p.rehearsal_boost), _LN2 / p.half_life_days,
                                 p.valence_protection)
-                profiles[profile_json] = prof
-            a["static_ok"][i] = float(status == "active" and not erased
-                                      and superseded_by is None and bool(has_text))
-            a["valid_from"][i] = epoch(valid_from, -_INF)
-            a["valid_to"][i] = epoch(valid_to, _INF)
-            a["created"][i] = epoch(created, 0.0)
-            a["log_strength"][i] = (math.log(baseline) + int(count) * prof.log_boost
-                                    if baseline > 0 else -_INF)
-            a["rate"][i] = prof.rate / 86_400.0
-            a["origin"][i] = epoch(origin, 0.0)
-            a["floor"][i] = min(1.0, prof.protection * abs(float(valence)))
-            self.atoms_seq = max(self.atoms_seq, int(last_seq))
+                profiles[pj] = prof
+            profs.append(prof)
+        a = self.arrays
+        a["static_ok"][where] = [
+            float(st == "active" and not er and sb is None and bool(ht))
+            for st, er, sb, ht in zip(status, erased, superseded_by, has_text, strict=True)]
+        a["valid_from"][where] = _epochs(valid_from, -_INF)
+        a["valid_to"][where] = _epochs(valid_to, _INF)
+        a["created"][where] = _epochs(created, 0.0)
+        a["origin"][where] = _epochs(origin, 0.0)
+        a["log_strength"][where] = [
+            math.log(b) + int(c) * pr.log_boost if b > 0 else -_INF
+            for b, c, pr in zip(baseline, count, profs, strict=True)]
+        a["rate"][where] = [pr.rate / 86_400.0 for pr in profs]
+        a["floor"][where] = [min(1.0, pr.protection * abs(float(v)))
+                             for v, pr in zip(valence, profs, strict=True)]
+        self.atoms_seq = max(self.atoms_seq, max(int(x) for x in last_seq))
 
     def salience(self, at: float, rows: Any) -> tuple[Any, Any]:
         """(clamped salience, raw salience) at epoch ``at`` of atom indexes ``rows``
