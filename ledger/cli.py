@@ -115,14 +115,15 @@ def _root(
 
 
 @contextmanager
-def served() -> Iterator[tuple[MemoryService, Caller]]:
+def served(writer: str | None = None) -> Iterator[tuple[MemoryService, Caller]]:
     """The facade over the home (``service.root``, read models opened only if a use case
-    needs them) and the CLI's caller: the local operator (ADR 0027)."""
+    needs them) and the CLI's caller: the local operator (ADR 0027), its memory writes
+    signed by ``writer`` (``--as``; default: the home's writer key; ADR 0040)."""
     from service.caller import local_operator
     from service.root import opened_service
 
     with opened_service(STATE.home, lazy=True) as svc:
-        yield svc, local_operator()
+        yield svc, local_operator(writer_key=writer)
 
 
 @contextmanager
@@ -192,21 +193,19 @@ def subject_add(
 
     Example: ledger subject add user_9f4e --name "J. Miller"
     """
-    with opened() as app:
-        sid = app.register_subject({"ref": ref, "display_name": name, "locale": locale}, actor)
-    out({"subject_id": str(sid), "ref": ref}, as_json, str(sid))
+    from service.models import SubjectIn
+
+    with served(actor) as (svc, me):
+        s = svc.register_subject(me, SubjectIn.unchecked(ref=ref, display_name=name,
+                                                         locale=locale))
+    out({"subject_id": s.subject_id, "ref": ref}, as_json, s.subject_id)
 
 
 @subject_cli.command("show")
 def subject_show(ref: str, as_json: JsonOpt = False) -> None:
     """Show a subject.  Example: ledger subject show user_9f4e"""
-    from ledger.domain import ERASED
-
-    with opened() as app:
-        s = app.get_subject(ref)
-        data = {"subject_id": str(s.id), "ref": s.ref,
-                "display_name": ERASED if s.content_erased else s.display_name,
-                "locale": s.locale, "content_erased": s.content_erased}
+    with served() as (svc, me):
+        data = svc.get_subject(me, ref).model_dump()
     out(data, as_json, "\n".join(f"{k}: {v}" for k, v in data.items()))
 
 
@@ -236,26 +235,28 @@ def artifact_add(
             body = body_file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise InputError(f"cannot read {body_file}: {e}") from e
-    with opened() as app:
-        aid = app.capture_artifact({
-            "subject": subject, "ref": ref, "kind": kind, "title": title, "body": body,
-            "source": source, "private": private,
-            "captured_at": _when(captured_at, "--captured-at")}, actor)
-    out({"artifact_id": str(aid)}, as_json, str(aid))
+    from service.models import ArtifactIn
+
+    data = ArtifactIn.unchecked(
+        subject=subject, ref=ref, kind=kind, title=title, body=body, source=source,
+        private=private, captured_at=_when(captured_at, "--captured-at"))
+    with served(actor) as (svc, me):
+        aid = svc.capture_artifact(me, data).artifact_id
+    out({"artifact_id": aid}, as_json, aid)
 
 
 @artifact_cli.command("show")
 def artifact_show(artifact: str, as_json: JsonOpt = False) -> None:
     """Show an artifact.  Example: ledger artifact show art_101"""
-    from ledger.domain import ERASED
-
-    with opened() as app:
-        a = app.get_artifact(artifact)
-        data = {"artifact_id": str(a.id), "ref": a.ref, "subject_id": a.subject_id,
-                "kind": a.kind, "captured_at": a.captured_at, "source": a.source,
-                "private": a.private, "content_erased": a.content_erased,
-                "title": ERASED if a.content_erased else a.title,
-                "body": ERASED if a.content_erased else a.body}
+    with served() as (svc, me):
+        a = svc.get_artifact(me, artifact)
+    # the facade's `subject` is left out; an erased artifact's source is unreadable (it
+    # is sealed with the title and body), shown as None where the facade says ERASED
+    data = {"artifact_id": a.artifact_id, "ref": a.ref, "subject_id": a.subject_id,
+            "kind": a.kind, "captured_at": a.captured_at,
+            "source": None if a.content_erased else a.source,
+            "private": a.private, "content_erased": a.content_erased,
+            "title": a.title, "body": a.body}
     out(data, as_json, "\n".join(f"{k}: {v}" for k, v in data.items()))
 
 
@@ -309,20 +310,21 @@ def atom_add(
     Example: ledger atom add --subject user_9f4e --text "Prefers direct feedback" \\
     --derivation inferred --artifact art_101 --extractor claude-opus-4
     """
-    data = {
-        "subject": subject, "text": text, "kind": kind, "ref": ref, "gist": gist,
-        "details": _details(detail or []), "tags": tag or [], "confidence": confidence,
-        "sensitivity": sensitivity, "valid_from": _when(valid_from, "--valid-from"),
-        "valid_to": _when(valid_to, "--valid-to"), "derivation": derivation,
-        "artifact_ids": artifact or [], "extractor": extractor,
-        "human_reviewed": human_reviewed, "salience": salience, "emotional_valence": valence,
-        "privacy_class": privacy_class, "consent_basis": consent_basis, "session_id": session,
-        "min_sources": min_sources,
-    }
-    with opened() as app:
-        aid = app.add_atom(data, actor)
-        archived = list(app.last_archived)
-    out({"atom_id": str(aid), "archived": {"atoms": len(archived), "ids": archived}},
+    from service.models import AtomIn, Detail
+
+    data = AtomIn.unchecked(
+        subject=subject, text=text, kind=kind, ref=ref, gist=gist,
+        details=[Detail.unchecked(**d) for d in _details(detail or [])], tags=tag or [],
+        confidence=confidence, sensitivity=sensitivity,
+        valid_from=_when(valid_from, "--valid-from"), valid_to=_when(valid_to, "--valid-to"),
+        derivation=derivation, artifact_ids=artifact or [], extractor=extractor,
+        human_reviewed=human_reviewed, salience=salience, emotional_valence=valence,
+        privacy_class=privacy_class, consent_basis=consent_basis, session_id=session,
+        min_sources=min_sources)
+    with served(actor) as (svc, me):
+        added = svc.add_atom(me, data)
+    aid, archived = added.atom_id, added.archived
+    out({"atom_id": aid, "archived": {"atoms": len(archived), "ids": archived}},
         as_json, str(aid))
     if archived:
         verdict(f"note: {len(archived)} atom(s) archived by the policy (maxAtoms): "
@@ -341,13 +343,11 @@ def _atom_text(d: dict[str, Any]) -> str:
 @atom_cli.command("show")
 def atom_show(atom: str, as_json: JsonOpt = False) -> None:
     """Show an atom's current state.  Example: ledger atom show atom_001"""
-    from ledger.domain import ERASED
+    from ledger.domain import ATOM_VIEW
 
-    with opened() as app:
-        data = app.get_atom(atom).as_dict()
-    if data["content_erased"]:
-        for k in ("text", "gist", "details", "tags"):
-            data[k] = ERASED
+    with served() as (svc, me):
+        shown = svc.get_atom(me, atom).model_dump()
+    data = {k: shown[k] for k in ATOM_VIEW}  # in the atom's order, less the facade's `subject`
     out(data, as_json, _atom_text(data))
     if data["content_erased"]:
         verdict(f"note: the content of atom {data['atom_id']} was erased "
@@ -382,14 +382,14 @@ def atom_correct(
 
     Example: ledger atom correct atom_001 --text "Works at Beta" --reason "job change"
     """
-    data: dict[str, Any] = {"text": text, "reason": reason}
-    if confidence is not None:
-        data["confidence"] = confidence
-    if valid_from is not None:
-        data["valid_from"] = _when(valid_from, "--valid-from")
-    with opened() as app:
-        new = app.correct_atom(atom, data, actor)
-    out({"atom_id": str(new), "supersedes": atom}, as_json, str(new))
+    from service.models import AtomCorrectionIn
+
+    data = AtomCorrectionIn.unchecked(text=text, gist=None, confidence=confidence,
+                                      reason=reason)
+    since = _when(valid_from, "--valid-from")
+    with served(actor) as (svc, me):
+        new = svc.correct_atom(me, atom, data, valid_from=since).new_atom_id
+    out({"atom_id": new, "supersedes": atom}, as_json, new)
 
 
 @atom_cli.command("rehearse")
@@ -399,8 +399,8 @@ def atom_rehearse(atom: str, session: str | None = None, reason: str | None = No
 
     Example: ledger atom rehearse atom_001 --session sess:42
     """
-    with opened() as app:
-        count = app.rehearse_atom(atom, session, reason, actor)
+    with served(actor) as (svc, me):
+        count = svc.rehearse_atom(me, atom, session, reason).rehearsal_count
     out({"atom_id": atom, "rehearsal_count": count}, as_json, str(count))
 
 
@@ -408,8 +408,8 @@ def atom_rehearse(atom: str, session: str | None = None, reason: str | None = No
 def atom_expire(atom: str, reason: str | None = None, actor: ActorOpt = None,
                 as_json: JsonOpt = False) -> None:
     """Mark an atom no longer valid from now.  Example: ledger atom expire atom_001"""
-    with opened() as app:
-        app.expire_atom(atom, reason, actor)
+    with served(actor) as (svc, me):
+        svc.expire_atom(me, atom, reason)
     out({"atom_id": atom, "status": "expired"}, as_json, "expired")
 
 

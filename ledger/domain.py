@@ -371,22 +371,18 @@ class Atom(Aggregate, _Erasable, _Copyable, AtomFields):
         self.flags: list[str] = []
 
     def as_dict(self) -> dict[str, Any]:
-        """Current state, for ``ledger atom show``. Erased content reads as None."""
-        out: dict[str, Any] = {"atom_id": str(self.id), "version": self.version}
-        out.update({name: getattr(self, name) for name in ATOM_FIELDS})
-        out.update({
-            "status": self.status,
-            "created_at": self.created_on.isoformat(),
-            "rehearsal_count": self.rehearsal_count,
-            "last_rehearsed_at": self.last_rehearsed_at,
-            "superseded_by": self.superseded_by,
-            "content_erased": self.content_erased,
-            "data_key_destroyed_at": self.data_key_destroyed_at,
-            "redaction_mode": self.redaction_mode,
-            "redacted_at": self.redacted_at,
-            "flags": list(self.flags),
-        })
-        return out
+        """Current state, for ``ledger atom show``: the keys of :data:`ATOM_VIEW`, in its
+        order. Erased content reads as None."""
+        computed = {"atom_id": str(self.id), "created_at": self.created_on.isoformat(),
+                    "flags": list(self.flags)}
+        return {k: computed[k] if k in computed else getattr(self, k) for k in ATOM_VIEW}
+
+
+#: The keys of :meth:`Atom.as_dict`, in its order (``ledger atom show`` prints them so).
+ATOM_VIEW: tuple[str, ...] = (
+    "atom_id", "version", *ATOM_FIELDS, "status", "created_at", "rehearsal_count",
+    "last_rehearsed_at", "superseded_by", "content_erased", "data_key_destroyed_at",
+    "redaction_mode", "redacted_at", "flags")
 
 
 # --------------------------------------------------------------------------- Record

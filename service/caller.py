@@ -21,6 +21,7 @@ from typing import Literal
 Role = Literal["assistant", "operator", "auditor"]
 ROLES: tuple[Role, ...] = ("assistant", "operator", "auditor")
 TENANT_SEP = ":"
+LOCAL = "local"  # the credential id of the CLI's caller
 
 
 @dataclass(frozen=True)
@@ -30,8 +31,10 @@ class Caller:
     ``subjects``: the subject refs (as the caller names them, inside its tenant) it may
     touch; ``None`` means every subject of its tenant (every subject, without a tenant).
     ``signing_key``: the home's key that signs the operator acts of this caller
-    (operators only; the CLI's ``--operator``). ``credential_id`` names the credential in
-    audit records and logs (a token id, never its secret; ``local`` for the CLI).
+    (operators only; the CLI's ``--operator``). ``writer_key``: the key that signs its
+    memory writes (subjects, artifacts, atoms; the CLI's ``--as``); None: the home's
+    writer key. ``credential_id`` names the credential in audit records and logs (a token
+    id, never its secret; ``local`` for the CLI).
     """
 
     credential_id: str
@@ -40,6 +43,7 @@ class Caller:
     tenant: str | None = None
     signing_key: str | None = None
     expires_at: datetime | None = None
+    writer_key: str | None = None
 
     def stored_ref(self, ref: str) -> str:
         """The ref as stored in the log: namespaced by the caller's tenant."""
@@ -75,7 +79,16 @@ class Caller:
     def unrestricted(self) -> bool:
         return self.tenant is None and self.subjects is None
 
+    @property
+    def is_local(self) -> bool:
+        """The CLI's caller (unrestricted): the facade leaves lookups and input checks to
+        the application, in its words and order, so the CLI's output is what it was when
+        it called the application directly (ADR 0040)."""
+        return self.credential_id == LOCAL and self.unrestricted
 
-def local_operator(signing_key: str = "operator") -> Caller:
-    """The CLI's caller: whoever can read the home's private keys acts as its operator."""
-    return Caller(credential_id="local", role="operator", signing_key=signing_key)
+
+def local_operator(signing_key: str = "operator", writer_key: str | None = None) -> Caller:
+    """The CLI's caller: whoever can read the home's private keys acts as its operator;
+    ``writer_key`` signs its memory writes (default: the home's writer key)."""
+    return Caller(credential_id=LOCAL, role="operator", signing_key=signing_key,
+                  writer_key=writer_key)

@@ -35,12 +35,13 @@ from uuid import UUID
 from ledger import clock
 from ledger.errors import InputError, LedgerError, NotFound
 from ledger.inputs import is_uuid
-from service.caller import Caller
+from service.caller import LOCAL, Caller
 from service.models import (
     ArtifactIn,
     ArtifactOut,
     AtomAdded,
     AtomCorrectionIn,
+    AtomExpired,
     AtomIn,
     AtomOut,
     AtomsAdded,
@@ -62,6 +63,7 @@ from service.models import (
     RecallItemOut,
     RecallOut,
     RedactIn,
+    Rehearsed,
     RequestStatus,
     RosterEntry,
     SourcedAtomAdded,
@@ -72,7 +74,7 @@ from service.models import (
 
 if TYPE_CHECKING:
     from ledger.application import LedgerApp
-    from ledger.domain import Atom
+    from ledger.domain import Artifact, Atom
     from ledger.verification import LedgerVerdict
     from projections.service import Projections
 
@@ -141,6 +143,8 @@ class MemoryService:
 
     def subject_id(self, caller: Caller, subject: str) -> str:
         """Resolve a subject ref (as the caller names it) or id inside the caller's scope."""
+        if caller.is_local:
+            return str(self.app.resolve_subject(subject))  # the application's words
         missing = NotFound(f"no subject {subject!r} in this ledger",
                            hint="register it first (`ledger subject add`, POST /v1/subjects)")
         try:
@@ -164,6 +168,8 @@ class MemoryService:
             raise missing from None
 
     def _atom(self, caller: Caller, atom: str) -> Atom:
+        if caller.is_local:
+            return self.app.get_atom(atom)  # the application's words
         aid = self._item_id(caller, "atom", atom)
         try:
             found = self.app.get_atom(aid)
@@ -173,19 +179,25 @@ class MemoryService:
             raise NotFound(f"no atom {atom!r} in this ledger")
         return found
 
-    def _artifact_subject(self, caller: Caller, artifact: str) -> tuple[UUID, str]:
+    def _artifact(self, caller: Caller, artifact: str) -> Artifact:
+        if caller.is_local:
+            return self.app.get_artifact(artifact)  # the application's words
         aid = self._item_id(caller, "artifact", artifact)
         a = self.app.get_artifact(str(aid))
         if self._visible(caller, a.subject_id) is None:
             raise NotFound(f"no artifact {artifact!r} in this ledger")
-        return aid, a.subject_id
+        return a
+
+    def _artifact_subject(self, caller: Caller, artifact: str) -> tuple[UUID, str]:
+        a = self._artifact(caller, artifact)
+        return a.id, a.subject_id
 
     def _signing_key(self, caller: Caller) -> str:
         return caller.signing_key or "operator"
 
     def _acting(self, caller: Caller) -> AbstractContextManager[None]:
         """Operator events signed inside record which credential acted (by id)."""
-        return self.app.acting_for(None if caller.credential_id == "local"
+        return self.app.acting_for(None if caller.credential_id == LOCAL
                                    else caller.credential_id)
 
     # ------------------------------------------------------------------ subjects
@@ -196,7 +208,8 @@ class MemoryService:
             raise Forbidden(f"this credential may not register subject {data.ref!r}",
                             hint="its subjects are fixed when the token is created")
         sid = self.app.register_subject(
-            {"ref": ref, "display_name": data.display_name, "locale": data.locale})
+            {"ref": ref, "display_name": data.display_name, "locale": data.locale},
+            caller.writer_key)
         return self.get_subject(caller, str(sid))
 
     def get_subject(self, caller: Caller, subject: str) -> SubjectOut:
@@ -218,13 +231,15 @@ class MemoryService:
 
     # ------------------------------------------------------------------ artifacts
     def capture_artifact(self, caller: Caller, data: ArtifactIn) -> ArtifactOut:
-        aid = self.app.capture_artifact(self._artifact_command(caller, data))
+        aid = self.app.capture_artifact(self._artifact_command(caller, data), caller.writer_key)
         return self.get_artifact(caller, str(aid))
 
     def _artifact_command(self, caller: Caller, data: ArtifactIn) -> dict[str, Any]:
         self._require(caller, "assistant", "operator")
-        sid = self.subject_id(caller, data.subject)
         cmd = data.model_dump()
+        if caller.is_local:  # the application resolves and checks, in its words
+            return cmd
+        sid = self.subject_id(caller, data.subject)
         cmd["subject"] = sid
         if data.ref is not None:
             self._ref_free(caller, "artifact", data.ref)
@@ -235,8 +250,8 @@ class MemoryService:
         return cmd
 
     def get_artifact(self, caller: Caller, artifact: str) -> ArtifactOut:
-        aid, sid = self._artifact_subject(caller, artifact)
-        a = self.app.get_artifact(str(aid))
+        a = self._artifact(caller, artifact)
+        sid = a.subject_id
         erased = _erased_marker()
         return ArtifactOut(
             artifact_id=str(a.id), ref=caller.item_ref(a.ref) if a.ref else None,
@@ -277,6 +292,8 @@ class MemoryService:
 
     def _atom_command(self, caller: Caller, data: AtomIn) -> dict[str, Any]:
         cmd = data.as_command()
+        if caller.is_local:  # the application resolves and checks, in its words
+            return cmd
         cmd["subject"] = self.subject_id(caller, data.subject)
         if data.ref is not None:
             self._ref_free(caller, "atom", data.ref)
@@ -300,7 +317,8 @@ class MemoryService:
             raise InputError("the source artifact must be of the memory's subject",
                              hint="leave the source's subject out: it is the memory's")
         source_cmd = self._artifact_command(caller, source)
-        ids = self.app.add_atoms([self._atom_command(caller, data)], sources=[source_cmd])
+        ids = self.app.add_atoms([self._atom_command(caller, data)], caller.writer_key,
+                                 sources=[source_cmd])
         return SourcedAtomAdded(atom_id=str(ids[0]),
                                 archived=list(getattr(self.app, "last_archived", [])),
                                 artifact_id=str(self.app.last_sources[0]))
@@ -311,7 +329,7 @@ class MemoryService:
         if not items:
             raise InputError("no atoms to add")
         commands = [self._atom_command(caller, d) for d in items]
-        ids = self.app.add_atoms(commands)
+        ids = self.app.add_atoms(commands, caller.writer_key)
         return AtomsAdded(atom_ids=[str(i) for i in ids],
                           archived=list(getattr(self.app, "last_archived", [])))
 
@@ -369,14 +387,37 @@ class MemoryService:
         found = self._atom(caller, atom)
         return [HistoryEntry(**row) for row in self.app.history(str(found.id))]
 
-    def correct_atom(self, caller: Caller, atom: str, data: AtomCorrectionIn) -> Corrected:
+    def correct_atom(self, caller: Caller, atom: str, data: AtomCorrectionIn, *,
+                     valid_from: str | None = None) -> Corrected:
+        """Supersede an atom with a corrected one; ``valid_from``: when the corrected fact
+        became true (default: now; the CLI's ``--valid-from``)."""
         self._require(caller, "assistant", "operator")
-        found = self._atom(caller, atom)
+        # the local caller's atom is looked up by the command, under the write lock
+        target = atom if caller.is_local else str(self._atom(caller, atom).id)
         change = {k: v for k, v in data.model_dump().items() if v is not None}
+        if valid_from is not None:
+            change["valid_from"] = valid_from
         if not set(change) - {"reason"}:
             raise InputError("nothing to correct", hint="give text, gist or confidence")
-        new = self.app.correct_atom(str(found.id), change)
-        return Corrected(atom_id=str(found.id), new_atom_id=str(new))
+        new = self.app.correct_atom(target, change, caller.writer_key)
+        return Corrected(atom_id=str(self.app.resolve("atom", target)), new_atom_id=str(new))
+
+    def rehearse_atom(self, caller: Caller, atom: str, session_id: str | None = None,
+                      reason: str | None = None) -> Rehearsed:
+        """Record that one atom was recalled (`ledger atom rehearse`): refused when the
+        atom is not active; unlike :meth:`rehearse`, a repeat in a session counts."""
+        self._require(caller, "assistant", "operator")
+        target = atom if caller.is_local else str(self._atom(caller, atom).id)
+        count = self.app.rehearse_atom(target, session_id, reason, caller.writer_key)
+        return Rehearsed(atom_id=str(self.app.resolve("atom", target)), rehearsal_count=count)
+
+    def expire_atom(self, caller: Caller, atom: str, reason: str | None = None
+                    ) -> AtomExpired:
+        """Mark an atom no longer valid from now (`ledger atom expire`)."""
+        self._require(caller, "assistant", "operator")
+        target = atom if caller.is_local else str(self._atom(caller, atom).id)
+        self.app.expire_atom(target, reason, caller.writer_key)
+        return AtomExpired(atom_id=str(self.app.resolve("atom", target)))
 
     def rehearse(self, caller: Caller, atoms: Sequence[str],
                  session_id: str | None = None) -> EventIds:

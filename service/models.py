@@ -12,7 +12,7 @@ an empty string, in every output here.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,8 +30,18 @@ MAX_TEXT = 10_000
 MAX_BATCH = 1_000
 
 
+_I = TypeVar("_I", bound="_In")
+
+
 class _In(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @classmethod
+    def unchecked(cls: type[_I], **fields: Any) -> _I:
+        """The input as given, not validated here: for the local caller (the CLI), whose
+        input the application validates with its own limits and words (ledger/inputs.py,
+        ADR 0040). Other surfaces validate (the model's limits are the API's)."""
+        return cast(_I, cls.model_construct(**fields))
 
 
 class _Out(BaseModel):
@@ -131,6 +141,16 @@ class SourcedAtomAdded(AtomAdded):
 class AtomsAdded(_Out):
     atom_ids: list[str]
     archived: list[str] = Field(default_factory=list)
+
+
+class Rehearsed(_Out):
+    atom_id: str
+    rehearsal_count: int
+
+
+class AtomExpired(_Out):
+    atom_id: str
+    status: Literal["expired"] = "expired"
 
 
 class AtomCorrectionIn(_In):

@@ -87,3 +87,119 @@ def test_verify_and_prove_run_through_the_facade_scoped_by_the_caller(home: Path
             svc.prove_inclusion(scoped, eid)
         assert not svc.proj_opened  # the read models were never needed
     assert json.loads(_cli(home, "prove", eid, "--json")) == proof
+
+
+# ---------------------------------------------------------------------------- subjects,
+# artifacts, atoms (ADR 0040): the commands call the facade as the local operator; what
+# they printed when they called the application is rendered here from direct calls.
+def _as_printed(data: dict[str, object], as_json: bool) -> str:
+    if as_json:
+        return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
+    return "\n".join(f"{k}: {v}" for k, v in data.items()) + "\n"
+
+
+def _atom_printed(data: dict[str, object], as_json: bool) -> str:
+    if as_json:
+        return _as_printed(data, True)
+    return "\n".join(f"{k}: {v}" for k, v in data.items()
+                     if v is not None and v != [] and v != {}) + "\n"
+
+
+def test_shows_print_what_the_layers_gave(home: Path) -> None:
+    from ledger.domain import ERASED
+
+    _cli(home, "subject", "add", "u1", "--name", "J. Miller", "--locale", "en-US")
+    for ref in ("art_1", "art_2"):
+        _cli(home, "artifact", "add", "--subject", "u1", "--kind", "chat", "--ref", ref,
+             "--title", f"Chat {ref}", "--body", f"we talked ({ref})", "--source", "manual")
+    _cli(home, "atom", "add", "--subject", "u1", "--text", "Prefers tea", "--ref", "a1",
+         "--derivation", "inferred", "--artifact", "art_1", "--extractor", "m1",
+         "--detail", "green=0.4", "--tag", "drinks")
+    _cli(home, "atom", "add", "--subject", "u1", "--text", "Lives in Oslo", "--ref", "a2")
+    _cli(home, "delete", "a2", "--reason", "asked")
+    _cli(home, "artifact", "delete", "art_2", "--reason", "asked")
+
+    app = LedgerApp(Config.load(home))
+    try:  # what the commands printed when they called the application
+        s = app.get_subject("u1")
+        subject = {"subject_id": str(s.id), "ref": s.ref, "display_name": s.display_name,
+                   "locale": s.locale, "content_erased": s.content_erased}
+        artifacts = {}
+        for ref in ("art_1", "art_2"):
+            a = app.get_artifact(ref)
+            artifacts[ref] = {
+                "artifact_id": str(a.id), "ref": a.ref, "subject_id": a.subject_id,
+                "kind": a.kind, "captured_at": a.captured_at, "source": a.source,
+                "private": a.private, "content_erased": a.content_erased,
+                "title": ERASED if a.content_erased else a.title,
+                "body": ERASED if a.content_erased else a.body}
+        atoms = {}
+        for ref in ("a1", "a2"):
+            d = app.get_atom(ref).as_dict()
+            if d["content_erased"]:
+                for k in ("text", "gist", "details", "tags"):
+                    d[k] = ERASED
+            atoms[ref] = d
+        subject_uuid = str(s.id)
+    finally:
+        app.close()
+    assert artifacts["art_2"]["content_erased"] and atoms["a2"]["content_erased"]
+    assert artifacts["art_1"]["source"] == "manual" and artifacts["art_2"]["source"] is None
+    for as_json in (False, True):
+        flag = ("--json",) if as_json else ()
+        assert _cli(home, "subject", "show", "u1", *flag) == _as_printed(subject, as_json)
+        for ref, data in artifacts.items():
+            assert _cli(home, "artifact", "show", ref, *flag) == _as_printed(data, as_json)
+        for ref, data in atoms.items():
+            assert _cli(home, "atom", "show", ref, *flag) == _atom_printed(data, as_json)
+    r = run_cli("--home", str(home), "atom", "show", "a2")
+    assert r.err == (f"note: the content of atom {atoms['a2']['atom_id']} was erased "
+                     f"(data key destroyed at {atoms['a2']['data_key_destroyed_at']})\n")
+    # not found: the application's words, not the API's
+    r = run_cli("--home", str(home), "subject", "show", "nobody")
+    assert (r.code, r.err) == (2, "error: no subject 'nobody' in this ledger\n"
+                                  "hint: register it first with `ledger subject add`\n")
+    r = run_cli("--home", str(home), "atom", "show", subject_uuid)
+    assert r.code == 2 and r.err == f"error: {subject_uuid} is not an atom\n"
+    r = run_cli("--home", str(home), "artifact", "show", "nothing")
+    assert r.code == 2 and r.err == "error: no artifact 'nothing' in this ledger\n"
+
+
+def test_writes_sign_with_the_chosen_key_and_take_the_applications_limits(
+        home: Path) -> None:
+    kid = _cli(home, "keys", "authorize", "writer2", "--role", "writer").strip()
+    # " u9": the application strips it; the API's model would refuse it
+    assert _cli(home, "subject", "add", " u9", "--as", "writer2", "--json") != ""
+    art = _cli(home, "artifact", "add", "--subject", "u9", "--kind", "chat", "--body", "b", "--as", "writer2").strip()
+    # min_sources 200: over the API's limit (100), within the application's (1000)
+    atom = _cli(home, "atom", "add", "--subject", "u9", "--text", "t", "--artifact", art,
+                "--min-sources", "200", "--as", "writer2").strip()
+    new = _cli(home, "atom", "correct", atom, "--text", "t2", "--as", "writer2",
+               "--valid-from", "2020-01-01T00:00:00Z", "--json")
+    new_id = json.loads(new)["atom_id"]
+    assert json.loads(new)["supersedes"] == atom
+    assert _cli(home, "atom", "rehearse", new_id, "--reason", "asked", "--as",
+                "writer2") == "1\n"
+    assert _cli(home, "atom", "expire", new_id, "--as", "writer2") == "expired\n"
+    history = json.loads(_cli(home, "atom", "history", new_id, "--json"))
+    assert len(history) >= 4 and {h["signer"] for h in history} == {kid}
+    assert any(h["summary"].get("reason") == "asked" for h in history)
+    shown = json.loads(_cli(home, "atom", "show", new_id, "--json"))
+    assert shown["valid_from"].startswith("2020-01-01") and shown["min_sources"] == 200
+    assert shown["status"] == "expired" and "subject" not in shown
+
+    def refused(*args: str) -> str:
+        r = run_cli("--home", str(home), *args)
+        assert r.code == 2, (r.code, r.out)
+        return r.err
+
+    # refusals in the application's words and order (input checked before the lookup)
+    assert refused("atom", "add", "--subject", "nobody", "--text", "").startswith(
+        "error: invalid input: text: String should have at least 1 character")
+    assert "details.0.content: String should have at most 2000 characters" in refused(
+        "atom", "add", "--subject", "u9", "--text", "t", "--detail", "x" * 2001 + "=0.5")
+    assert refused("atom", "expire", new_id) == \
+        f"error: atom {new_id} is already expired\n"
+    assert refused("atom", "rehearse", new_id).startswith(f"error: atom {new_id} is expired")
+    r = run_cli("--home", str(home), "subject", "add", "u10", "--as", "nokey")
+    assert r.code == 3 and r.err.startswith("error: no private key named 'nokey'")
