@@ -170,7 +170,8 @@ def test_writes_sign_with_the_chosen_key_and_take_the_applications_limits(
     kid = _cli(home, "keys", "authorize", "writer2", "--role", "writer").strip()
     # " u9": the application strips it; the API's model would refuse it
     assert _cli(home, "subject", "add", " u9", "--as", "writer2", "--json") != ""
-    art = _cli(home, "artifact", "add", "--subject", "u9", "--kind", "chat", "--body", "b", "--as", "writer2").strip()
+    art = _cli(home, "artifact", "add", "--subject", "u9", "--kind", "chat", "--body", "b",
+               "--as", "writer2").strip()
     # min_sources 200: over the API's limit (100), within the application's (1000)
     atom = _cli(home, "atom", "add", "--subject", "u9", "--text", "t", "--artifact", art,
                 "--min-sources", "200", "--as", "writer2").strip()
