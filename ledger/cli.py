@@ -115,15 +115,17 @@ def _root(
 
 
 @contextmanager
-def served(writer: str | None = None) -> Iterator[tuple[MemoryService, Caller]]:
+def served(writer: str | None = None, operator: str = "operator"
+           ) -> Iterator[tuple[MemoryService, Caller]]:
     """The facade over the home (``service.root``, read models opened only if a use case
     needs them) and the CLI's caller: the local operator (ADR 0027), its memory writes
-    signed by ``writer`` (``--as``; default: the home's writer key; ADR 0040)."""
+    signed by ``writer`` (``--as``; default: the home's writer key), its operator acts by
+    ``operator`` (ADR 0040)."""
     from service.caller import local_operator
     from service.root import opened_service
 
     with opened_service(STATE.home, lazy=True) as svc:
-        yield svc, local_operator(writer_key=writer)
+        yield svc, local_operator(signing_key=operator, writer_key=writer)
 
 
 @contextmanager
@@ -447,8 +449,8 @@ def keys_authorize(
 
     pub = read_public_key_file(public_key) if public_key else None
     start = parse_instant(valid_from, "--from") if valid_from else None
-    with opened() as app:
-        kid = app.authorize_key(name, role, pub, start)
+    with served() as (svc, me):
+        kid = svc.authorize_key(me, name, role, pub, start).kid
     out({"kid": kid, "name": name, "role": role}, as_json, kid)
 
 
@@ -465,8 +467,8 @@ def keys_revoke(
     Example: ledger keys revoke ed25519:0a1b... --reason "laptop lost"
     """
     when = parse_instant(at, "--at") if at else None
-    with opened() as app:
-        app.revoke_key(kid, role, when, reason)
+    with served() as (svc, me):
+        svc.revoke_key(me, kid, role, when, reason)
     out({"kid": kid, "revoked": True}, as_json, "revoked")
 
 
@@ -476,9 +478,10 @@ def keys_rotate(name: str, reason: str | None = None, as_json: JsonOpt = False) 
 
     Example: ledger keys rotate writer
     """
-    with opened() as app:
-        old, new = app.rotate_key(name, reason)
-    out({"name": name, "old_kid": old, "new_kid": new}, as_json, new)
+    with served() as (svc, me):
+        rotated = svc.rotate_key(me, name, reason)
+    out({"name": name, "old_kid": rotated.old_kid, "new_kid": rotated.new_kid}, as_json,
+        rotated.new_kid)
 
 
 # ---------------------------------------------------------------------- policy
@@ -497,8 +500,8 @@ def policy_set(file: Path, actor: Annotated[str, typer.Option(
         document = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise InputError(f"cannot read policy file {file}: {e}") from e
-    with opened() as app:
-        event_id = app.set_policy(document, actor)
+    with served(operator=actor) as (svc, me):
+        event_id = svc.set_policy(me, document).event_id
     out({"event_id": event_id}, as_json, event_id)
     verdict("OK: policy recorded")
 
@@ -587,16 +590,13 @@ def checkpoint_cmd(
 
     Example: ledger checkpoint --out today.checkpoint --witness http://127.0.0.1:8411
     """
-    from ledger.transparency import b64
-    from ledger.witness.cli import checkpoint_witnesses
-
-    with opened() as app:
+    with served() as (svc, me):
         if vkey:
-            key = app.log_vkey()
-            out({"origin": app.config.origin, "vkey": key}, as_json, key)
+            key = svc.log_vkey(me)
+            out({"origin": key.origin, "vkey": key.vkey}, as_json, key.vkey)
             return
-        cp = app.checkpoint(checkpoint_witnesses(witness, witness_key, app.config.witnesses))
-        results = [r.as_json() for r in getattr(app, "last_witnessing", [])]
+        cp = svc.sign_checkpoint(me, witness or (), witness_key or ())
+    results = cp.witnesses
     if out_file is not None:
         try:
             from keys.files import write_file
@@ -604,7 +604,7 @@ def checkpoint_cmd(
             write_file(out_file, cp.note)  # 0o644 whatever the umask
         except OSError as e:
             raise InputError(f"cannot write {out_file}: {e}") from e
-    out({"origin": cp.checkpoint.origin, "size": cp.size, "root": b64(cp.root),
+    out({"origin": cp.origin, "size": cp.size, "root": cp.root_hash,
          "note": cp.note, "witnesses": results}, as_json, cp.note)
     for r in results:
         verdict(f"{'OK' if r['status'] == 'cosigned' else 'WARN'}: witness {r['url']}: "

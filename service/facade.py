@@ -46,6 +46,7 @@ from service.models import (
     AtomOut,
     AtomsAdded,
     CheckpointOut,
+    CheckpointSigned,
     Corrected,
     ErasureOutcome,
     ErasurePlanOut,
@@ -57,8 +58,13 @@ from service.models import (
     HistoryEntry,
     ImportIn,
     ImportReport,
+    KeyAuthorized,
+    KeyRevoked,
+    KeyRotated,
+    LogVkey,
     MemoryRow,
     PackOut,
+    PolicyRecorded,
     RecallIn,
     RecallItemOut,
     RecallOut,
@@ -795,6 +801,63 @@ class MemoryService:
             if r["role"] == "log" and r["kid"] in vkeys:
                 r["vkey"] = vkeys[r["kid"]]
         return [RosterEntry(**{k: _jsonable(v) for k, v in r.items()}) for r in rows]
+
+    def _require_ledger_operator(self, caller: Caller) -> None:
+        """Acts on the whole ledger (its roster, policy, checkpoints): operators of the
+        whole ledger only."""
+        self._require(caller, "operator")
+        if not caller.unrestricted:
+            raise Forbidden("a credential scoped to subjects or a tenant may not do this",
+                            hint="use an unrestricted operator credential")
+
+    def authorize_key(self, caller: Caller, name: str, role: str,
+                      public_key: bytes | None = None, valid_from: datetime | None = None
+                      ) -> KeyAuthorized:
+        """Authorize a key for a role, signed by the root key (`ledger keys authorize`);
+        without ``public_key`` a new key is made in the home."""
+        self._require_ledger_operator(caller)
+        kid = self.app.authorize_key(name, role, public_key, valid_from)
+        return KeyAuthorized(kid=kid, name=name, role=role)
+
+    def revoke_key(self, caller: Caller, kid: str, role: str | None = None,
+                   revoked_from: datetime | None = None, reason: str | None = None
+                   ) -> KeyRevoked:
+        """Revoke a key (one role or all) from a time (default now)."""
+        self._require_ledger_operator(caller)
+        self.app.revoke_key(kid, role, revoked_from, reason)
+        return KeyRevoked(kid=kid)
+
+    def rotate_key(self, caller: Caller, name: str, reason: str | None = None) -> KeyRotated:
+        """Replace a key of the home with a new one holding its roles; the old is revoked."""
+        self._require_ledger_operator(caller)
+        old, new = self.app.rotate_key(name, reason)
+        return KeyRotated(name=name, old_kid=old, new_kid=new)
+
+    def set_policy(self, caller: Caller, document: dict[str, Any]) -> PolicyRecorded:
+        """Record a memoryPolicy, signed with the caller's operator key."""
+        self._require_ledger_operator(caller)
+        key = "operator" if caller.signing_key is None else caller.signing_key  # as given
+        return PolicyRecorded(event_id=self.app.set_policy(document, key))
+
+    def sign_checkpoint(self, caller: Caller, witness_urls: Sequence[str] = (),
+                        witness_keys: Sequence[str] = ()) -> CheckpointSigned:
+        """Sign the current tree head with the log key, have the witnesses cosign it
+        (``witness_urls``, with a vkey each in ``witness_keys`` unless config.toml has
+        it; default: the configured witnesses) and record it (`ledger checkpoint`)."""
+        self._require_ledger_operator(caller)
+        from ledger.transparency import b64
+        from ledger.witness.cli import checkpoint_witnesses
+
+        cp = self.app.checkpoint(checkpoint_witnesses(list(witness_urls), list(witness_keys),
+                                                      self.app.config.witnesses))
+        return CheckpointSigned(
+            origin=cp.checkpoint.origin, size=cp.size, root_hash=b64(cp.root), note=cp.note,
+            witnesses=[r.as_json() for r in getattr(self.app, "last_witnessing", [])])
+
+    def log_vkey(self, caller: Caller) -> LogVkey:
+        """The C2SP verifier key of this ledger's checkpoints (origin as its name)."""
+        self._require(caller, "operator", "auditor")
+        return LogVkey(origin=self.app.config.origin, vkey=self.app.log_vkey())
 
     def held_keys(self, caller: Caller) -> list[str]:
         """Names of the keys whose private key this ledger home holds (which of the

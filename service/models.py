@@ -153,6 +153,42 @@ class AtomExpired(_Out):
     status: Literal["expired"] = "expired"
 
 
+class KeyAuthorized(_Out):
+    kid: str
+    name: str
+    role: str
+
+
+class KeyRevoked(_Out):
+    kid: str
+    revoked: bool = True
+
+
+class KeyRotated(_Out):
+    name: str
+    old_kid: str
+    new_kid: str
+
+
+class PolicyRecorded(_Out):
+    event_id: str
+
+
+class CheckpointSigned(_Out):
+    """A checkpoint just signed (`ledger checkpoint`), with each witness's answer."""
+
+    origin: str
+    size: int
+    root_hash: str
+    note: str
+    witnesses: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class LogVkey(_Out):
+    origin: str
+    vkey: str
+
+
 class AtomCorrectionIn(_In):
     text: str | None = Field(default=None, min_length=1, max_length=MAX_ATOM_TEXT)
     gist: str | None = Field(default=None, max_length=MAX_GIST)

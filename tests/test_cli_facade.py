@@ -204,3 +204,47 @@ def test_writes_sign_with_the_chosen_key_and_take_the_applications_limits(
     assert refused("atom", "rehearse", new_id).startswith(f"error: atom {new_id} is expired")
     r = run_cli("--home", str(home), "subject", "add", "u10", "--as", "nokey")
     assert r.code == 3 and r.err.startswith("error: no private key named 'nokey'")
+
+
+def test_keys_policy_and_checkpoint_commands_run_through_the_facade(home: Path,
+                                                                    tmp_path: Path) -> None:
+    from service.caller import Caller
+    from service.facade import Forbidden
+    from service.root import opened_service
+
+    kid = _cli(home, "keys", "authorize", "dpo", "--role", "operator").strip()
+    rotated = json.loads(_cli(home, "keys", "rotate", "dpo", "--json"))
+    assert rotated["name"] == "dpo" and rotated["old_kid"] == kid
+    assert _cli(home, "keys", "revoke", rotated["new_kid"], "--reason", "left") == "revoked\n"
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"enabled": True, "maxAtoms": 100}))
+    r = run_cli("--home", str(home), "policy", "set", str(policy), "--as", "writer")
+    assert r.code == 2 and r.err.startswith("error: writer may not sign this command")
+    event_id = _cli(home, "policy", "set", str(policy), "--json")
+    r = run_cli("--home", str(home), "checkpoint", "--witness-key", "k")
+    assert (r.code, r.err) == (2, "error: --witness-key needs a --witness URL\n")
+    out = tmp_path / "cp.note"
+    signed = json.loads(_cli(home, "checkpoint", "--json", "--out", str(out)))
+    vkey = _cli(home, "checkpoint", "--vkey").strip()
+
+    app = LedgerApp(Config.load(home))
+    try:
+        from ledger.transparency import b64
+
+        cp = app.latest_checkpoint()
+        rows = {r["kid"]: r for r in app.roster().state.rows()}
+        assert vkey == app.log_vkey()
+    finally:
+        app.close()
+    assert signed == {"origin": cp.checkpoint.origin, "size": cp.size, "root": b64(cp.root),
+                      "note": cp.note, "witnesses": []}
+    assert out.read_text() == cp.note
+    assert rows[kid]["revoked_from"] and rows[rotated["new_kid"]]["revoked_from"]
+    assert json.loads(event_id)["event_id"].count("/") == 1
+    scoped = Caller(credential_id="t1", role="operator", subjects=frozenset({"u1"}))
+    with opened_service(home, lazy=True) as svc:
+        for call in (lambda: svc.rotate_key(scoped, "writer"),
+                     lambda: svc.set_policy(scoped, {"enabled": True}),
+                     lambda: svc.sign_checkpoint(scoped)):
+            with pytest.raises(Forbidden):
+                call()
