@@ -131,15 +131,39 @@ async def app(scope, receive, send):
 """
 
 
-def bare_ceiling(clients: int, seconds: float) -> dict[str, float]:
-    """The same client against an ASGI app that only answers 201, under the same uvicorn:
-    what HTTP alone costs on this machine, the limit any server of this stack meets."""
+FRAMEWORK_APP = """
+from fastapi import FastAPI
+from pydantic import BaseModel
+
+app = FastAPI()
+
+
+class AtomIn(BaseModel):
+    subject: str
+    text: str
+
+
+class AtomAdded(BaseModel):
+    atom_id: str
+    archived: list[str] = []
+
+
+@app.post("/v1/atoms", status_code=201)
+async def add(body: AtomIn) -> AtomAdded:
+    return AtomAdded(atom_id="x")
+"""
+
+
+def bare_ceiling(clients: int, seconds: float, source: str = BARE_APP) -> dict[str, float]:
+    """The same client against an app that writes nothing (``BARE_APP``: raw ASGI answering
+    201; ``FRAMEWORK_APP``: FastAPI validating the body and its answer), under the same
+    uvicorn: what HTTP, and HTTP with the framework, cost on this machine by themselves."""
     import subprocess
 
     from tests.serving import free_port
 
     with tempfile.TemporaryDirectory(prefix="bench-bare-") as tmp:
-        Path(tmp, "bare_app.py").write_text(BARE_APP)
+        Path(tmp, "bare_app.py").write_text(source)
         port = free_port()
         proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "bare_app:app", "--port",
                                  str(port), "--log-level", "warning", "--no-access-log"],
@@ -239,6 +263,7 @@ def main() -> None:
             server.stop()
             groups = [line for line in server.output().splitlines() if "server.stopped" in line]
         bare = bare_ceiling(32, args.seconds)
+        framework = bare_ceiling(32, args.seconds, FRAMEWORK_APP)
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {args.atoms} atoms "
           f"in process, {args.seconds:.0f} s per HTTP run")
@@ -252,6 +277,9 @@ def main() -> None:
               f"{r['p95']:6.1f} ms  non-201 {r['errors']:.0f}")
     print(f"bare ASGI 32 clients {bare['rate']:8.0f} req/s      p50 {bare['p50']:6.1f} ms  "
           f"p95 {bare['p95']:6.1f} ms  (uvicorn answering 201 and nothing else)")
+    print(f"FastAPI no-op 32 clients {framework['rate']:6.0f} req/s      p50 "
+          f"{framework['p50']:6.1f} ms  p95 {framework['p95']:6.1f} ms  (a pydantic body in, "
+          "a model out, nothing written)")
     if groups:
         g = json.loads(groups[-1])
         print(f"group commit: {g['grouped_adds']} adds in {g['write_groups']} signed commands "
@@ -265,6 +293,9 @@ def main() -> None:
           f"{recall['p95'] / inproc['recall_p95']:.2f} (target <= 2)")
     print(f"ratio HTTP add (32 clients) / in-process groups of 32: "
           f"{many['rate'] / inproc['group32_rate']:.3f} (what HTTP costs on top)")
+    print(f"ratio FastAPI no-op (32 clients) / in-process bulk add: "
+          f"{framework['rate'] / inproc['bulk_rate']:.3f} (the most any FastAPI add route "
+          "could reach here)")
     print(f"ratio HTTP add (32 clients) / bare ASGI (32 clients): "
           f"{many['rate'] / bare['rate']:.3f} (the share of HTTP's own ceiling)")
     print(f"ratio HTTP add (32 clients) / HTTP add (1 client): "
