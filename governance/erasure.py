@@ -134,8 +134,50 @@ def _content_of(proj: Projections, conn: Any, t: Targets
         for r in conn.execute(sa.select(ac).where(ac.c.artifact_id.in_(t.artifacts))):
             out[str(r.artifact_id)] = [x for x in (r.title, r.body, r.media_url) if x]
     assert art is not None
-    return ({k: [x for x in v if x and len(x) >= MIN_PROBE_CHARS] for k, v in out.items()},
+    out = {k: [x for x in v if x and len(x) >= MIN_PROBE_CHARS] for k, v in out.items()}
+    # a value another live memory holds too, word for word (a duplicate memory, the same
+    # chat captured twice), is that memory's own content: it stays, and is not looked
+    # for; the record counts such values (``reach.held_by_others``), never names them
+    targets = {*t.atoms, *t.artifacts, *t.subjects, *t.records}
+    digest_of = {x: content_digest(x) for v in out.values() for x in v}
+    holders = proj.atoms.items_with_digests(conn, "text", sorted(set(digest_of.values())))
+    shared = {d for d, held in holders.items() if held - targets}
+    return ({k: [x for x in v if digest_of[x] not in shared] for k, v in out.items()},
             indexed)
+
+
+SAME_WORDS = "holds an erased memory's words word for word"
+"""The reason of the review flag on a memory that :func:`held_by_others` found."""
+
+
+def held_by_others(proj: Projections, conn: Any, t: Targets
+                   ) -> tuple[dict[str, int], list[str], list[str]]:
+    """Free-text values of the targets that other live memories hold word for word (not
+    erased, not looked for: :func:`_content_of`): the counts for the record (how many
+    values, how many memories), and the atoms and the artifacts that hold them, to be
+    flagged for review (never erased: they are other memories, ADR 0041)."""
+    targets = {*t.atoms, *t.artifacts, *t.subjects, *t.records}
+    texts: list[str] = []
+    for row in proj.atoms.atoms_by_id(conn, t.atoms):
+        texts += [x for x in (row.get("text"), row.get("gist"),
+                              *(d.get("content") for d in (row.get("details") or [])))
+                  if isinstance(x, str) and len(x) >= MIN_PROBE_CHARS]
+    ac = proj.atoms.artifact_content
+    if t.artifacts:
+        for r in conn.execute(sa.select(ac).where(ac.c.artifact_id.in_(t.artifacts))):
+            texts += [x for x in (r.title, r.body, r.media_url)
+                      if x and len(x) >= MIN_PROBE_CHARS]
+    digests = {content_digest(x) for x in texts}
+    holders = proj.atoms.items_with_digests(conn, "text", sorted(digests))
+    others = sorted({h for held in holders.values() for h in held - targets})
+    values = sum(1 for d in digests if holders.get(d, set()) - targets)
+    if not values:
+        return {}, [], []
+    atoms = sorted(str(r["atom_id"]) for r in proj.atoms.atoms_by_id(conn, others))
+    art = proj.atoms.artifacts
+    artifacts = sorted(str(a) for (a,) in conn.execute(
+        sa.select(art.c.artifact_id).where(art.c.artifact_id.in_(others)))) if others else []
+    return {"values": values, "items": len(others)}, atoms, artifacts
 
 
 def successors(proj: Projections, conn: Any, atom_ids: Sequence[str]) -> dict[str, list[str]]:
@@ -304,12 +346,18 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
         with proj.store.engine.connect() as conn:
             content, indexed = _content_of(proj, conn, targets)
             kept = successors(proj, conn, targets.atoms)
+            others, same_atoms, same_artifacts = held_by_others(proj, conn, targets)
+        referring = dict(referring) if isinstance(referring, Mapping) \
+            else {r: "refers to memory" for r in referring}
+        for other in same_atoms:  # flagged for review, never erased (ADR 0041)
+            referring.setdefault(other, SAME_WORDS)
+        review_artifacts = sorted({*review_artifacts, *same_artifacts})
         notes = {"content": content, "indexed": indexed, "kept_by_successor": kept,
+                 "held_by_others": others,
                  "needles": sorted({n for texts in [*content.values(),
                                                     _record_texts(app, targets.records)]
                                     for t in texts for n in content_needles(t)}),
-                 "referring": dict(referring) if isinstance(referring, Mapping)
-                 else {r: "refers to memory" for r in referring},
+                 "referring": referring,
                  "review_artifacts": sorted(review_artifacts), "cascade": cascade}
         try:
             app.seal_note(str(batch_id), json.dumps(
@@ -351,7 +399,8 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
             with ThreadPoolExecutor(1, thread_name_prefix="checkpoint") as ex:
                 changed = ex.submit(proj.store.checkpoint_pages)
                 report(progress, "Probing read models", 0, len(routes))
-                per_route, problems = _probe(proj, routes, items, content, indexed, timer)
+                per_route, problems = _probe(proj, routes, items, content, indexed, timer,
+                                             shared_ok=bool(notes.get("held_by_others")))
                 report(progress, "Probing read models", len(routes), len(routes))
                 named = changed.result()
             if main is not None and named is not None:
@@ -419,6 +468,8 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
             review_artifacts)}
     if notes.get("kept_by_successor"):  # ADR 0019: the corrections' own content
         reach["kept_by_successor"] = notes["kept_by_successor"]
+    if notes.get("held_by_others"):  # ADR 0041: other memories' own, identical content
+        reach["held_by_others"] = notes["held_by_others"]
     if resumed:
         reach["resumed"] = True
     if resumed:  # some were recorded by the interrupted run: each item's own events
@@ -549,10 +600,16 @@ def _purge(proj: Projections, items: list[str], timer: _Timer,
 
 
 def _probe(proj: Projections, routes: list[Any], items: list[str],
-           content: dict[str, list[str]], indexed: dict[str, str], timer: _Timer
-           ) -> tuple[dict[str, dict[str, Any]], list[str]]:
+           content: dict[str, list[str]], indexed: dict[str, str], timer: _Timer,
+           shared_ok: bool = False) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """Step 5: probe every route for every item, by id and by content. Returns the
-    per-route reach and what is still reachable."""
+    per-route reach and what is still reachable.
+
+    With ``shared_ok`` (other live memories hold some of the targets' values word for
+    word, :func:`held_by_others`), a hit by content that only other memories outside
+    this erasure hold (the item itself is not among them) is their content, not a reach
+    of the erased item; a hit by id, or one the item still holds, always is."""
+    wanted = set(items)
     probes = proj.registry.probe_many(
         {i: [*content.get(i, []), *([indexed[i]] if i in indexed else [])] for i in items},
         routes)
@@ -560,10 +617,15 @@ def _probe(proj: Projections, routes: list[Any], items: list[str],
                                                       "reach": Reach.NOT_REACHABLE.value}
                                             for r in routes}
     problems = []
+
+    def theirs(h: Any) -> bool:
+        return (shared_ok and h.by == "content" and bool(h.other_ids)
+                and h.count == len(h.other_ids) and not wanted & set(h.other_ids))
+
     for res in probes:
         per_route[res.route]["items"] += 1
         faults.point("probes")
-        if res.reach is Reach.REACHABLE:
+        if any(not theirs(h) for h in res.hits):
             per_route[res.route]["reach"] = Reach.REACHABLE.value
             problems.append(f"{res.route} still reaches {res.item_id} "
                             f"({', '.join(h.where for h in res.hits)})")

@@ -1,0 +1,99 @@
+"""Erasing one of two memories that hold the same words (ADR 0041): the same fact
+recorded twice, the same chat captured twice. The other memory's words are its own: they
+stay, the erasure completes and says how many values others hold, and everything else of
+the erased memory is still looked for. On SQLite and PostgreSQL.
+
+Each test failed before ADR 0041: the probes found the other memory's copy and the
+erasure stopped with its keys destroyed and its batch open."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rawfiles.bytescan import ByteMatcher
+from tests.conftest import run_cli
+
+SAME = "Prefers green tea over coffee in the mornings"
+
+
+@pytest.fixture
+def cli_home(home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("LEDGER_HOME", str(home))
+    return home
+
+
+def ok(*args: str) -> str:
+    r = run_cli(*args)
+    assert r.code == 0, (args, r.code, r.err[-1500:])
+    return r.out
+
+
+def files_with(home: Path, text: str) -> list[str]:
+    m = ByteMatcher(sorted({f.encode() for f in (text, text.lower(),
+                                                 json.dumps(text)[1:-1])}))
+    return [str(p.relative_to(home)) for p in sorted(home.rglob("*"))
+            if p.is_file() and m.file_found(p)]
+
+
+def test_atom_whose_text_another_memory_holds_is_erased_and_the_other_kept(
+        cli_home: Path, tmp_path: Path) -> None:
+    ok("subject", "add", "u1")
+    ok("subject", "add", "u2")
+    ok("atom", "add", "--subject", "u1", "--ref", "keep", "--text", SAME)
+    ok("atom", "add", "--subject", "u2", "--ref", "theirs", "--text", SAME)
+    own = "Gist only the erased memory has, about Harbour Road"
+    ok("atom", "add", "--subject", "u1", "--ref", "gone", "--text", SAME, "--gist", own)
+    r = run_cli("redact", "gone", "--mode", "hard", "--reason", "asked",
+                "--operator", "operator", "--json")
+    assert r.code == 0, r.err[-1500:]
+    data = json.loads(r.out)
+    # the exact text is held by two other memories (one of another subject); counted only
+    assert data["reach"]["held_by_others"] == {"values": 1, "items": 2}
+    keep, theirs = (json.loads(ok("atom", "show", r, "--json"))["atom_id"]
+                    for r in ("keep", "theirs"))
+    assert data["reach"]["flagged_for_review"] == sorted([keep, theirs])  # never erased
+    assert SAME not in r.out
+    assert all(route["reach"] == "not-reachable" for route in data["reach"]["routes"])
+    # the erased memory's own content is still looked for, and gone
+    assert files_with(cli_home, own) == []
+    for ref in ("keep", "theirs"):
+        assert json.loads(ok("atom", "show", ref, "--json"))["text"] == SAME
+    assert run_cli("atom", "show", "gone", "--json").code != 0 or \
+        json.loads(ok("atom", "show", "gone", "--json"))["content_erased"]
+    assert run_cli("verify").code == 0
+    pack = tmp_path / "pack"
+    ok("evidence-pack", data["batch_id"], "--out", str(pack))
+    assert run_cli("verify-pack", str(pack)).code == 0  # the schema knows the field
+
+
+def test_both_copies_erased_together_are_both_looked_for(cli_home: Path) -> None:
+    ok("subject", "add", "u1")
+    ok("atom", "add", "--subject", "u1", "--ref", "a", "--text", SAME)
+    ok("atom", "add", "--subject", "u1", "--ref", "b", "--text", SAME)
+    r = run_cli("redact-user", "u1", "--reason", "GDPR Art. 17", "--operator", "operator",
+                "--yes", "--json")
+    assert r.code == 0, r.err[-1500:]
+    assert "held_by_others" not in json.loads(r.out).get("reach", {})
+    assert files_with(cli_home, SAME) == []
+
+
+def test_artifact_captured_twice_one_copy_deleted(cli_home: Path, tmp_path: Path) -> None:
+    ok("subject", "add", "u1")
+    body = tmp_path / "chat.txt"
+    body.write_text("Q4 board prep: she wants blunt notes, in writing, by Friday.")
+    ok("artifact", "add", "--subject", "u1", "--kind", "chat", "--ref", "a1",
+       "--body-file", str(body))
+    ok("artifact", "add", "--subject", "u1", "--kind", "chat", "--ref", "a2",
+       "--body-file", str(body))
+    r = run_cli("artifact", "delete", "a2", "--reason", "captured twice", "--json")
+    assert r.code == 0, r.err[-1500:]
+    a1 = json.loads(ok("artifact", "show", "a1", "--json"))["artifact_id"]
+    reach = json.loads(r.out)["reach"]
+    assert reach["held_by_others"] == {"values": 1, "items": 1}
+    assert reach["flags"]["artifacts_for_review"] == [a1]
+    shown = json.loads(ok("artifact", "show", "a1", "--json"))
+    assert shown["body"] == body.read_text()
+    assert run_cli("verify").code == 0
