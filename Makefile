@@ -36,7 +36,7 @@ test-fast: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow"
 
 lint: $(VENV)/.dev
-	$(BIN)/ruff check ledger keys rawfiles projections governance tests benchmarks
+	$(BIN)/ruff check ledger keys rawfiles projections governance service server tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
