@@ -150,6 +150,39 @@ SAME_WORDS = "holds an erased memory's words word for word"
 """The reason of the review flag on a memory that :func:`held_by_others` found."""
 
 
+def held_inside_others(proj: Projections, targets: set[str],
+                       content: Mapping[str, Sequence[str]]
+                       ) -> tuple[set[str], list[str], list[str]]:
+    """The targets' values that live memories outside the erasure hold inside a longer
+    text of their own (erased "Prefers tea", kept "Prefers tea over coffee"): asked only
+    when the probes or the raw scan found something, so the common erasure pays nothing.
+    Atoms are found through the keyword index (a phrase lookup), then the words checked
+    in their rows; artifacts by a search of their titles and bodies. Returns the values
+    and the atoms and artifacts that hold them (ADR 0041)."""
+    values: set[str] = set()
+    atoms: set[str] = set()
+    artifacts: set[str] = set()
+    ac = proj.atoms.artifact_content
+    with proj.store.engine.connect() as conn:
+        for texts in content.values():
+            for v in texts:
+                low = v.lower()
+                cands = sorted(set(proj.keyword.route.phrase_holders(conn, v)) - targets)
+                held = {str(r["atom_id"]) for r in proj.atoms.atoms_by_id(conn, cands)
+                        if any(isinstance(w, str) and low in w.lower() for w in (
+                            r.get("text"), r.get("gist"),
+                            *(d.get("content") for d in (r.get("details") or []))))}
+                arts = {str(a) for (a,) in conn.execute(sa.select(ac.c.artifact_id).where(
+                    sa.or_(sa.func.lower(ac.c.body).contains(low, autoescape=True),
+                           sa.func.lower(ac.c.title).contains(low, autoescape=True))))
+                    } - targets
+                if held or arts:
+                    values.add(v)
+                    atoms |= held
+                    artifacts |= arts
+    return values, sorted(atoms), sorted(artifacts)
+
+
 def held_by_others(proj: Projections, conn: Any, t: Targets
                    ) -> tuple[dict[str, int], list[str], list[str]]:
     """Free-text values of the targets that other live memories hold word for word (not
@@ -412,6 +445,25 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
         timer.lap("raw_scan")
     finally:
         scan.close()
+    others = dict(notes.get("held_by_others") or {})
+    if problems or raw["hits"]:
+        # before failing: what was found may be other memories' own longer texts that
+        # hold these words (ADR 0041); if so, look again without those values
+        inside, in_atoms, in_artifacts = held_inside_others(proj, set(items), content)
+        if inside:
+            content = {i: [v for v in texts if v not in inside]
+                       for i, texts in content.items()}
+            dropped = {n for v in inside for n in content_needles(v)}
+            needles = [n for n in needles if n not in dropped]
+            per_route, problems = _probe(proj, routes, items, content, indexed, timer,
+                                         shared_ok=True)
+            raw = scan_files(app.config.home, needles)
+            referring = dict(notes["referring"])
+            for other in in_atoms:
+                referring.setdefault(other, SAME_WORDS)
+            review_artifacts = sorted({*review_artifacts, *in_artifacts})
+            others = {"values": others.get("values", 0) + len(inside),
+                      "items": others.get("items", 0) + len(in_atoms) + len(in_artifacts)}
     raw = _repair_residue(app, proj, raw, needles, timer)
     checked_at = clock.format_instant(clock.now())
     for entry in per_route.values():
@@ -468,8 +520,8 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
             review_artifacts)}
     if notes.get("kept_by_successor"):  # ADR 0019: the corrections' own content
         reach["kept_by_successor"] = notes["kept_by_successor"]
-    if notes.get("held_by_others"):  # ADR 0041: other memories' own, identical content
-        reach["held_by_others"] = notes["held_by_others"]
+    if others:  # ADR 0041: words other memories hold, in full or inside longer texts
+        reach["held_by_others"] = others
     if resumed:
         reach["resumed"] = True
     if resumed:  # some were recorded by the interrupted run: each item's own events

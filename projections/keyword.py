@@ -376,6 +376,12 @@ class KeywordRoute:
                         len(other), tuple(sorted(other - {item}))))
         return [ProbeResult(self.name, i, checked, tuple(found[i])) for i in ids]
 
+    def phrase_holders(self, conn: Connection, content: str) -> list[str]:
+        """Ids of the atoms whose indexed text holds ``content``'s words as a phrase (an
+        index lookup; the caller checks the words themselves against the atoms' rows)."""
+        return [i for i in self._content_ids(conn, content)
+                if not i.startswith("orphan-fts-row:")]
+
     def _content_ids(self, conn: Connection, content: str) -> list[str]:
         m = self.m
         terms = query_terms(content or "", limit=64)

@@ -97,3 +97,44 @@ def test_artifact_captured_twice_one_copy_deleted(cli_home: Path, tmp_path: Path
     shown = json.loads(ok("artifact", "show", "a1", "--json"))
     assert shown["body"] == body.read_text()
     assert run_cli("verify").code == 0
+
+
+def test_words_another_memory_holds_inside_a_longer_text_are_kept_and_flagged(
+        cli_home: Path, tmp_path: Path) -> None:
+    """Erased "Prefers green tea ...", kept "Prefers green tea ..., before nine": the
+    other memory's longer text holds the words. The erasure completes, the other memory
+    is flagged, and the erased memory's own other content is still looked for."""
+    ok("subject", "add", "u1")
+    longer = SAME + ", always before nine"
+    ok("atom", "add", "--subject", "u1", "--ref", "longer", "--text", longer)
+    own = "A detail only the erased memory holds: Quarry Lane"
+    ok("atom", "add", "--subject", "u1", "--ref", "gone", "--text", SAME, "--detail",
+       f"{own}=0.5")
+    r = run_cli("delete", "gone", "--reason", "asked", "--json")
+    assert r.code == 0, r.err[-1500:]
+    reach = json.loads(r.out)["reach"]
+    kept = json.loads(ok("atom", "show", "longer", "--json"))
+    assert kept["text"] == longer
+    assert reach["flagged_for_review"] == [kept["atom_id"]]
+    assert reach["held_by_others"] == {"values": 1, "items": 1}
+    assert files_with(cli_home, own) == []
+    assert run_cli("verify").code == 0
+
+
+def test_artifact_body_inside_another_artifact_is_kept_and_listed(
+        cli_home: Path, tmp_path: Path) -> None:
+    ok("subject", "add", "u1")
+    short, long = tmp_path / "short.txt", tmp_path / "long.txt"
+    short.write_text("Board prep: she wants blunt notes, in writing")
+    long.write_text("Board prep: she wants blunt notes, in writing. Bring the Q4 deck.")
+    a1 = json.loads(ok("artifact", "add", "--subject", "u1", "--kind", "chat", "--ref", "a1",
+                       "--body-file", str(long), "--json"))["artifact_id"]
+    ok("artifact", "add", "--subject", "u1", "--kind", "chat", "--ref", "a2",
+       "--body-file", str(short))
+    r = run_cli("artifact", "delete", "a2", "--reason", "a shorter copy", "--json")
+    assert r.code == 0, r.err[-1500:]
+    # listed where the erasure noticed the words (SQLite: its file scan finds them in the
+    # projections file; PostgreSQL's rows are not in the home's files: nothing to explain)
+    flags = json.loads(r.out)["reach"].get("flags")
+    assert flags is None or flags["artifacts_for_review"] == [a1]
+    assert json.loads(ok("artifact", "show", "a1", "--json"))["body"] == long.read_text()
