@@ -40,9 +40,9 @@ from governance.dsse import (
     sign_envelope,
     verify_envelope,
 )
-from keys.errors import KeyError_, KeyNotAuthorized
+from keys.errors import KeyError_, KeyNotAuthorized, PublicKeyFileError
 from keys.files import PUBLIC, make_dirs, write_file
-from keys.keyring import public_key_document
+from keys.keyring import parse_public_key_document, public_key_document
 from keys.roster import ROSTER_TOPICS, parse_time
 from ledger import clock, envelope, json_schemas
 from ledger.checkpoint import parse_body, parse_note
@@ -453,9 +453,10 @@ def verify_pack_bytes(pack: Mapping[str, bytes], root_public_key: bytes | None =
             raise PackInvalid("2", f"{name}: SHA-256 does not match the signed statement")
     # Step 3: every event verifies against the roster folded from the pack's roster events.
     if root_public_key is None:
-        from keys.keyring import public_key_document as _doc  # noqa: F401
-
-        root_public_key = base64.b64decode(json.loads(files[ROOT_PUB])["public_key"])
+        try:
+            root_public_key = parse_public_key_document(files[ROOT_PUB], ROOT_PUB)
+        except PublicKeyFileError as e:
+            raise PackInvalid("3", str(e)) from None
     ledger_id = predicate["ledger"]["id"]
     v = LogVerifier(ledger_id=ledger_id, root_public_key=root_public_key, collect_leaves=True)
     v.sparse = True

@@ -62,13 +62,23 @@ def read_private_key_file(path: Path, name: str) -> Signer:
 def read_public_key_file(path: Path) -> bytes:
     """Read a ``.pub`` file written by :class:`Keyring` and check its key id."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        data = path.read_bytes()
+    except OSError as e:
+        raise PublicKeyFileError(f"cannot read public key file {path}: {e}") from e
+    return parse_public_key_document(data, f"public key file {path}")
+
+
+def parse_public_key_document(data: bytes, where: str) -> bytes:
+    """The key of a ``.pub`` document (:func:`public_key_document`), its key id checked;
+    ``where`` names it in the error."""
+    try:
+        doc = json.loads(data.decode("utf-8"))
         public_key = base64.b64decode(doc["public_key"], validate=True)
         kid = doc["kid"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise PublicKeyFileError(f"cannot read public key file {path}: {e}") from e
+    except (ValueError, KeyError, TypeError) as e:
+        raise PublicKeyFileError(f"cannot read {where}: {e}") from e
     if key_id(public_key) != kid:
-        raise PublicKeyFileError(f"public key file {path}: key id {kid} does not match its key")
+        raise PublicKeyFileError(f"{where}: key id {kid} does not match its key")
     return public_key
 
 

@@ -142,3 +142,27 @@ def test_key_files_one_format_written_0600_and_replaced_whole(tmp_path: Path) ->
     for path in (ring.folder / "writer.key", tmp_path / "witness.key"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert not (ring.folder / "writer.key.tmp").exists()
+
+
+def test_public_key_document_is_read_strictly_wherever_it_comes_from() -> None:
+    """One reader for `.pub` documents, a file's or a pack's `keys/root.pub`: the key id
+    must match the key, the key must be strict base64."""
+    import base64
+    import json
+
+    from keys.errors import PublicKeyFileError
+    from keys.keyring import parse_public_key_document, public_key_document
+
+    signer = Signer.generate("root")
+    doc = public_key_document("root", signer.public_key)
+    assert parse_public_key_document(json.dumps(doc).encode(), "root.pub") == \
+        signer.public_key
+    other = Signer.generate("other")
+    for bad in ({**doc, "kid": other.kid},
+                {**doc, "public_key": doc["public_key"][:-2] + "!!"},
+                {k: v for k, v in doc.items() if k != "public_key"}):
+        with pytest.raises(PublicKeyFileError, match="root.pub"):
+            parse_public_key_document(json.dumps(bad).encode(), "root.pub")
+    with pytest.raises(PublicKeyFileError):
+        parse_public_key_document(b"\xff not json", "root.pub")
+    assert base64.b64decode(doc["public_key"]) == signer.public_key
