@@ -161,7 +161,7 @@ def test_public_key_document_is_read_strictly_wherever_it_comes_from() -> None:
     for bad in ({**doc, "kid": other.kid},
                 {**doc, "public_key": doc["public_key"][:-2] + "!!"},
                 {k: v for k, v in doc.items() if k != "public_key"}):
-        with pytest.raises(PublicKeyFileError, match="root.pub"):
+        with pytest.raises(PublicKeyFileError, match=r"root\.pub"):
             parse_public_key_document(json.dumps(bad).encode(), "root.pub")
     with pytest.raises(PublicKeyFileError):
         parse_public_key_document(b"\xff not json", "root.pub")
