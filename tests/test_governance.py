@@ -215,7 +215,11 @@ def test_recall_cache_is_a_route_that_erasure_purges(app: LedgerApp, proj: Proje
     app.register_subject({"ref": "u1"})
     atom = str(app.add_atom({"subject": "u1", "text": f"Speaks Basque fluently {marker}"}))
     first = proj.recall("Basque", "u1", 3)
-    assert proj.recall("Basque", "u1", 3) is first  # served from the cache
+    again = proj.recall("Basque", "u1", 3)
+    if again is not first and again.now[:16] != first.now[:16]:
+        # the clock crossed a minute, which the cache is keyed by (seen once in CI)
+        first, again = again, proj.recall("Basque", "u1", 3)
+    assert again is first  # served from the cache
     assert "recall-cache" in proj.registry.names()
     hit = proj.cache.probe(atom, marker)
     assert hit.reach.value == "reachable" and len(proj.cache) == 1
