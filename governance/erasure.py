@@ -106,7 +106,7 @@ def check_operator(app: LedgerApp, operator: str) -> None:
 
 # ----------------------------------------------------------------------------- content
 def _content_of(proj: Projections, conn: Any, t: Targets
-                ) -> tuple[dict[str, list[str]], dict[str, str]]:
+                ) -> tuple[dict[str, list[str]], dict[str, str], dict[str, set[str]]]:
     """Plaintext of every target, for probes only. Never logged, never stored.
 
     Free text only (text, gist, details, title, body, display name): tags are short
@@ -141,9 +141,9 @@ def _content_of(proj: Projections, conn: Any, t: Targets
     targets = {*t.atoms, *t.artifacts, *t.subjects, *t.records}
     digest_of = {x: content_digest(x) for v in out.values() for x in v}
     holders = proj.atoms.items_with_digests(conn, "text", sorted(set(digest_of.values())))
-    shared = {d for d, held in holders.items() if held - targets}
+    shared = {d: held - targets for d, held in holders.items() if held - targets}
     return ({k: [x for x in v if digest_of[x] not in shared] for k, v in out.items()},
-            indexed)
+            indexed, shared)
 
 
 SAME_WORDS = "holds an erased memory's words word for word"
@@ -183,34 +183,20 @@ def held_inside_others(proj: Projections, targets: set[str],
     return values, sorted(atoms), sorted(artifacts)
 
 
-def held_by_others(proj: Projections, conn: Any, t: Targets
+def held_by_others(proj: Projections, conn: Any, shared: Mapping[str, set[str]]
                    ) -> tuple[dict[str, int], list[str], list[str]]:
-    """Free-text values of the targets that other live memories hold word for word (not
-    erased, not looked for: :func:`_content_of`): the counts for the record (how many
-    values, how many memories), and the atoms and the artifacts that hold them, to be
-    flagged for review (never erased: they are other memories, ADR 0041)."""
-    targets = {*t.atoms, *t.artifacts, *t.subjects, *t.records}
-    texts: list[str] = []
-    for row in proj.atoms.atoms_by_id(conn, t.atoms):
-        texts += [x for x in (row.get("text"), row.get("gist"),
-                              *(d.get("content") for d in (row.get("details") or [])))
-                  if isinstance(x, str) and len(x) >= MIN_PROBE_CHARS]
-    ac = proj.atoms.artifact_content
-    if t.artifacts:
-        for r in conn.execute(sa.select(ac).where(ac.c.artifact_id.in_(t.artifacts))):
-            texts += [x for x in (r.title, r.body, r.media_url)
-                      if x and len(x) >= MIN_PROBE_CHARS]
-    digests = {content_digest(x) for x in texts}
-    holders = proj.atoms.items_with_digests(conn, "text", sorted(digests))
-    others = sorted({h for held in holders.values() for h in held - targets})
-    values = sum(1 for d in digests if holders.get(d, set()) - targets)
-    if not values:
+    """What :func:`_content_of` found other live memories hold word for word (``shared``:
+    a value's digest -> the memories outside the erasure holding it): the counts for the
+    record (how many values, how many memories), and the atoms and the artifacts among
+    them, to be flagged for review (never erased: they are other memories, ADR 0041)."""
+    if not shared:
         return {}, [], []
+    others = sorted({h for held in shared.values() for h in held})
     atoms = sorted(str(r["atom_id"]) for r in proj.atoms.atoms_by_id(conn, others))
     art = proj.atoms.artifacts
     artifacts = sorted(str(a) for (a,) in conn.execute(
-        sa.select(art.c.artifact_id).where(art.c.artifact_id.in_(others)))) if others else []
-    return {"values": values, "items": len(others)}, atoms, artifacts
+        sa.select(art.c.artifact_id).where(art.c.artifact_id.in_(others))))
+    return {"values": len(shared), "items": len(others)}, atoms, artifacts
 
 
 def successors(proj: Projections, conn: Any, atom_ids: Sequence[str]) -> dict[str, list[str]]:
@@ -377,9 +363,9 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
                       batch.event_ids, batch.reach, targets, progress)
     if notes is None:  # taken before any key is destroyed (ADR 0019)
         with proj.store.engine.connect() as conn:
-            content, indexed = _content_of(proj, conn, targets)
+            content, indexed, shared = _content_of(proj, conn, targets)
             kept = successors(proj, conn, targets.atoms)
-            others, same_atoms, same_artifacts = held_by_others(proj, conn, targets)
+            others, same_atoms, same_artifacts = held_by_others(proj, conn, shared)
         referring = dict(referring) if isinstance(referring, Mapping) \
             else {r: "refers to memory" for r in referring}
         for other in same_atoms:  # flagged for review, never erased (ADR 0041)

@@ -380,24 +380,28 @@ class TokenStore:
         except (InvalidToken, ExpiredToken, RevokedToken) as e:
             log.info("auth.refused", reason=e.reason, token_id=e.token_id)
             raise
+        assert record is not None  # only a cached_only check answers None
         return record.caller()
 
     def authenticate_cached(self, token: str) -> Caller | None:
         """The caller of a token this process checked less than ``ttl`` seconds ago, with
-        no I/O and no hashing (a dict lookup: safe on an event loop); None when the token
-        needs :meth:`authenticate` (first sight, stale entry, or not a ledger token).
+        no I/O and no argon2 (a SHA-256 and a dict lookup: safe on an event loop); None
+        when the token needs :meth:`authenticate` (first sight, stale entry, or not a
+        ledger token).
         Raises as :meth:`authenticate` does for a cached token now revoked or expired."""
-        m = _TOKEN.fullmatch(token) if isinstance(token, str) else None
-        if m is None:
-            return None
-        digest = hashlib.sha256(token.encode("ascii")).digest()
-        with self._lock:
-            hit = self._cache.get(digest)
-        if hit is None or self._monotonic() - hit[1] >= self.ttl:
-            return None
-        return self.authenticate(token)
+        if isinstance(token, str) and _TOKEN.fullmatch(token):
+            try:
+                record = self._check(token, cached_only=True)
+            except (InvalidToken, ExpiredToken, RevokedToken) as e:
+                log.info("auth.refused", reason=e.reason, token_id=e.token_id)
+                raise
+            if record is not None:
+                return record.caller()
+        return None
 
-    def _check(self, token: str) -> TokenRecord:
+    def _check(self, token: str, cached_only: bool = False) -> TokenRecord | None:
+        """The token's record, its refusals raised; with ``cached_only``, None instead of
+        any I/O or hashing (the token is not in the cache, or its entry is stale)."""
         m = _TOKEN.fullmatch(token) if isinstance(token, str) else None
         if m is None:
             raise InvalidToken("the bearer token is not a ledger token", reason="malformed",
@@ -409,6 +413,8 @@ class TokenStore:
                 self._cache.move_to_end(digest)
         if hit is not None and self._monotonic() - hit[1] < self.ttl:
             record = hit[0]
+        elif cached_only:
+            return None
         else:
             token_id = ID_PREFIX + m.group(1)
             read_at = self._monotonic()
