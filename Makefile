@@ -21,7 +21,7 @@ $(VENV)/.dev: $(VENV)/.runtime
 	touch $@
 
 demo: $(VENV)/.runtime
-	$(BIN)/python -m ledger.demo $(DEMO_HOME)
+	$(BIN)/python -m cli.demo $(DEMO_HOME)
 
 # `ledger serve` on loopback, used over HTTP and from an MCP client, then stopped.
 serve-demo: $(VENV)/.runtime
@@ -36,7 +36,7 @@ test-fast: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow"
 
 lint: $(VENV)/.dev
-	$(BIN)/ruff check ledger keys rawfiles projections governance service server tests benchmarks
+	$(BIN)/ruff check cli ledger keys rawfiles projections governance service server tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

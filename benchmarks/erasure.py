@@ -165,7 +165,7 @@ def _resume(home: Path, step: str) -> dict[str, Any]:
     """Kill a `redact-user` of the home at ``step`` (a child process, LEDGER_FAULT), then
     time the run that resumes it, in this process (ADR 0019)."""
     child = subprocess.run(
-        [sys.executable, "-c", "import sys; from ledger.cli import main; "
+        [sys.executable, "-c", "import sys; from cli.main import main; "
          "sys.exit(main(sys.argv[1:]))", "redact-user", "target", "--reason", "benchmark",
          "--operator", "operator"],
         env={**os.environ, "LEDGER_HOME": str(home), "LEDGER_FAULT": step,

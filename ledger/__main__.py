@@ -1,3 +1,3 @@
-from ledger.cli import entry
+from cli.main import entry
 
 entry()

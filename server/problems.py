@@ -1,7 +1,7 @@
 """Errors as RFC 9457 problem details, with the CLI's wording (ADR 0030).
 
 One table maps the ledger's error vocabulary (``ledger/errors.py``) to HTTP statuses, as
-``ledger/cli.py`` maps it to exit codes: the ``detail`` is the CLI's ``error:`` line and
+``cli/main.py`` maps it to exit codes: the ``detail`` is the CLI's ``error:`` line and
 ``hint`` its ``hint:`` line. Nothing else of an exception reaches a response.
 """
 

@@ -674,7 +674,7 @@ class MemoryService:
     # ------------------------------------------------------------------ review queue
     def list_flags(self, caller: Caller) -> list[FlagOut]:
         self._require(caller, "operator", "auditor")
-        from governance.cli import open_flags
+        from governance.review import open_flags
 
         out = []
         for row in open_flags(self.app):
@@ -846,7 +846,7 @@ class MemoryService:
         it; default: the configured witnesses) and record it (`ledger checkpoint`)."""
         self._require_ledger_operator(caller)
         from ledger.transparency import b64
-        from ledger.witness.cli import checkpoint_witnesses
+        from ledger.witness.client import checkpoint_witnesses
 
         cp = self.app.checkpoint(checkpoint_witnesses(list(witness_urls), list(witness_keys),
                                                       self.app.config.witnesses))

@@ -20,8 +20,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from cli.main import main
 from ledger.application import LedgerApp
-from ledger.cli import main
 from ledger.home import Config
 
 from . import pgserver

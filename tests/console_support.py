@@ -115,13 +115,13 @@ def free_port() -> int:
 
 @contextmanager
 def serve(home: Path, sessions: SessionStore | None = None) -> Iterator[Served]:
-    """`ledger serve`'s app, composed as server/cli.py's ``app_from_env`` composes it (the
+    """`ledger serve`'s app, composed as server/launch.py's ``app_from_env`` composes it (the
     HTTP API, its bearer authenticator over the home's token store, ``mount_all`` putting
     the console at /console), run by uvicorn on a loopback port in this process: so a
     test's ``LEDGER_NOW`` is the server's clock at its next request. ``sessions``: mount
     the console with this session store instead (a test clock for lifetimes)."""
     from server.app import Settings, create_app
-    from server.cli import build_authenticate
+    from server.launch import build_authenticate
     from server.mounts import mount_all
 
     backends: list[Backend] = []

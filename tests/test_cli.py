@@ -132,7 +132,7 @@ def test_console_script_runs(home: Path) -> None:
 @pytest.mark.slow
 def test_demo_runs_the_whole_flow(tmp_path: Path) -> None:
     """`make demo` runs this module: keep the README's first command true."""
-    r = subprocess.run([sys.executable, "-m", "ledger.demo", str(tmp_path / "demo")],
+    r = subprocess.run([sys.executable, "-m", "cli.demo", str(tmp_path / "demo")],
                        capture_output=True, text=True, check=False, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "OK: pack verified against the trusted root key" in r.stdout

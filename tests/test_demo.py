@@ -1,4 +1,4 @@
-"""`make demo` (ledger/demo.py): the demo keeps its ledger in the folder it names, and every
+"""`make demo` (cli/demo.py): the demo keeps its ledger in the folder it names, and every
 command it suggests at the end works when pasted into a shell."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger import demo
+from cli import demo
 
 
 @pytest.mark.slow

@@ -45,7 +45,7 @@ PG_POINTS = ["start", "after-receipt", "after-approval", "key:1", "key:12",
              "keys-deleted", "subject-key", "after-purge", "probes", "scan",
              "tombstone:1", "tombstone:12", f"tombstone:{PG_ATOMS + 1}", "after-execute",
              "after-close"]
-CHILD = "import sys; from ledger.cli import main; sys.exit(main(sys.argv[1:]))"
+CHILD = "import sys; from cli.main import main; sys.exit(main(sys.argv[1:]))"
 LATE = "2099-01-01T00:00:00Z"  # after every deadline: an open request would be overdue
 
 

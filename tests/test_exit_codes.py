@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ledger.cli import command
+from cli.main import command
 
 from .conftest import run_cli, snapshot
 

@@ -21,7 +21,7 @@ from ledger.home import Config
 from rawfiles.bytescan import ByteMatcher
 from tests.conftest import run_cli, snapshot
 
-CHILD = "import sys; from ledger.cli import main; sys.exit(main(sys.argv[1:]))"
+CHILD = "import sys; from cli.main import main; sys.exit(main(sys.argv[1:]))"
 
 
 @pytest.fixture

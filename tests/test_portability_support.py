@@ -1,7 +1,7 @@
 """Helpers for the portability tests (this module holds no tests).
 
 ``ledger import`` / ``ledger export`` are mounted on the ``ledger`` command here until
-``ledger/cli.py`` mounts them itself (the registration is skipped once it does).
+``cli/main.py`` mounts them itself (the registration is skipped once it does).
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import pytest
 import rfc8785
 import structlog
 
+from cli.main import cli, opened
+from cli.portability import register
 from ledger.application import LedgerApp
-from ledger.cli import cli, opened
 from ledger.home import Config
 from ledger.portability import konshus, mem, persona, service, view
-from ledger.portability.cli import register
 from ledger.portability.membundle import verify_bundle
 
 from .test_schemas import KONSHUS_EXAMPLE, PERSONA_ATOM

@@ -14,10 +14,10 @@ import pytest
 import typer
 
 import ledger.logs
+from cli.reads import register
 from ledger.application import LedgerApp
 from ledger.errors import LedgerError
 from ledger.home import Config
-from projections.cli import register
 
 from .conftest import CliResult
 from .test_projections_contract import T0, Clock
@@ -36,10 +36,10 @@ def _restore_the_ledger_cli_opener(monkeypatch: pytest.MonkeyPatch) -> None:
     """make_cli() mounts the commands with an opener of this test's home; put back the
     ``ledger`` command's own afterwards, or a later test's ``ledger memory list --home H``
     opens this test's (deleted) home and answers "no subject"."""
-    import projections.cli
+    import cli.reads
 
-    monkeypatch.setattr(projections.cli.CONTEXT, "open_app", projections.cli.CONTEXT.open_app)
-    monkeypatch.setattr(projections.cli.CONTEXT, "rehearse", projections.cli.CONTEXT.rehearse)
+    monkeypatch.setattr(cli.reads.CONTEXT, "open_app", cli.reads.CONTEXT.open_app)
+    monkeypatch.setattr(cli.reads.CONTEXT, "rehearse", cli.reads.CONTEXT.rehearse)
 
 
 def make_cli(home: Path) -> typer.Typer:
@@ -63,7 +63,7 @@ def make_cli(home: Path) -> typer.Typer:
 
 
 def run(home: Path, *args: str) -> CliResult:
-    """Run like ``ledger.cli.main``: errors become exit codes and a line on stderr."""
+    """Run like ``cli.main.main``: errors become exit codes and a line on stderr."""
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
         try:

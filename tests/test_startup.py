@@ -77,7 +77,7 @@ def test_a_one_atom_add_imports_what_it_writes_with_only(tmp_path: Path) -> None
 
 
 def test_a_command_line_builds_only_the_branch_it_names() -> None:
-    from ledger.cli import command
+    from cli.main import command
 
     assert set(command(["--home", "atom", "verify", "--json"]).commands) == {"verify"}
     assert set(command(["-q", "atom", "add", "--subject", "u1"]).commands) == {"atom"}

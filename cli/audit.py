@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 class AuditReport(Protocol):
-    """How the command gets its report: the composition root (``ledger/cli.py``) wires
+    """How the command gets its report: the command (``cli/main.py``) wires
     the facade's ``MemoryService.audit_report`` for the local operator."""
 
     def __call__(self, from_: str | None, to: str | None, *, subject: str | None,

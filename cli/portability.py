@@ -1,7 +1,7 @@
 """``ledger import`` and ``ledger export``: typer commands, mounted by :func:`register`.
 
 Data (the report) on stdout, verdicts on stderr; errors are raised as
-:mod:`ledger.errors` classes and mapped to exit codes by ``ledger.cli.main``.
+:mod:`ledger.errors` classes and mapped to exit codes by ``cli.main.main``.
 The input is checked completely before the ledger is opened for writing; a refused
 input leaves the ledger home byte-for-byte unchanged.
 """

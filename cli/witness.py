@@ -143,37 +143,3 @@ def register(cli: typer.Typer, opened: Callable[[], Any]) -> None:
             raise NotFound(f"no witness {key!r} in config.toml")
         dataclasses.replace(config, witnesses=tuple(pairs)).write()
         _out({"removed": key}, as_json, key)
-
-
-def checkpoint_witnesses(urls: list[str] | None, keys: list[str] | None,
-                         configured: tuple[tuple[str, str], ...]) -> list[tuple[str, str]] | None:
-    """The ``(url, vkey)`` pairs for ``ledger checkpoint --witness URL [--witness-key VKEY]``.
-
-    A URL configured in config.toml brings its key; others need a ``--witness-key`` each,
-    in the same order. None: use the configured witnesses.
-    """
-    from ledger.errors import InputError
-
-    if not urls:
-        if keys:
-            raise InputError("--witness-key needs a --witness URL")
-        return None
-    known = {url.rstrip("/"): vkey for url, vkey in configured}
-    extra = list(keys or [])
-    pairs = []
-    for url in urls:
-        if url.rstrip("/") in known and not extra:
-            pairs.append((url, known[url.rstrip("/")]))
-        elif extra:
-            pairs.append((url, extra.pop(0)))
-        else:
-            raise InputError(f"no key for witness {url}",
-                             hint="give --witness-key VKEY after it, or add it with "
-                                  "`ledger witness use URL --key VKEY`")
-    if extra:
-        raise InputError("more --witness-key options than --witness URLs")
-    from ledger.witness.client import WitnessTarget
-
-    for url, vkey in pairs:
-        WitnessTarget.of(url, vkey)  # a usage error now, not a silent skip later
-    return pairs

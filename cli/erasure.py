@@ -270,26 +270,10 @@ def review_list(as_json: JsonOpt = False) -> None:
     Example: ledger review list --json
     """
     with _open[0]() as app:
+        from governance.review import open_flags
+
         rows = open_flags(app)
     _out(rows, as_json, "\n".join(f"{r['atom_id']}  {r['flag']}  {r['reason']}" for r in rows))
-
-
-def open_flags(app: LedgerApp) -> list[dict[str, Any]]:
-    from ledger import envelope
-    from ledger.domain import Atom
-
-    flags: dict[tuple[str, str], dict[str, Any]] = {}
-    for n in app.notifications(
-            start=1, limit=10**9, topics=[Atom.Flagged.TOPIC, Atom.FlagResolved.TOPIC]):
-        env = envelope.open_state(n.state).envelope
-        key = (str(n.originator_id), env["payload"]["flag"])
-        if n.topic == Atom.Flagged.TOPIC:
-            flags[key] = {"atom_id": key[0], "flag": key[1],
-                          "reason": env["payload"].get("reason"),
-                          "flagged_at": env["timestamp"]}
-        else:
-            flags.pop(key, None)
-    return sorted(flags.values(), key=lambda r: r["flagged_at"])
 
 
 @review_cli.command("resolve")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from governance.cli import JsonOpt, OpenApp, _out, _verdict, open_session
+from cli.erasure import JsonOpt, OpenApp, _out, _verdict, open_session
 from ledger.errors import EXIT_VERIFY
 from ledger.text import plural
 
@@ -31,7 +31,7 @@ def register(cli: typer.Typer, open_app: OpenApp, policy_cli: typer.Typer) -> No
     cli.command("sweep")(sweep_command)
     cli.add_typer(requests_cli, name="requests")
     policy_cli.command("check")(policy_check_command)
-    from governance import resume_cli
+    from cli import resume as resume_cli
 
     resume_cli.register(cli, requests_cli, open_app)
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from governance.cli import OpenApp
+    from cli.erasure import OpenApp
 
 _open: list[OpenApp] = []
 
@@ -34,7 +34,7 @@ def requests_resume(
 
     Example: ledger requests resume 6093ed56-8cc6-49d9-8f18-e99daa44fcd2
     """
-    from governance.cli import _out, _verdict, open_session
+    from cli.erasure import _out, _verdict, open_session
     from governance.erasure import resume_request
 
     with open_session(_open[0]) as (app, proj):
@@ -61,7 +61,7 @@ def repair_command(
 
     Example: ledger repair --dry-run
     """
-    from governance.cli import _out, _verdict
+    from cli.erasure import _out, _verdict
 
     with _open[0]() as app:
         data = app.repair(dry_run=dry_run)

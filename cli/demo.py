@@ -14,7 +14,7 @@ import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-from ledger.cli import main
+from cli.main import main
 
 
 def step(home: Path, *args: str, note: str = "") -> str:

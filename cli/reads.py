@@ -76,7 +76,7 @@ def register(cli: typer.Typer, open_app: OpenApp, rehearse: Rehearse | None = No
 @contextmanager
 def _projections() -> Iterator[tuple[LedgerApp, Projections]]:
     if CONTEXT.open_app is None:
-        raise RuntimeError("projections.cli.register() was not called")
+        raise RuntimeError("cli.reads.register() was not called")
     from projections.service import Projections
 
     with CONTEXT.open_app() as app:

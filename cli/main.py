@@ -20,10 +20,15 @@ import typer
 # Start-up is part of the interface: `ledger --help` and `ledger --version` import typer and
 # these light modules only; every command imports what it uses inside its body (issue 15,
 # ADR 0026). tests/test_startup.py fails when a heavy module comes back up here.
-from governance.audit_cli import register as register_audit
-from governance.cli import register as register_governance
-from governance.policy_cli import register as register_policy
-from governance.receipt_cli import register as register_receipt
+from cli.audit import register as register_audit
+from cli.erasure import register as register_governance
+from cli.policy import register as register_policy
+from cli.portability import register as register_portability
+from cli.reads import register as register_projections
+from cli.receipt import register as register_receipt
+from cli.serve import register as register_server
+from cli.tokens import register as register_tokens
+from cli.witness import register as register_witness
 from keys.errors import (
     DataKeyUnavailable,
     KeyError_,
@@ -42,12 +47,6 @@ from ledger.errors import (
     InputError,
     LedgerError,
 )
-from ledger.portability.cli import register as register_portability
-from ledger.witness.cli import register as register_witness
-from projections.cli import register as register_projections
-from server.cli import register as register_server
-from server.mcp_cli import register as register_mcp
-from service.tokens_cli import register as register_tokens
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -757,7 +756,6 @@ register_portability(cli, opened)
 register_witness(cli, opened)
 register_receipt(cli, opened, audit_cli)
 register_server(cli, lambda: STATE.home)
-register_mcp(cli, lambda: STATE.home)
 
 
 def _find_home() -> Path:
