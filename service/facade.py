@@ -671,6 +671,10 @@ class MemoryService:
             return _outcome(resume_request(self.app, self.proj, str(req.id),
                                            self._signing_key(caller)), self.app)
 
+    # ------------------------------------------------------------------ the CLI's erasure commands
+    # (redact, unredact, delete, artifact delete, redact-user, review resolve, evidence-pack
+    # sign, requests resume, repair)
+
     # ------------------------------------------------------------------ review queue
     def list_flags(self, caller: Caller) -> list[FlagOut]:
         self._require(caller, "operator", "auditor")
@@ -887,6 +891,10 @@ class MemoryService:
         report: dict[str, Any] = build_report(self.app, period, subject=subject, verify=verify,
                                               now=now, progress=progress)
         return report
+
+    # ------------------------------------------------------------------ the CLI's read models, sweeps
+    # and receipts (projections status/probe/rebuild, memory list/inspect, state, import/export
+    # as files, sweep, requests list, policy check, receipt)
 
 
 # ---------------------------------------------------------------------- helpers
