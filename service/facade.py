@@ -671,7 +671,7 @@ class MemoryService:
             return _outcome(resume_request(self.app, self.proj, str(req.id),
                                            self._signing_key(caller)), self.app)
 
-    # ------------------------------------------------------------------ the CLI's erasure commands
+    # ---------------------------------------------------------- the CLI's erasure commands
     # (redact, unredact, delete, artifact delete, redact-user, review resolve, evidence-pack
     # sign, requests resume, repair)
 
@@ -892,7 +892,7 @@ class MemoryService:
                                               now=now, progress=progress)
         return report
 
-    # ------------------------------------------------------------------ the CLI's read models, sweeps
+    # ---------------------------------------------------------- the CLI's read models, sweeps
     # and receipts (projections status/probe/rebuild, memory list/inspect, state, import/export
     # as files, sweep, requests list, policy check, receipt)
 
