@@ -753,7 +753,7 @@ def _audit_report(from_: str | None, to: str | None, *, subject: str | None, ver
 
 register_audit(cli, _audit_report)
 register_portability(cli, opened)
-register_witness(cli, opened)
+register_witness(cli, served)
 register_receipt(cli, opened, audit_cli)
 register_server(cli, lambda: STATE.home)
 

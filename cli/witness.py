@@ -6,11 +6,18 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+if TYPE_CHECKING:
+    from service.caller import Caller
+    from service.facade import MemoryService
+
+# the facade over the home and the local operator (cli/main.py's ``served``)
+Served = Callable[[], AbstractContextManager[tuple["MemoryService", "Caller"]]]
 HomeOpt = Annotated[Path, typer.Option(
     "--home", envvar="LEDGER_WITNESS_HOME",
     help="The witness's own home folder (not a ledger home).")]
@@ -21,7 +28,7 @@ def _out(data: Any, as_json: bool, text: str) -> None:
     sys.stdout.write((json.dumps(data, indent=2, sort_keys=True) if as_json else text) + "\n")
 
 
-def register(cli: typer.Typer, opened: Callable[[], Any]) -> None:
+def register(cli: typer.Typer, served: Served) -> None:
     app = typer.Typer(no_args_is_help=True, help="A C2SP tlog-witness that cosigns other "
                       "ledgers' checkpoints, and the witnesses this ledger asks.")
     cli.add_typer(app, name="witness")
@@ -112,34 +119,15 @@ def register(cli: typer.Typer, opened: Callable[[], Any]) -> None:
 
         Example: ledger witness use http://127.0.0.1:8411 --key dpo.example/witness+...
         """
-        import dataclasses
-
-        from ledger.home import Config, find_home
-        from ledger.witness.client import WitnessTarget
-
-        target = WitnessTarget.of(url, key)
-        with opened() as ledger:
-            config: Config = ledger.config
-        config = Config.load(find_home(config.home))
-        pairs = [p for p in config.witnesses if p[1] != target.key.vkey]
-        dataclasses.replace(config, witnesses=(*pairs, (target.url, target.key.vkey))).write()
-        _out({"url": target.url, "vkey": target.key.vkey}, as_json, target.key.vkey)
-        sys.stderr.write(f"OK: checkpoints will be sent to {target.url}\n")
+        with served() as (svc, me):
+            used = svc.use_witness(me, url, key)
+        _out({"url": used.url, "vkey": used.vkey}, as_json, used.vkey)
+        sys.stderr.write(f"OK: checkpoints will be sent to {used.url}\n")
 
     @app.command("forget")
     def witness_forget(key: Annotated[str, typer.Argument(help="The witness's vkey or URL.")],
                        as_json: JsonOpt = False) -> None:
         """Stop asking a witness.  Example: ledger witness forget http://127.0.0.1:8411"""
-        import dataclasses
-
-        from ledger.errors import NotFound
-        from ledger.home import Config, find_home
-
-        with opened() as ledger:
-            config: Config = ledger.config
-        config = Config.load(find_home(config.home))
-        pairs = [p for p in config.witnesses if key not in (p[0], p[1], p[0].rstrip("/"))]
-        if len(pairs) == len(config.witnesses):
-            raise NotFound(f"no witness {key!r} in config.toml")
-        dataclasses.replace(config, witnesses=tuple(pairs)).write()
+        with served() as (svc, me):
+            svc.forget_witness(me, key)
         _out({"removed": key}, as_json, key)

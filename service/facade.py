@@ -76,6 +76,8 @@ from service.models import (
     SubjectIn,
     SubjectOut,
     VerificationOut,
+    WitnessForgotten,
+    WitnessUsed,
 )
 
 if TYPE_CHECKING:
@@ -857,6 +859,35 @@ class MemoryService:
         return CheckpointSigned(
             origin=cp.checkpoint.origin, size=cp.size, root_hash=b64(cp.root), note=cp.note,
             witnesses=[r.as_json() for r in getattr(self.app, "last_witnessing", [])])
+
+    def use_witness(self, caller: Caller, url: str, vkey: str) -> WitnessUsed:
+        """Have this ledger's checkpoints cosigned by the witness at ``url`` (its verifier
+        key ``vkey``), written to config.toml; a witness of the same key is replaced."""
+        self._require_ledger_operator(caller)
+        import dataclasses
+
+        from ledger.home import Config
+        from ledger.witness.client import WitnessTarget
+
+        target = WitnessTarget.of(url, vkey)
+        config = Config.load(self.app.config.home)
+        pairs = [p for p in config.witnesses if p[1] != target.key.vkey]
+        dataclasses.replace(config, witnesses=(*pairs, (target.url, target.key.vkey))).write()
+        return WitnessUsed(url=target.url, vkey=target.key.vkey)
+
+    def forget_witness(self, caller: Caller, key: str) -> WitnessForgotten:
+        """Stop asking the witness named by its vkey or URL (config.toml)."""
+        self._require_ledger_operator(caller)
+        import dataclasses
+
+        from ledger.home import Config
+
+        config = Config.load(self.app.config.home)
+        pairs = [p for p in config.witnesses if key not in (p[0], p[1], p[0].rstrip("/"))]
+        if len(pairs) == len(config.witnesses):
+            raise NotFound(f"no witness {key!r} in config.toml")
+        dataclasses.replace(config, witnesses=tuple(pairs)).write()
+        return WitnessForgotten(removed=key)
 
     def log_vkey(self, caller: Caller) -> LogVkey:
         """The C2SP verifier key of this ledger's checkpoints (origin as its name)."""

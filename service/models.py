@@ -189,6 +189,17 @@ class LogVkey(_Out):
     vkey: str
 
 
+class WitnessUsed(_Out):
+    """A witness added to config.toml's ``[[witnesses]]`` (`ledger witness use`)."""
+
+    url: str
+    vkey: str
+
+
+class WitnessForgotten(_Out):
+    removed: str = Field(description="The vkey or URL given.")
+
+
 class AtomCorrectionIn(_In):
     text: str | None = Field(default=None, min_length=1, max_length=MAX_ATOM_TEXT)
     gist: str | None = Field(default=None, max_length=MAX_GIST)
