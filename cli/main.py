@@ -171,11 +171,11 @@ def init(
 
     Example: ledger --home /tmp/demo init
     """
-    from ledger.application import LedgerApp
     from ledger.home import HOME_DIRNAME
+    from service.root import create_home
 
     home = STATE.home or Path.cwd() / HOME_DIRNAME
-    cfg = LedgerApp.initialize(home, db=db, keystore=keystore)
+    cfg = create_home(home, db=db, keystore=keystore)
     out({"home": str(home), "ledger_id": cfg.ledger_id, "origin": cfg.origin,
          "root_kid": cfg.root_kid, "backend": "postgresql" if cfg.events.is_postgres else "sqlite"},
         as_json, str(home))

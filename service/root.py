@@ -15,7 +15,16 @@ from typing import TYPE_CHECKING
 from service.facade import MemoryService
 
 if TYPE_CHECKING:
+    from ledger.home import Config
     from projections.service import Projections
+
+
+def create_home(home: Path, db: str | None = None, keystore: str | None = None) -> Config:
+    """A new ledger home (``ledger init``): keys, config, event store, keystore and the
+    signed key roster. It exists before any service can open it."""
+    from ledger.application import LedgerApp
+
+    return LedgerApp.initialize(home, db=db, keystore=keystore)
 
 
 def open_service(home: Path | None = None) -> MemoryService:
