@@ -1314,28 +1314,11 @@ class LedgerApp(Application[UUID]):
 
     def recorded_checkpoints(self) -> list[tuple[int, str, str]]:
         """(size, note, created_at) of every recorded checkpoint, smallest first."""
-        import sqlalchemy as sa
-
-        t = self.tlog.store.checkpoints
-        with self.tlog.engine.connect() as conn:
-            rows = conn.execute(sa.select(t.c.size, t.c.note, t.c.created_at).order_by(t.c.size))
-            return [(int(r.size), str(r.note), str(r.created_at)) for r in rows]
+        return self.tlog.recorded_notes()
 
     def checkpoint_before(self, seq: int) -> SignedCheckpoint | None:
         """The largest recorded checkpoint that ends before ``seq``, with its cosignatures."""
-        import sqlalchemy as sa
-
-        from ledger.checkpoint import parse_body, parse_note
-
-        table = self.tlog.store.checkpoints
-        with self.tlog.engine.connect() as conn:
-            note = conn.execute(sa.select(table.c.note).where(table.c.size < seq)
-                                .order_by(table.c.size.desc()).limit(1)).scalar()
-        if note is None:
-            return None
-        body, _ = parse_note(note)
-        cp = parse_body(body)
-        return SignedCheckpoint(cp, self.tlog.with_cosignatures(cp.size, note))
+        return self.tlog.recorded(before=seq)
 
     def check_against_tree(self, leaves: list[bytes], cp: Checkpoint) -> Failure | None:
         """Step 8 against this ledger's stored tree (:func:`ledger.verify.check_checkpoint`)."""

@@ -510,13 +510,19 @@ class TransparencyLog:
                 "size": size, "root": root, "note": note, "created_at": at.isoformat()}])
         return SignedCheckpoint(cp, note)
 
-    def recorded(self, size: int | None = None) -> SignedCheckpoint | None:
-        """The recorded checkpoint of ``size``, or the latest one (unverified)."""
-        q = sa.select(self.store.checkpoints.c.note)
-        if size is None:
-            q = q.order_by(self.store.checkpoints.c.size.desc()).limit(1)
+    def recorded(self, size: int | None = None, *, before: int | None = None
+                 ) -> SignedCheckpoint | None:
+        """The recorded checkpoint of ``size``, or the largest one that ends before the
+        event of sequence number ``before``, or the latest one (unverified), with its
+        cosignatures."""
+        t = self.store.checkpoints
+        q = sa.select(t.c.note)
+        if size is not None:
+            q = q.where(t.c.size == size)
         else:
-            q = q.where(self.store.checkpoints.c.size == size)
+            if before is not None:
+                q = q.where(t.c.size < before)
+            q = q.order_by(t.c.size.desc()).limit(1)
         with self.engine.connect() as conn:
             note = conn.execute(q).scalar()
         if note is None:
@@ -526,6 +532,13 @@ class TransparencyLog:
         body, _ = parse_note(note)
         cp = parse_body(body)
         return SignedCheckpoint(cp, self.with_cosignatures(cp.size, note))
+
+    def recorded_notes(self) -> list[tuple[int, str, str]]:
+        """(size, note, created_at) of every recorded checkpoint, smallest first."""
+        t = self.store.checkpoints
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(t.c.size, t.c.note, t.c.created_at).order_by(t.c.size))
+            return [(int(r.size), str(r.note), str(r.created_at)) for r in rows]
 
     # ------------------------------------------------------------------ witnesses
     def with_cosignatures(self, size: int, note: str) -> str:
