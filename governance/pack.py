@@ -40,6 +40,23 @@ from governance.dsse import (
     sign_envelope,
     verify_envelope,
 )
+from governance.pack_layout import (
+    AFTER,
+    BEFORE,
+    CHECKING,
+    CONSISTENCY,
+    EVENTS,
+    KEY_TOPICS,
+    PREDICATE_SCHEMA,
+    PROOFS,
+    REPORT,
+    ROOT_PUB,
+    SIGNER_ROLES,
+    STATEMENT,
+    TOMBSTONE_TOPICS,
+    PackInvalid,
+)
+from governance.witnessed import verify_witnessing
 from keys.errors import KeyError_, KeyNotAuthorized, PublicKeyFileError
 from keys.files import PUBLIC, make_dirs, write_file
 from keys.keyring import parse_public_key_document, public_key_document
@@ -63,29 +80,6 @@ from ledger.verify import LogVerifier
 if TYPE_CHECKING:
     from ledger.application import LedgerApp
     from ledger.transparency import SignedCheckpoint
-
-STATEMENT = "statement.dsse.json"
-EVENTS = "events.jsonl"
-BEFORE = "checkpoints/before.checkpoint"
-AFTER = "checkpoints/after.checkpoint"
-CONSISTENCY = "consistency.json"
-ROOT_PUB = "keys/root.pub"
-REPORT = "report.html"
-PROOFS = "proofs"  # proofs/<seq>.tlog-proof: c2sp.org/tlog-proof of tombstones, key destructions
-CHECKING = "Checking inclusion proofs"
-"""verify-pack's stage of step 5 (step 3's is :data:`ledger.verification.VERIFYING`)."""
-PREDICATE_SCHEMA = "evidence-pack-predicate.v1.json"
-"""JSON Schema of the statement's predicate, in the ``schemas`` package (step 1.1)."""
-
-TOMBSTONE_TOPICS = {"memory-ledger:atom.redacted.v1", "memory-ledger:artifact.deleted.v1",
-                    "memory-ledger:record.erased.v1"}
-SIGNER_ROLES = ("operator", "auditor")
-"""Roles whose keys may sign (or countersign) an Evidence Pack's statement (step 4)."""
-KEY_TOPICS = {"memory-ledger:atom.data-key-destroyed.v1",
-              "memory-ledger:artifact.data-key-destroyed.v1",
-              "memory-ledger:subject.data-key-destroyed.v1",
-              "memory-ledger:record.data-key-destroyed.v1"}
-
 
 # ----------------------------------------------------------------------------- schema
 def predicate_problems(predicate: Any) -> list[str]:
@@ -382,14 +376,6 @@ def _witness_html(p: dict[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------------------- verifying
-class PackInvalid(VerificationFailed):
-    """A pack failed verification; ``step`` is the docs/spec/evidence-pack.md step."""
-
-    def __init__(self, step: str, message: str) -> None:
-        super().__init__(f"step {step}: {message}")
-        self.step = step
-
-
 @dataclass
 class PackReport:
     ok: bool = True
@@ -515,7 +501,6 @@ def verify_pack_bytes(pack: Mapping[str, bytes], root_public_key: bytes | None =
     # Step 6: the predicate says what the signed events say.
     _check_predicate(predicate, events)
     # Steps 7.1-7.3: proof files, cosignatures, the witness policy (governance/witnessed.py).
-    from governance.witnessed import verify_witnessing
 
     witnessing = verify_witnessing(files, predicate, events, v.leaves or [], before, after,
                                    policy)
@@ -645,3 +630,8 @@ def _zip_files(zf: zipfile.ZipFile) -> dict[str, bytes]:
             raise PackInvalid("2", f"zip entry {name!r} escapes the pack")
         out[name] = zf.read(info)
     return out
+
+
+__all__ = ["PREDICATE_SCHEMA", "SIGNER_ROLES", "PackInvalid", "PackReport", "build_pack",
+           "countersign", "pack_time", "predicate_problems", "read_pack", "read_pack_zip",
+           "render_report", "verify_pack", "verify_pack_bytes", "zip_pack"]

@@ -1,13 +1,14 @@
 """Evidence Pack steps 7.1-7.3: offline proof files, witness cosignatures, witness policy.
 
 Pure: the pack's files and already verified values in; a report out, or
-:class:`governance.pack.PackInvalid` at the failing step (docs/spec/evidence-pack.md).
+:class:`governance.pack_layout.PackInvalid` at the failing step (docs/spec/evidence-pack.md).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from governance.pack_layout import AFTER, BEFORE, KEY_TOPICS, PROOFS, TOMBSTONE_TOPICS, PackInvalid
 from ledger import envelope
 from ledger.checkpoint import CheckpointError, verify_checkpoint
 from ledger.errors import VerificationFailed
@@ -23,16 +24,12 @@ from ledger.witness.wire import WireError, parse_tlog_proof
 
 
 def _fail(step: str, message: str) -> Exception:
-    from governance.pack import PackInvalid
-
     return PackInvalid(step, message)
 
 
 def verify_witnessing(files: dict[str, bytes], predicate: dict[str, Any],
                       events: list[tuple[dict[str, Any], Any]], leaves: list[bytes],
                       before: Any, after: Any, policy: Policy | None) -> dict[str, Any]:
-    from governance.pack import AFTER, BEFORE, KEY_TOPICS, PROOFS, TOMBSTONE_TOPICS
-
     claims = predicate.get("witnesses")
     notes = {"before": files[BEFORE].decode(), "after": files[AFTER].decode()}
     heads = {"before": before, "after": after}
