@@ -34,6 +34,7 @@ from service.caller import Caller
 from service.models import (
     MAX_PAGE,
     PAGE,
+    ArtifactDeletionIn,
     ArtifactIn,
     ArtifactOut,
     AtomAdded,
@@ -43,6 +44,7 @@ from service.models import (
     AtomsAdded,
     CheckpointOut,
     Corrected,
+    DeletionIn,
     ErasureOutcome,
     ErasurePlanOut,
     ErasureRequestIn,
@@ -330,10 +332,20 @@ def _routes(api: FastAPI) -> None:
     async def show_artifact(artifact: str, c: CallerDep, b: BackendDep) -> ArtifactOut:
         return await b.read(lambda s: s.get_artifact(c, artifact))
 
-    @api.delete("/v1/artifacts/{artifact}", tags=["artifacts"])
-    async def delete_artifact(artifact: str, c: CallerDep, b: BackendDep,
-                              reason: Annotated[str, Query(min_length=1, max_length=1000)],
-                              flag_unsourced: bool = False) -> ErasureOutcome:
+    @api.post("/v1/artifacts/{artifact}/deletions", tags=["artifacts"])
+    async def delete_artifact(artifact: str, body: ArtifactDeletionIn, c: CallerDep,
+                              b: BackendDep) -> ErasureOutcome:
+        """Delete an artifact; atoms citing it are re-evaluated (Konshus cascade)."""
+        return await b.write(lambda s: s.delete_artifact(c, artifact, body.reason,
+                                                         body.flag_unsourced))
+
+    @api.delete("/v1/artifacts/{artifact}", tags=["artifacts"], deprecated=True)
+    async def delete_artifact_by_query(
+            artifact: str, c: CallerDep, b: BackendDep,
+            reason: Annotated[str, Query(min_length=1, max_length=1000)],
+            flag_unsourced: bool = False) -> ErasureOutcome:
+        """Deprecated: the reason travels in the URL. Use POST
+        /v1/artifacts/{artifact}/deletions, which takes it in the body (ADR 0043)."""
         return await b.write(lambda s: s.delete_artifact(c, artifact, reason, flag_unsourced))
 
     # ------------------------------------------------------------------ atoms
@@ -364,10 +376,19 @@ def _routes(api: FastAPI) -> None:
                           b: BackendDep) -> ErasureOutcome:
         return await b.write(lambda s: s.redact_atom(c, atom, body))
 
-    @api.delete("/v1/atoms/{atom}", tags=["atoms"])
-    async def delete_atom(atom: str, c: CallerDep, b: BackendDep,
-                          reason: Annotated[str, Query(min_length=1, max_length=1000)]
-                          ) -> ErasureOutcome:
+    @api.post("/v1/atoms/{atom}/deletions", tags=["atoms"])
+    async def delete_atom(atom: str, body: DeletionIn, c: CallerDep,
+                          b: BackendDep) -> ErasureOutcome:
+        """Delete an atom for good: key destroyed, every route purged and probed, a signed
+        tombstone left."""
+        return await b.write(lambda s: s.delete_atom(c, atom, body.reason))
+
+    @api.delete("/v1/atoms/{atom}", tags=["atoms"], deprecated=True)
+    async def delete_atom_by_query(atom: str, c: CallerDep, b: BackendDep,
+                                   reason: Annotated[str, Query(min_length=1, max_length=1000)]
+                                   ) -> ErasureOutcome:
+        """Deprecated: the reason travels in the URL. Use POST /v1/atoms/{atom}/deletions,
+        which takes it in the body (ADR 0043)."""
         return await b.write(lambda s: s.delete_atom(c, atom, reason))
 
     @api.post("/v1/rehearsals", status_code=201, tags=["atoms"])

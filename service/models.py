@@ -370,6 +370,19 @@ class ExecuteIn(_In):
                                          "changed since.")
 
 
+class DeletionIn(_In):
+    """Why an atom is deleted: in the request's body, not its URL, since a reason may name
+    a person and URLs end up in proxies' logs (ADR 0043)."""
+
+    reason: str = Field(min_length=1, max_length=1_000,
+                        description="Recorded, encrypted, in the signed events.")
+
+
+class ArtifactDeletionIn(DeletionIn):
+    flag_unsourced: bool = Field(default=False, description="Flag the atoms left without "
+                                 "sources for review instead of deleting them.")
+
+
 class PackOut(_Out):
     batch_id: str
     filename: str

@@ -176,15 +176,23 @@ def test_every_endpoint_answers_like_the_cli(home: Path, tmp_path: Path) -> None
                     str(home / "keys" / "root.pub"))
         assert v.code == 0, v.err
         # deletion and redaction of single atoms, artifact deletion
-        r = c.delete(f"/v1/atoms/{new_id}", params={"reason": "asked to forget"})
+        # the reason goes in the body, never in the URL (ADR 0043)
+        r = c.post(f"/v1/atoms/{new_id}/deletions", json={"reason": "asked to forget"})
         assert r.status_code == 200, r.text
+        assert r.json()["tombstone_ids"] and r.json()["batch_id"]
         assert c.get(f"/v1/atoms/{new_id}").json()["content_erased"] is True
         r = c.post("/v1/atoms", json={"subject": "user_9f4e", "text": "Reads on the train"})
         extra = r.json()["atom_id"]
         r = o.post(f"/v1/atoms/{extra}/redactions", json={"mode": "soft", "reason": "review"})
         assert r.status_code == 200 and r.json()["mode"] == "soft"
-        r = c.delete("/v1/artifacts/art_101", params={"reason": "user removed the chat"})
+        assert c.post(f"/v1/atoms/{extra}/deletions", json={}).status_code == 422
+        r = c.post("/v1/artifacts/art_101/deletions", json={"reason": "user removed the chat"})
         assert r.status_code == 200, r.text
+        assert set(r.json()["cascade"]) >= {"deleted_atoms", "kept_atoms"}
+        # the deprecated form, reason in the query string, still works
+        r = c.delete(f"/v1/atoms/{extra}", params={"reason": "asked to forget"})
+        assert r.status_code == 200, r.text
+        assert c.get(f"/v1/atoms/{extra}").json()["content_erased"] is True
         # integrity
         note = c.get("/v1/checkpoint")
         assert note.headers["content-type"].startswith("text/plain")
@@ -205,6 +213,9 @@ def test_openapi_document_is_committed_and_current(home: Path) -> None:
     assert json.loads(OPENAPI.read_text()) == served, \
         "docs/openapi.json is stale: python -m server.openapi > docs/openapi.json"
     assert served["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    for path in ("/v1/atoms/{atom}", "/v1/artifacts/{artifact}"):  # reason in the URL
+        assert served["paths"][path]["delete"]["deprecated"] is True
+        assert "deprecated" not in served["paths"][f"{path}/deletions"]["post"]
 
 
 def test_server_refuses_to_start_without_a_credential(home: Path) -> None:
