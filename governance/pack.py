@@ -94,8 +94,10 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _event_rows(app: LedgerApp, event_ids: list[str], progress: Steps | None = None
-                ) -> list[Any]:
+def batch_event_rows(app: LedgerApp, event_ids: list[str], progress: Steps | None = None
+                     ) -> list[Any]:
+    """The stored events a batch names (``"<originator>/<version>"``), in its order; a
+    missing one is :class:`NotFound` (used by the pack and the receipt)."""
     rows = []
     for i, eid in enumerate(event_ids, start=1):
         if i % 500 == 0 or i == len(event_ids):
@@ -133,7 +135,7 @@ def build_pack(app: LedgerApp, batch_id: str, out: Path, make_zip: bool = False,
         ids += [f"{request.id}/{v}" for v in range(1, request.version + 1)]
     ids += list(batch.event_ids)
     rows = {(str(r.originator_id), r.originator_version): r for r in roster_rows}
-    for r in _event_rows(app, ids, progress):
+    for r in batch_event_rows(app, ids, progress):
         rows[(str(r.originator_id), r.originator_version)] = r
     opened = {k: envelope.open_state(r.state) for k, r in rows.items()}
     ordered = sorted(rows, key=lambda k: opened[k].envelope["seq"])
@@ -632,6 +634,6 @@ def _zip_files(zf: zipfile.ZipFile) -> dict[str, bytes]:
     return out
 
 
-__all__ = ["PREDICATE_SCHEMA", "SIGNER_ROLES", "PackInvalid", "PackReport", "build_pack",
-           "countersign", "pack_time", "predicate_problems", "read_pack", "read_pack_zip",
-           "render_report", "verify_pack", "verify_pack_bytes", "zip_pack"]
+__all__ = ["PREDICATE_SCHEMA", "SIGNER_ROLES", "PackInvalid", "PackReport", "batch_event_rows",
+           "build_pack", "countersign", "pack_time", "predicate_problems", "read_pack",
+           "read_pack_zip", "render_report", "verify_pack", "verify_pack_bytes", "zip_pack"]

@@ -55,7 +55,7 @@ class ReceiptInvalid(VerificationFailed):
 # ----------------------------------------------------------------------------- building
 def build_receipt(app: LedgerApp, request_id: str, operator: str = "operator") -> bytes:
     """The receipt file of a completed erasure request, against a fresh witnessed checkpoint."""
-    from governance.pack import _event_rows
+    from governance.pack import batch_event_rows
     from ledger.domain import ErasureRequest, RedactionBatch
     from ledger.witness.cosign import check_cosignatures, parse_witness_vkey
     from ledger.witness.wire import TlogProof
@@ -71,7 +71,7 @@ def build_receipt(app: LedgerApp, request_id: str, operator: str = "operator") -
     batch = app.aggregate(UUID(req.batch_id))
     if not isinstance(batch, RedactionBatch):
         raise NotFound(f"batch {req.batch_id} of request {request_id} is not a redaction batch")
-    rows = _event_rows(app, list(batch.event_ids))
+    rows = batch_event_rows(app, list(batch.event_ids))
     cp = app.checkpoint()
     entries = []
     for r in rows:
