@@ -737,13 +737,9 @@ def audit_verify_consistency(
 
 
 # ---------------------------------------------------------------------- read side, governance
-def _rehearse(app: LedgerApp, atom_ids: list[str], session: str | None) -> None:
-    app.rehearse_atoms(atom_ids, session)
-
-
-register_projections(cli, opened, rehearse=_rehearse)
+register_projections(cli, served)
 register_governance(cli, opened, artifact_cli)
-register_policy(cli, opened, policy_cli)
+register_policy(cli, served, policy_cli, opened)
 def _audit_report(from_: str | None, to: str | None, *, subject: str | None, verify: str,
                   now: datetime, progress: Steps) -> dict[str, Any]:
     with served() as (svc, me):
@@ -752,9 +748,9 @@ def _audit_report(from_: str | None, to: str | None, *, subject: str | None, ver
 
 
 register_audit(cli, _audit_report)
-register_portability(cli, opened)
+register_portability(cli, served)
 register_witness(cli, served)
-register_receipt(cli, opened, audit_cli)
+register_receipt(cli, served, audit_cli)
 register_server(cli, lambda: STATE.home)
 
 

@@ -3,31 +3,44 @@
 ``ledger sweep``, ``ledger requests list``, ``ledger policy check``. Data on stdout,
 verdicts on stderr, ``--json`` everywhere. Exit codes: 0 ok; ``requests list --overdue``
 exits 1 (EXIT_VERIFY) when any request is overdue, for monitoring; errors are
-ledger.errors classes, mapped to exit codes by the ``ledger`` entry point.
+ledger.errors classes, mapped to exit codes by the ``ledger`` entry point. The commands
+call the facade (:class:`service.facade.MemoryService`) as the local operator, from the
+``served`` opener given to :func:`register`.
 """
 
 from __future__ import annotations
 
+import json
+import sys
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli.erasure import JsonOpt, OpenApp, _out, _verdict, open_session
 from ledger.errors import EXIT_VERIFY
 from ledger.text import plural
 
 if TYPE_CHECKING:  # each command imports what it uses: `ledger --help` stays light
-    from ledger.application import LedgerApp
-    from projections.service import Projections
+    from cli.erasure import OpenApp
+    from service.caller import Caller
+    from service.facade import MemoryService
+
+Served = Callable[..., AbstractContextManager[tuple["MemoryService", "Caller"]]]
+"""cli/main.py's ``served(operator=KEY)``: the facade over the home and the local operator
+whose operator acts ``KEY`` signs."""
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 
 requests_cli = typer.Typer(no_args_is_help=True,
                            help="Right-to-be-forgotten requests and their deadlines.")
-_open: list[OpenApp] = []
+_served: list[Served] = []
 
 
-def register(cli: typer.Typer, open_app: OpenApp, policy_cli: typer.Typer) -> None:
-    _open[:] = [open_app]
+def register(cli: typer.Typer, served: Served, policy_cli: typer.Typer,
+             open_app: OpenApp) -> None:
+    """Mount ``sweep``, ``requests list`` and ``policy check`` (and, from cli/resume.py,
+    ``requests resume`` and ``repair``, which take ``open_app``)."""
+    _served[:] = [served]
     cli.command("sweep")(sweep_command)
     cli.add_typer(requests_cli, name="requests")
     policy_cli.command("check")(policy_check_command)
@@ -36,8 +49,15 @@ def register(cli: typer.Typer, open_app: OpenApp, policy_cli: typer.Typer) -> No
     resume_cli.register(cli, requests_cli, open_app)
 
 
-def _session() -> AbstractContextManager[tuple[LedgerApp, Projections]]:
-    return open_session(_open[0])
+def _out(data: Any, as_json: bool, text: str | None = None) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    elif text:  # nothing to list: no blank line
+        sys.stdout.write(text + "\n")
+
+
+def _verdict(message: str) -> None:
+    sys.stderr.write(message + "\n")
 
 
 def sweep_command(
@@ -53,11 +73,11 @@ def sweep_command(
 
     Example: LEDGER_NOW=2026-12-01T00:00:00Z ledger sweep --dry-run --json
     """
-    from governance.sweep import sweep
     from ledger import progress
 
-    with _session() as (app, proj), progress.bar("Sweeping", total=1, json=as_json) as bar:
-        data = sweep(app, proj, operator=operator, dry_run=dry_run, progress=bar.step)
+    with _served[0](operator=operator) as (svc, me), \
+            progress.bar("Sweeping", total=1, json=as_json) as bar:
+        data = svc.sweep(me, dry_run=dry_run, progress=bar.step).model_dump()
     lines = [f"{d['action']}  {d['atom_id']}  {d['rule']}  due {d['due_at']}"
              for d in data["due"]]
     if not dry_run and not progress.verbose() and len(lines) > 10:  # a summary (-v: all)
@@ -96,10 +116,8 @@ def requests_list(
 
     Example: ledger requests list --overdue --json
     """
-    from governance.requests import list_requests
-
-    with _open[0]() as app:
-        rows = list_requests(app, overdue_only=overdue)
+    with _served[0]() as (svc, me):
+        rows = [r.model_dump() for r in svc.list_requests(me) if r.overdue or not overdue]
     _out(rows, as_json, "\n".join(
         f"{r['request_id']}  {r['status']:<14} due {r['complete_due']}  "
         f"left {r['time_left'] or '-'}" for r in rows))
@@ -120,10 +138,8 @@ def policy_check_command(as_json: JsonOpt = False) -> None:
 
     Example: ledger policy check --json
     """
-    from governance.policy_check import check_policy
-
-    with _session() as (app, proj):
-        data = check_policy(app, proj)
+    with _served[0]() as (svc, me):
+        data = svc.check_policy(me).model_dump()
     _out(data["warnings"], as_json, "\n".join(
         f"{w['rule']}  {w['id']}  {w['message']}  -> {w['fix']}" for w in data["warnings"]))
     if not data["policy_in_force"]:

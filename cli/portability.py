@@ -3,7 +3,9 @@
 Data (the report) on stdout, verdicts on stderr; errors are raised as
 :mod:`ledger.errors` classes and mapped to exit codes by ``cli.main.main``.
 The input is checked completely before the ledger is opened for writing; a refused
-input leaves the ledger home byte-for-byte unchanged.
+input leaves the ledger home byte-for-byte unchanged. Both commands call the facade
+(:class:`service.facade.MemoryService`) as the local operator, from the ``served`` opener
+given to :func:`register`.
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ledger import clock
 from ledger.errors import InputError
 
 if TYPE_CHECKING:
-    from ledger.application import LedgerApp
+    from service.caller import Caller
+    from service.facade import MemoryService
 
-OpenApp = Callable[[], AbstractContextManager["LedgerApp"]]
+Served = Callable[..., AbstractContextManager[tuple["MemoryService", "Caller"]]]
+"""cli/main.py's ``served(writer)``: the facade over the home and the local operator whose
+memory writes ``writer`` signs (``--as``; None: the home's writer key)."""
 
 FormatOpt = Annotated[str, typer.Option(
     "--format", help="konshus, mem or persona; for import also chatgpt (conversations.json), "
@@ -34,8 +38,6 @@ SubjectOpt = Annotated[str | None, typer.Option(
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")]
 ActorOpt = Annotated[str | None, typer.Option("--as", help="Name of the key that signs "
                                                            "(default: the home's writer key).")]
-PAYLOAD_TYPES = {"konshus": "application/vnd.memory-ledger.konshus-export.v1+json",
-                 "persona": "application/vnd.memory-ledger.persona-export.v1+json"}
 
 
 def _format(value: str, ingest: bool = False) -> str:
@@ -65,7 +67,7 @@ def _counts(d: dict[str, int]) -> str:
     return ", ".join(plural(v, k) for k, v in d.items())
 
 
-def make_import(open_app: OpenApp) -> Callable[..., None]:
+def make_import(served: Served) -> Callable[..., None]:
     def import_(
         file: Annotated[Path, typer.Argument(help="A Konshus or Persona JSON file, or a "
                                                   ".mem bundle directory.")],
@@ -100,13 +102,11 @@ def make_import(open_app: OpenApp) -> Callable[..., None]:
         fmt = _format(fmt, ingest=True)
         trusted = [service.read_trusted_key(p) for p in trust or []]
         reading = f"Reading and checking {file.name}"
-        with open_app() as app, progress.bar(reading, total=1, json=as_json) as bar:
-            bar.step(reading, 0, 1)
-            plan = service.plan_file(app, file, fmt, subject=subject, trusted=trusted,
-                                     max_bytes=max_bytes, skip_unsupported=skip_unsupported)
-            bar.step(reading, 1, 1)
-            report = service.apply_plan(app, plan, dry_run=dry_run, actor=actor,
-                                        apply_untrusted=apply_untrusted, progress=bar.step)
+        with served(actor) as (svc, me), progress.bar(reading, total=1, json=as_json) as bar:
+            report = svc.import_file(
+                me, file, fmt, subject=subject, trusted=trusted, max_bytes=max_bytes,
+                skip_unsupported=skip_unsupported, dry_run=dry_run,
+                apply_untrusted=apply_untrusted, progress=bar.step).model_dump()
         verb = "would create" if dry_run else "created"
         _out(report, as_json, f"{verb}: {_counts(report['created'])}\n"
                               f"skipped: {_counts(report['skipped'])}\n"
@@ -131,7 +131,7 @@ def make_import(open_app: OpenApp) -> Callable[..., None]:
     return import_
 
 
-def make_export(open_app: OpenApp) -> Callable[..., None]:
+def make_export(served: Served) -> Callable[..., None]:
     def export_(
         fmt: FormatOpt,
         out: Annotated[Path, typer.Option("--out", help="File (konshus, persona) or new "
@@ -152,43 +152,29 @@ def make_export(open_app: OpenApp) -> Callable[..., None]:
 
         Example: ledger export --format mem --subject user_9f4e --out user.mem --sign
         """
+        from typing import cast
+
         from ledger import progress
-        from ledger.portability import konshus, mem, persona, service, view
-        from ledger.portability.record import tally
+        from service.models import ExportFormat
 
         fmt = _format(fmt)
-        with open_app() as app, progress.bar("Reading the log", total=1, json=as_json) as bar:
-            v = view.load(app, subject, progress=bar.step)
-            signer = app.signer(actor) if sign or fmt == "mem" else None
-            if fmt == "mem":
-                assert signer is not None
-                stats = mem.export(v, out, include_private=include_private,
-                                   key=mem.signing_key(bytes(signer.signing_key)),
-                                   sign_manifest=sign, progress=bar.step)
-                written = [str(out)]
-            else:
-                module = konshus if fmt == "konshus" else persona
-                doc, stats = module.export(v, include_private=include_private,
-                                           now=clock.now(), progress=bar.step)
-                bar.step(f"Writing {out.name}", 0, 1)
-                written = service.write_document(out, doc, signer if sign else None,
-                                                 PAYLOAD_TYPES[fmt])
-                bar.step(f"Writing {out.name}", 1, 1)
-        stats = {**stats, **tally(v.atoms)}
-        if fmt != "mem":  # only a .mem bundle has a place for portable records (ADR 0017)
-            stats["records_not_carried"] = sum(r.content is not None for r in v.records)
-        report = {"format": fmt, "subject": v.ref, "written": written, "counts": stats}
+        with served(actor) as (svc, me), \
+                progress.bar("Reading the log", total=1, json=as_json) as bar:
+            exported = svc.export_file(me, cast(ExportFormat, fmt), out, subject, sign=sign,
+                                       include_private=include_private, progress=bar.step)
+        stats, written = exported.counts, exported.written
+        report = exported.model_dump()
         _out(report, as_json, "\n".join(written))
         if stats.get("records_not_carried"):
             _verdict(f"warning: {stats['records_not_carried']} portable records (entities, "
                      f"edges, ...) have no place in {fmt} and were not exported; use "
                      "--format mem")
-        _verdict(f"OK: exported subject {v.ref} as {fmt} ({_counts(stats)})")
+        _verdict(f"OK: exported subject {exported.subject} as {fmt} ({_counts(stats)})")
 
     return export_
 
 
-def register(cli: typer.Typer, open_app: OpenApp) -> None:
+def register(cli: typer.Typer, served: Served) -> None:
     """Mount ``import`` and ``export`` on the ``ledger`` command."""
-    cli.command("import")(make_import(open_app))
-    cli.command("export")(make_export(open_app))
+    cli.command("import")(make_import(served))
+    cli.command("export")(make_export(served))

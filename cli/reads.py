@@ -1,19 +1,19 @@
 """Read-side commands, mounted on the ``ledger`` CLI by :func:`register`.
 
-``ledger projections status|rebuild``, ``ledger recall``, ``ledger memory list|inspect``
-and ``ledger state``. Data goes to stdout, verdicts and progress to stderr; every
-command takes ``--json``. Errors are raised as :mod:`ledger.errors` classes and mapped
-to exit codes by the ``ledger`` entry point. The opened application comes from the
-``open_app`` callable given to :func:`register`; recall's rehearsal events are written
-by the ``rehearse`` callable, if one is given (``--no-rehearse`` skips it).
+``ledger projections status|probe|rebuild``, ``ledger recall``, ``ledger memory
+list|inspect`` and ``ledger state``. Data goes to stdout, verdicts and progress to stderr;
+every command takes ``--json``. Errors are raised as :mod:`ledger.errors` classes and
+mapped to exit codes by the ``ledger`` entry point. Each command calls the facade
+(:class:`service.facade.MemoryService`) as the local operator, from the ``served`` opener
+given to :func:`register`; recall records rehearsal events unless ``--no-rehearse``.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -25,23 +25,19 @@ from ledger.clock import parse_instant
 from ledger.errors import EXIT_VERIFY, InputError
 
 if TYPE_CHECKING:  # each command imports what it uses: `ledger --help` stays light
-    from ledger.application import LedgerApp
-    from projections.service import Projections
+    from service.caller import Caller
+    from service.facade import MemoryService
 
-__all__ = ["OpenApp", "Rehearse", "memory_cli", "memory_inspect_command",
-           "memory_list_command", "projections_cli", "recall_command", "register",
-           "state_command"]
+__all__ = ["Served", "memory_cli", "memory_inspect_command", "memory_list_command",
+           "projections_cli", "recall_command", "register", "state_command"]
 
-OpenApp = Callable[[], AbstractContextManager["LedgerApp"]]
-"""Returns a context manager that yields an opened ``LedgerApp`` and closes it."""
-Rehearse = Callable[[Any, list[str], str | None], None]
-"""``rehearse(app, atom_ids, session_id)``: record that these atoms were recalled."""
+Served = Callable[[], AbstractContextManager[tuple["MemoryService", "Caller"]]]
+"""The facade over the home and the local operator (cli/main.py's ``served``)."""
 
 
 @dataclass
 class _Context:
-    open_app: OpenApp | None = None
-    rehearse: Rehearse | None = None
+    served: Served | None = None
 
 
 CONTEXT = _Context()
@@ -54,15 +50,13 @@ memory_cli = typer.Typer(no_args_is_help=True, add_completion=False,
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 
 
-def register(cli: typer.Typer, open_app: OpenApp, rehearse: Rehearse | None = None,
-             memory: typer.Typer | None = None) -> None:
+def register(cli: typer.Typer, served: Served, memory: typer.Typer | None = None) -> None:
     """Mount the read-side commands on ``cli``.
 
     ``memory``: an existing ``memory`` command group to add ``list`` and ``inspect`` to
     (default: this module's :data:`memory_cli`, mounted as ``memory``).
     """
-    CONTEXT.open_app = open_app
-    CONTEXT.rehearse = rehearse
+    CONTEXT.served = served
     cli.add_typer(projections_cli, name="projections")
     if memory is None:
         cli.add_typer(memory_cli, name="memory")
@@ -73,18 +67,10 @@ def register(cli: typer.Typer, open_app: OpenApp, rehearse: Rehearse | None = No
     cli.command("state")(state_command)
 
 
-@contextmanager
-def _projections() -> Iterator[tuple[LedgerApp, Projections]]:
-    if CONTEXT.open_app is None:
+def _served() -> AbstractContextManager[tuple[MemoryService, Caller]]:
+    if CONTEXT.served is None:
         raise RuntimeError("cli.reads.register() was not called")
-    from projections.service import Projections
-
-    with CONTEXT.open_app() as app:
-        proj = Projections(app)
-        try:
-            yield app, proj
-        finally:
-            proj.close()
+    return CONTEXT.served()
 
 
 def _out(data: Any, as_json: bool, text: str | None = None) -> None:
@@ -98,18 +84,6 @@ def _verdict(message: str) -> None:
     sys.stderr.write(message + "\n")
 
 
-def _erased(d: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
-    """The CLI shows erased content as ``[erased]`` (as ``ledger atom show`` does)."""
-    if d.get("content_erased"):
-        from ledger.domain import ERASED
-
-        return {k: (ERASED if k in fields else v) for k, v in d.items()}
-    return d
-
-
-_ATOM_CONTENT = ("text", "gist", "details", "tags")
-
-
 # ---------------------------------------------------------------------- projections
 @projections_cli.command("status")
 def status_command(as_json: JsonOpt = False) -> None:
@@ -117,8 +91,8 @@ def status_command(as_json: JsonOpt = False) -> None:
 
     Example: ledger projections status --json
     """
-    with _projections() as (_app, proj):
-        rows = [s.as_json() for s in proj.status()]
+    with _served() as (svc, me):
+        rows = [s.model_dump() for s in svc.read_models_status(me)]
     text = "\n".join(f"{r['name']:<9} {r['state']:<8} position {r['position']:>9}  "
                      f"lag {r['lag']:>7}  version {r['version']}" for r in rows)
     _out(rows, as_json, text)
@@ -153,15 +127,13 @@ def probe_command(
             raise InputError(f"cannot read {content_file}: {e.strerror}",
                              hint="give a readable UTF-8 text file, or - for stdin") from e
         text = raw.strip() or None
-    with _projections() as (_app, proj):
-        proj.catch_up()
-        results = [r.as_json() for r in proj.probe(item, text)]
-    reached = [r["route"] for r in results if r["reach"] == "reachable"]
+    with _served() as (svc, me):
+        probe = svc.probe_reach(me, item, text)
+    reached = probe.reachable
     lines = [f"{r['route']:<15} {r['reach']:<14} "
              + ", ".join(f"{h['where']} by {h['by']} x{h['count']}" for h in r["hits"])
-             for r in results]
-    _out({"item_id": item, "routes": results, "reachable": reached}, as_json,
-         "\n".join(lines))
+             for r in probe.routes]
+    _out(probe.model_dump(), as_json, "\n".join(lines))
     if reached:
         _verdict(f"REACHABLE: {item} is still reached by {', '.join(reached)}")
         raise typer.Exit(EXIT_VERIFY)
@@ -180,10 +152,10 @@ def rebuild_command(
     """
     from ledger import progress
 
-    with _projections() as (_app, proj), \
+    with _served() as (svc, me), \
             progress.bar("Rebuilding read models", total=1, json=as_json) as bar:
-        report = proj.rebuild(name, bar)
-    data = report.as_json()
+        report = svc.rebuild_read_models(me, name, bar)
+    data = report.report
     rate = report.notifications / report.seconds if report.seconds > 0 else 0.0
     text = "\n".join(f"{n:<9} {m['events']:>9} events  {m['apply_seconds']:.3f}s applying"
                      for n, m in data["models"].items())
@@ -216,19 +188,17 @@ def recall_command(
     Example: ledger recall "where does she work" --subject user_9f4e -k 3
     """
     from ledger import progress
+    from service.models import RecallIn
 
-    with _projections() as (app, proj):
-        behind = proj.runner.head() - min(proj.runner.positions().values(), default=0)
+    with _served() as (svc, me):
+        behind = svc.read_models_behind(me)
         if behind >= CATCH_UP_BAR:  # the first recall after a large import or erasure
             with progress.bar("Catching up read models", total=behind, json=as_json) as bar:
-                proj.catch_up_steps(bar.step)
-        result = proj.recall(query, subject, k)
-        rehearsed = bool(result.atom_ids) and not no_rehearse and CONTEXT.rehearse is not None
-        if rehearsed:
-            assert CONTEXT.rehearse is not None
-            CONTEXT.rehearse(app, result.atom_ids, session)
-    data = [{**item.as_json(), "marker": ", ".join(item.markers), "rehearsed": rehearsed}
-            for item in result.items]
+                svc.catch_up_read_models(me, bar.step)
+        result = svc.recall_memories(me, RecallIn.unchecked(
+            query=query, subject=subject, k=k, session_id=session, rehearse=not no_rehearse))
+    rehearsed = any(item.rehearsed for item in result.items)
+    data = [item.model_dump() for item in result.items]
     _out(data, as_json, result.prompt)
     if result.items:
         _verdict(f"OK: recalled {len(result.items)} of {result.eligible} matching memories"
@@ -252,9 +222,9 @@ def memory_list_command(
 
     Example: ledger memory list --privacy-class guest-pii --min-salience 0.4
     """
-    with _projections() as (_app, proj):
-        rows = [_erased(r, ("text",)) for r in
-                proj.memory_list(subject, privacy_class, min_salience)]
+    with _served() as (svc, me):
+        rows = [r.model_dump() for r in
+                svc.memory_rows(me, subject, privacy_class, min_salience)]
     text = "\n".join(
         f"{r['atom_id']}  {r['status']:<10} {r['salience_now']:.3f} "
         f"{','.join(r['markers']):<12} {r['text']}" for r in rows)
@@ -271,10 +241,8 @@ def memory_inspect_command(
 
     Example: ledger memory inspect atom_001
     """
-    with _projections() as (_app, proj):
-        data = proj.memory_inspect(atom)
-    if data["content_erased"]:
-        data = _erased(data, (*_ATOM_CONTENT, "details_now"))
+    with _served() as (svc, me):
+        data = svc.memory_detail(me, atom)
     lines = [f"{k}: {v}" for k, v in data.items()
              if k not in ("decay", "details_now", "rehearsals", "events")
              and v not in (None, [], {})]
@@ -314,18 +282,8 @@ def state_command(
     """
     t = parse_instant(as_of, "--as-of") if as_of else clock.now()
     v = parse_instant(valid_at, "--valid-at") if valid_at else None
-    with _projections() as (_app, proj):
-        views = ([proj.state_as_of(subject, t, v)] if subject is not None
-                 else proj.state_all(t, v))
-    data = []
-    for view in views:
-        d = view.as_json()
-        d["valid"] = [_erased(a, _ATOM_CONTENT) for a in d["valid"]]
-        d["not_valid"] = [_erased(a, _ATOM_CONTENT) for a in d["not_valid"]]
-        d["artifacts"] = [_erased(a, ("title", "body", "media_url")) for a in d["artifacts"]]
-        if d["subject"] is not None:
-            d["subject"] = _erased(d["subject"], ("display_name",))
-        data.append(d)
+    with _served() as (svc, me):
+        data = svc.state_views(me, subject, t, v)
     lines: list[str] = []
     for d in data:
         ref = d["subject"]["ref"] if d["subject"] else d["subject_id"]

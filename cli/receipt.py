@@ -1,21 +1,32 @@
 """``ledger receipt`` and ``ledger audit-tools verify-receipt`` (docs/adr/0023).
 
-Heavy imports stay inside the commands."""
+Heavy imports stay inside the commands. ``receipt`` calls the facade
+(:class:`service.facade.MemoryService`) as the local operator, from the ``served`` opener
+given to :func:`register`; ``verify-receipt`` needs no ledger home: it checks the file
+alone (governance/receipt.py's ``verify_receipt``)."""
 
 from __future__ import annotations
 
 import json
 import sys
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+if TYPE_CHECKING:
+    from service.caller import Caller
+    from service.facade import MemoryService
+
+Served = Callable[..., AbstractContextManager[tuple["MemoryService", "Caller"]]]
+"""cli/main.py's ``served(operator=KEY)``: the facade over the home and the local operator
+whose operator acts ``KEY`` signs."""
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 
 
-def register(cli: typer.Typer, opened: Callable[[], Any], audit_cli: typer.Typer) -> None:
+def register(cli: typer.Typer, served: Served, audit_cli: typer.Typer) -> None:
     @cli.command("receipt")
     def receipt_command(
         request: Annotated[str, typer.Argument(help="The erasure request id (from "
@@ -33,18 +44,18 @@ def register(cli: typer.Typer, opened: Callable[[], Any], audit_cli: typer.Typer
 
         Example: ledger receipt 3f2a... --out receipt.json --html receipt.html
         """
-        from governance.receipt import build_receipt, render_html
         from ledger.errors import InputError
 
         for path in (out, html_out):
             if path is not None and path.exists():
                 raise InputError(f"{path} already exists", hint="choose a new file name")
-        with opened() as app:
-            data = build_receipt(app, request, operator=signer)
+        with served(operator=signer) as (svc, me):
+            receipt = svc.erasure_receipt(me, request, html=html_out is not None)
+        data = receipt.content
         try:
             out.write_bytes(data)
-            if html_out is not None:
-                html_out.write_text(render_html(data), encoding="utf-8")
+            if html_out is not None and receipt.html is not None:
+                html_out.write_text(receipt.html, encoding="utf-8")
         except OSError as e:
             out.unlink(missing_ok=True)
             raise InputError(f"cannot write the receipt: {e}") from e

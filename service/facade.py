@@ -50,10 +50,12 @@ from service.models import (
     Corrected,
     ErasureOutcome,
     ErasurePlanOut,
+    ErasureReceipt,
     ErasureRequestIn,
     EventIds,
     ExportFormat,
     ExportOut,
+    ExportWritten,
     FlagOut,
     HistoryEntry,
     ImportIn,
@@ -64,7 +66,11 @@ from service.models import (
     LogVkey,
     MemoryRow,
     PackOut,
+    PolicyCheck,
     PolicyRecorded,
+    ReachProbe,
+    ReadModelsRebuilt,
+    ReadModelStatus,
     RecallIn,
     RecallItemOut,
     RecallOut,
@@ -75,6 +81,7 @@ from service.models import (
     SourcedAtomAdded,
     SubjectIn,
     SubjectOut,
+    SweepReport,
     VerificationOut,
     WitnessForgotten,
     WitnessUsed,
@@ -926,6 +933,208 @@ class MemoryService:
     # ---------------------------------------------------------- the CLI's read models, sweeps
     # and receipts (projections status/probe/rebuild, memory list/inspect, state, import/export
     # as files, sweep, requests list, policy check, receipt)
+    def read_models_status(self, caller: Caller) -> list[ReadModelStatus]:
+        """Position, head and lag of every read model (`ledger projections status`)."""
+        self._require(caller, "operator", "auditor")
+        return [ReadModelStatus(**s.as_json()) for s in self.proj.status()]
+
+    def probe_reach(self, caller: Caller, item: str, text: str | None = None) -> ReachProbe:
+        """Every route's reach of one item id, caught up first: rows keyed by the id and,
+        with ``text``, stored values holding it and near-duplicate vectors."""
+        self._require(caller, "operator", "auditor")
+        if not caller.unrestricted:
+            raise Forbidden("a credential scoped to subjects or a tenant may not probe items "
+                            "by id", hint="use an unrestricted operator or auditor credential")
+        self.proj.catch_up()
+        routes = [r.as_json() for r in self.proj.probe(item, text)]
+        return ReachProbe(item_id=item, routes=routes,
+                          reachable=[r["route"] for r in routes if r["reach"] == "reachable"])
+
+    def rebuild_read_models(self, caller: Caller, name: str | None = None,
+                            progress: Callable[[int, int], None] | None = None
+                            ) -> ReadModelsRebuilt:
+        """Drop read models (``name``, default all) and replay the whole log into them;
+        ``progress(done, total)`` hears the events applied."""
+        self._require_ledger_operator(caller)
+        report = self.proj.rebuild(name, progress)
+        return ReadModelsRebuilt(report=report.as_json(), head=report.head,
+                                 notifications=report.notifications, seconds=report.seconds)
+
+    def read_models_behind(self, caller: Caller) -> int:
+        """Events the slowest read model is behind the log (0: all current)."""
+        runner = self.proj.runner
+        return runner.head() - min(runner.positions().values(), default=0)
+
+    def catch_up_read_models(self, caller: Caller,
+                             progress: Callable[[str, int, int], None] | None = None) -> None:
+        """Apply the events the read models are behind (a recall does it too; this one
+        tells ``progress`` the events applied)."""
+        self.proj.catch_up_steps(progress)
+
+    def recall_memories(self, caller: Caller, data: RecallIn) -> RecallOut:
+        """:meth:`recall` as `ledger recall` runs it: for the local caller the read models
+        check the query and look the subject up, in their words and order (ADR 0040)."""
+        if not caller.is_local:
+            return self.recall(caller, data)
+        result = self.proj.recall(data.query, data.subject, data.k)
+        rehearsed = bool(result.atom_ids) and data.rehearse
+        if rehearsed:
+            self.app.rehearse_atoms(result.atom_ids, data.session_id)
+        items = [RecallItemOut(**{**item.as_json(), "marker": ", ".join(item.markers),
+                                  "rehearsed": rehearsed}) for item in result.items]
+        return RecallOut(prompt=result.prompt, items=items, eligible=result.eligible,
+                         pool=result.pool)
+
+    def memory_rows(self, caller: Caller, subject: str | None = None,
+                    privacy_class: str | None = None, min_salience: float | None = None
+                    ) -> list[MemoryRow]:
+        """:meth:`list_memories` as `ledger memory list` runs it: for the local caller the
+        read models check the filters, then look the subject up (ADR 0040)."""
+        if not caller.is_local:
+            return self.list_memories(caller, subject, privacy_class, min_salience)
+        erased = _erased_marker()
+        return [MemoryRow(**{**r, "text": erased if r["content_erased"] else r["text"]})
+                for r in self.proj.memory_list(subject, privacy_class, min_salience)]
+
+    def memory_detail(self, caller: Caller, atom: str) -> dict[str, Any]:
+        """:meth:`inspect_memory` as `ledger memory inspect` runs it: for the local caller
+        the read models look the atom up (ADR 0040). Erased content reads ``ERASED``."""
+        if not caller.is_local:
+            return self.inspect_memory(caller, atom)
+        data = self.proj.memory_inspect(atom)
+        return self._masked(data, (*ATOM_CONTENT, "details_now"))
+
+    def state_views(self, caller: Caller, subject: str | None, as_of: datetime,
+                    valid_at: datetime | None = None) -> list[dict[str, Any]]:
+        """What the ledger knew at ``as_of`` and which facts it held valid at ``valid_at``
+        (default ``as_of``): of one subject, or of every subject registered by then (in
+        the caller's scope); erased content reads ``ERASED`` in every view."""
+        if subject is None:
+            views = [v for v in self.proj.state_all(as_of, valid_at)
+                     if caller.unrestricted or self._visible(caller, v.subject_id) is not None]
+        else:
+            sid = subject if caller.is_local else self.subject_id(caller, subject)
+            views = [self.proj.state_as_of(sid, as_of, valid_at)]
+        out = []
+        for view in views:
+            d = view.as_json()
+            d["valid"] = [self._masked(a, ATOM_CONTENT) for a in d["valid"]]
+            d["not_valid"] = [self._masked(a, ATOM_CONTENT) for a in d["not_valid"]]
+            d["artifacts"] = [self._masked(a, ("title", "body", "media_url"))
+                              for a in d["artifacts"]]
+            if d["subject"] is not None:
+                d["subject"] = self._masked(d["subject"], ("display_name",))
+            out.append(d)
+        return out
+
+    @staticmethod
+    def _masked(row: dict[str, Any], fields: Sequence[str]) -> dict[str, Any]:
+        """``row`` with ``fields`` reading ``ERASED`` when its content was erased."""
+        if not row.get("content_erased"):
+            return row
+        erased = _erased_marker()
+        return {k: (erased if k in fields else v) for k, v in row.items()}
+
+    def _local_files(self, caller: Caller) -> None:
+        if not caller.is_local:
+            raise Forbidden("only the local operator reads and writes files of this machine",
+                            hint="send or fetch the document itself (/v1/import, /v1/export)")
+
+    def import_file(self, caller: Caller, path: Path, fmt: str, *, subject: str | None = None,
+                    trusted: Sequence[bytes] = (), max_bytes: int | None = None,
+                    skip_unsupported: bool = False, dry_run: bool = False,
+                    apply_untrusted: bool = False,
+                    progress: Callable[[str, int, int], None] | None = None) -> ImportReport:
+        """`ledger import`: a file or `.mem` bundle of this machine checked completely,
+        then written all or nothing, signed with the caller's writer key; ``trusted``:
+        keys whose tombstone and manifest signatures are trusted."""
+        self._require(caller, "assistant", "operator")
+        self._local_files(caller)
+        from ledger.portability import service
+        from ledger.progress import report
+
+        reading = f"Reading and checking {path.name}"
+        report(progress, reading, 0, 1)
+        plan = service.plan_file(self.app, path, fmt, subject=subject, trusted=trusted,
+                                 max_bytes=max_bytes, skip_unsupported=skip_unsupported)
+        report(progress, reading, 1, 1)
+        return ImportReport(**service.apply_plan(
+            self.app, plan, dry_run=dry_run, actor=caller.writer_key,
+            apply_untrusted=apply_untrusted, progress=progress))
+
+    def export_file(self, caller: Caller, fmt: ExportFormat, out: Path,
+                    subject: str | None = None, *, sign: bool = False,
+                    include_private: bool = False,
+                    progress: Callable[[str, int, int], None] | None = None
+                    ) -> ExportWritten:
+        """`ledger export`: one subject's memory (default: the ledger's only subject)
+        written to ``out``, a new file or `.mem` bundle directory; ``sign``: signed with
+        the caller's writer key (manifest.sig, or a DSSE envelope beside the file)."""
+        self._require(caller, "assistant", "operator", "auditor")
+        self._local_files(caller)
+        from ledger.portability import konshus, mem, persona, service, view
+        from ledger.portability.record import tally
+
+        v = view.load(self.app, subject, progress=progress)
+        signer = self.app.signer(caller.writer_key) if sign or fmt == "mem" else None
+        if fmt == "mem":
+            assert signer is not None
+            stats = mem.export(v, out, include_private=include_private,
+                               key=mem.signing_key(bytes(signer.signing_key)),
+                               sign_manifest=sign, progress=progress)
+            written = [str(out)]
+        else:
+            from ledger.progress import report
+
+            module = konshus if fmt == "konshus" else persona
+            doc, stats = module.export(v, include_private=include_private, now=clock.now(),
+                                       progress=progress)
+            report(progress, f"Writing {out.name}", 0, 1)
+            payload_type = f"application/vnd.memory-ledger.{fmt}-export.v1+json"
+            written = service.write_document(out, doc, signer if sign else None, payload_type)
+            report(progress, f"Writing {out.name}", 1, 1)
+        stats = {**stats, **tally(v.atoms)}
+        if fmt != "mem":  # only a .mem bundle has a place for portable records (ADR 0017)
+            stats["records_not_carried"] = sum(r.content is not None for r in v.records)
+        return ExportWritten(format=fmt, subject=v.ref, written=written, counts=stats)
+
+    def sweep(self, caller: Caller, dry_run: bool = False,
+              progress: Callable[[str, int, int], None] | None = None) -> SweepReport:
+        """Apply the policy's retention and decay rules: archive or erase what is due,
+        signed with the caller's operator key (``dry_run``: only say what is due)."""
+        self._require_ledger_operator(caller)
+        from governance.sweep import sweep
+
+        key = "operator" if caller.signing_key is None else caller.signing_key  # as given
+        with self._acting(caller):
+            return SweepReport(**sweep(self.app, self.proj, operator=key, dry_run=dry_run,
+                                       progress=progress))
+
+    def check_policy(self, caller: Caller) -> PolicyCheck:
+        """Stored memories against the policy in force (Persona Schema §8): warnings with
+        the ids to fix; reference integrity only when no policy is in force."""
+        self._require(caller, "operator", "auditor")
+        if not caller.unrestricted:
+            raise Forbidden("a credential scoped to subjects or a tenant may not check the "
+                            "whole ledger", hint="use an unrestricted credential")
+        from governance.policy_check import check_policy
+
+        return PolicyCheck(**check_policy(self.app, self.proj))
+
+    def erasure_receipt(self, caller: Caller, request: str, html: bool = False
+                        ) -> ErasureReceipt:
+        """The signed receipt of a completed erasure request for the data subject, signed
+        with the caller's operator key (no memory content), and its HTML page if asked."""
+        self._require(caller, "operator")
+        from governance.receipt import build_receipt, render_html
+
+        if not caller.is_local:  # the local caller gets the receipt's own words
+            request = str(self._request(caller, request).id)
+        key = "operator" if caller.signing_key is None else caller.signing_key  # as given
+        with self._acting(caller):
+            data = build_receipt(self.app, request, operator=key)
+        return ErasureReceipt(request_id=request, content=data,
+                              html=render_html(data) if html else None)
 
 
 # ---------------------------------------------------------------------- helpers

@@ -430,3 +430,78 @@ class Problem(_Out):
     status: int
     detail: str
     hint: str | None = None
+
+
+# ----------------------------------------------------------------------------- the CLI's reads
+# (read models, sweeps and receipts: `ledger projections ...`, `sweep`, `policy check`,
+# `receipt`, `import`/`export` of files)
+class ReadModelStatus(_Out):
+    """One read model against the log (`ledger projections status`)."""
+
+    name: str
+    version: str
+    position: int
+    head: int
+    lag: int
+    events: int
+    compact_pending: bool
+    updated_at: str | None
+    state: str = Field(description="current, behind, or stale (its version changed: "
+                                   "rebuild it).")
+
+
+class ReachProbe(_Out):
+    """Every route's reach of one item (`ledger projections probe`)."""
+
+    item_id: str
+    routes: list[dict[str, Any]] = Field(description="Per route: what it checked and the "
+                                                     "hits that still reach the item.")
+    reachable: list[str] = Field(description="The routes that still reach it.")
+
+
+class ReadModelsRebuilt(_Out):
+    """A rebuild of read models from the whole log (`ledger projections rebuild`)."""
+
+    report: dict[str, Any] = Field(description="Per model: events applied and time taken.")
+    head: int
+    notifications: int
+    seconds: float
+
+
+class ExportWritten(_Out):
+    """An export written to files (`ledger export`)."""
+
+    format: ExportFormat
+    subject: str
+    written: list[str]
+    counts: dict[str, Any]
+
+
+class SweepReport(_Out):
+    """What a sweep of the policy's retention and decay rules found due and did."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    status: Literal["no-policy", "nothing-due", "planned", "swept"]
+    now: str
+    dry_run: bool
+    due: list[dict[str, Any]]
+    archived: dict[str, Any]
+    erased: dict[str, Any]
+    tombstone_records_dropped: dict[str, Any]
+
+
+class PolicyCheck(_Out):
+    """Stored memories checked against the policy (Persona Schema §8)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    policy_in_force: bool
+    warnings: list[dict[str, Any]]
+
+
+class ErasureReceipt(_Out):
+    """The signed erasure receipt of a completed request (ADR 0023), and its one-page
+    HTML for the person when asked."""
+
+    request_id: str
+    content: bytes
+    html: str | None = None

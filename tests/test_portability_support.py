@@ -15,7 +15,7 @@ import pytest
 import rfc8785
 import structlog
 
-from cli.main import cli, opened
+from cli.main import cli, served
 from cli.portability import register
 from ledger.application import LedgerApp
 from ledger.home import Config
@@ -25,7 +25,7 @@ from ledger.portability.membundle import verify_bundle
 from .test_schemas import KONSHUS_EXAMPLE, PERSONA_ATOM
 
 if not any(c.name == "import" for c in cli.registered_commands):
-    register(cli, opened)
+    register(cli, served)
 
 __all__ = ["KONSHUS_EXAMPLE", "PERSONA_ATOM", "logs_on_stderr"]
 

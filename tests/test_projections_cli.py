@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 import typer
@@ -17,7 +16,9 @@ import ledger.logs
 from cli.reads import register
 from ledger.application import LedgerApp
 from ledger.errors import LedgerError
-from ledger.home import Config
+from service.caller import Caller, local_operator
+from service.facade import MemoryService
+from service.root import opened_service
 
 from .conftest import CliResult
 from .test_projections_contract import T0, Clock
@@ -38,8 +39,7 @@ def _restore_the_ledger_cli_opener(monkeypatch: pytest.MonkeyPatch) -> None:
     opens this test's (deleted) home and answers "no subject"."""
     import cli.reads
 
-    monkeypatch.setattr(cli.reads.CONTEXT, "open_app", cli.reads.CONTEXT.open_app)
-    monkeypatch.setattr(cli.reads.CONTEXT, "rehearse", cli.reads.CONTEXT.rehearse)
+    monkeypatch.setattr(cli.reads.CONTEXT, "served", cli.reads.CONTEXT.served)
 
 
 def make_cli(home: Path) -> typer.Typer:
@@ -47,18 +47,11 @@ def make_cli(home: Path) -> typer.Typer:
                       pretty_exceptions_enable=False)
 
     @contextmanager
-    def open_app() -> Iterator[LedgerApp]:
-        app = LedgerApp(Config.load(home))
-        try:
-            yield app
-        finally:
-            app.close()
+    def served() -> Iterator[tuple[MemoryService, Caller]]:
+        with opened_service(home, lazy=True) as svc:  # as cli/main.py's served()
+            yield svc, local_operator()
 
-    def rehearse(app: Any, atom_ids: list[str], session: str | None) -> None:
-        for atom_id in atom_ids:
-            app.rehearse_atom(atom_id, session, "recalled")
-
-    register(cli, open_app, rehearse)
+    register(cli, served)
     return cli
 
 
