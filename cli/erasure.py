@@ -3,7 +3,10 @@
 ``ledger redact|unredact|delete``, ``ledger artifact delete``, ``ledger redact-user``,
 ``ledger review list|resolve``, ``ledger evidence-pack``, ``ledger verify-pack``.
 Data on stdout, verdicts on stderr, ``--json`` everywhere; errors are ledger.errors
-classes, mapped to exit codes by the ``ledger`` entry point.
+classes, mapped to exit codes by the ``ledger`` entry point. The commands call the facade
+(``service.facade.MemoryService``) as the local operator, through the ``served`` opener
+cli/main.py registers; ``verify-pack`` needs no ledger home (governance/pack.py's
+offline verifier).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 import typer
 
@@ -23,6 +26,8 @@ from ledger.text import event_lines, plural
 if TYPE_CHECKING:  # each command imports what it uses: `ledger --help` stays light
     from ledger.application import LedgerApp
     from projections.service import Projections
+    from service.caller import Caller
+    from service.facade import MemoryService
 
 OpenApp = Callable[[], AbstractContextManager["LedgerApp"]]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
@@ -30,12 +35,21 @@ ReasonOpt = Annotated[str, typer.Option(help="Why (recorded in the signed events
 OperatorOpt = Annotated[str, typer.Option(
     "--operator", "--as", help="Operator key that signs (default: operator).")]
 
+
+class Served(Protocol):
+    """cli/main.py's ``served``: the facade over the home and the local operator, its
+    operator acts signed by ``operator``."""
+
+    def __call__(self, writer: str | None = None, operator: str = "operator"
+                 ) -> AbstractContextManager[tuple[MemoryService, Caller]]: ...
+
+
 review_cli = typer.Typer(no_args_is_help=True, help="Memories flagged for review.")
-_open: list[OpenApp] = []
+_served: list[Served] = []
 
 
-def register(cli: typer.Typer, open_app: OpenApp, artifact_cli: typer.Typer) -> None:
-    _open[:] = [open_app]
+def register(cli: typer.Typer, served: Served, artifact_cli: typer.Typer) -> None:
+    _served[:] = [served]
     cli.command("redact")(redact_command)
     cli.command("unredact")(unredact_command)
     cli.command("delete")(delete_command)
@@ -46,9 +60,13 @@ def register(cli: typer.Typer, open_app: OpenApp, artifact_cli: typer.Typer) -> 
     artifact_cli.command("delete")(artifact_delete_command)
 
 
+def _serve(operator: str = "operator") -> AbstractContextManager[tuple[MemoryService, Caller]]:
+    return _served[0](operator=operator)
+
+
 @contextmanager
 def open_session(open_app: OpenApp) -> Iterator[tuple[LedgerApp, Projections]]:
-    """The ledger and its read models, closed together (every governance command)."""
+    """The ledger and its read models, closed together (cli/policy.py's commands)."""
     from projections.service import Projections
 
     with open_app() as app:
@@ -57,10 +75,6 @@ def open_session(open_app: OpenApp) -> Iterator[tuple[LedgerApp, Projections]]:
             yield app, proj
         finally:
             proj.close()
-
-
-def _session() -> AbstractContextManager[tuple[LedgerApp, Projections]]:
-    return open_session(_open[0])
 
 
 def _out(data: Any, as_json: bool, text: str | None = None) -> None:
@@ -83,42 +97,30 @@ def redact_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Redact one atom.  Example: ledger redact atom_001 --mode hard --reason "user request\""""
-    from governance.erasure import Targets, hard_erase
-
-    with _session() as (app, proj):
-        aid = app.resolve("atom", atom)
-        if mode in ("soft", "archive"):
-            event = app.redact(aid, mode, reason, actor=operator)
-            data: dict[str, Any] = {"atom_id": str(aid), "mode": mode, "event_ids": [event]}
-        elif mode == "hard":
-            data = hard_erase(app, proj, Targets(atoms=[str(aid)]), mode="hard",
-                              reason=reason, operator=operator)
-        else:
-            raise InputError(f"unknown mode {mode!r}", hint="use soft, archive or hard")
+    with _serve(operator) as (svc, me):
+        done = svc.redact(me, atom, mode, reason)
+    data = done.report
     _out(data, as_json, "\n".join(event_lines(data["event_ids"])))
-    _verdict(f"OK: atom {aid} {mode}-redacted")
+    _verdict(f"OK: atom {done.atom_id} {mode}-redacted")
 
 
 def unredact_command(atom: str, reason: ReasonOpt, operator: OperatorOpt = "operator",
                      as_json: JsonOpt = False) -> None:
     """Undo a soft redaction.  Example: ledger unredact atom_001 --reason "mistake\""""
-    with _open[0]() as app:
-        event = app.unredact(app.resolve("atom", atom), reason, actor=operator)
-    _out({"atom_id": atom, "event_ids": [event]}, as_json, event)
+    with _serve(operator) as (svc, me):
+        data = svc.unredact(me, atom, reason).report
+    _out(data, as_json, data["event_ids"][0])
     _verdict("OK: visible again")
 
 
 def delete_command(atom: str, reason: ReasonOpt, operator: OperatorOpt = "operator",
                    as_json: JsonOpt = False) -> None:
     """Delete an atom (same mechanics as hard redaction).  Example: ledger delete atom_001"""
-    from governance.erasure import Targets, hard_erase
-
-    with _session() as (app, proj):
-        aid = app.resolve("atom", atom)
-        data = hard_erase(app, proj, Targets(atoms=[str(aid)]), mode="delete", reason=reason,
-                          operator=operator)
+    with _serve(operator) as (svc, me):
+        done = svc.erase_atom(me, atom, reason)
+    data = done.report
     _out(data, as_json, "\n".join(event_lines(data["event_ids"])))
-    _verdict(f"OK: atom {aid} deleted; batch {data['batch_id']}")
+    _verdict(f"OK: atom {done.atom_id} deleted; batch {data['batch_id']}")
 
 
 def artifact_delete_command(
@@ -131,11 +133,8 @@ def artifact_delete_command(
 
     Example: ledger artifact delete art_101 --reason "user removed the chat"
     """
-    from governance.erasure import delete_artifact
-
-    with _session() as (app, proj):
-        data = delete_artifact(app, proj, artifact, reason=reason, operator=operator,
-                               flag_unsourced=flag_unsourced)
+    with _serve(operator) as (svc, me):
+        data = svc.erase_artifact(me, artifact, reason, flag_unsourced=flag_unsourced).report
     c = data["cascade"]
     _out(data, as_json, "\n".join(event_lines(data["event_ids"])))
     _verdict(f"OK: artifact deleted; {plural(len(c['deleted_atoms']), 'atoms')} deleted, "
@@ -178,27 +177,23 @@ def redact_user_command(
     Example: ledger redact-user user_9f4e --reason "GDPR Art. 17" --operator operator \\
     --identifier "jane@example.org" --dry-run
     """
-    from governance.erasure import redact_user
-    from governance.requests import sla_hours
     from ledger import progress
 
-    with _session() as (app, proj):
-        ack_hours, completion_hours = sla_hours(app.policy())  # Persona §7 SLA in force
+    with _serve(operator) as (svc, me):
         common: dict[str, Any] = dict(
-            reason=reason or "", operator=operator, identifiers=identifier or [],
-            sessions=session or [], legal_basis=legal_basis, ack_hours=ack_hours,
-            completion_hours=completion_hours)
+            reason=reason or "", identifiers=identifier or [], sessions=session or [],
+            legal_basis=legal_basis)
         if not dry_run and not resume and plan is None and not yes and sys.stdin.isatty():
             with progress.bar("Planning", total=1, json=as_json) as bar:
-                preview = redact_user(app, proj, subject, dry_run=True, progress=bar.step,
-                                      **common)
+                preview = svc.redact_user(me, subject, dry_run=True, progress=bar.step,
+                                          **common).report
             sys.stderr.write(_plan_text(preview) + "\n")
             if not typer.confirm("erase these memories for good?", err=True):
                 raise InputError("not confirmed; nothing was written")
             plan = preview["plan_digest"]
         with progress.bar("Erasing", total=1, json=as_json) as bar:
-            data = redact_user(app, proj, subject, dry_run=dry_run, expect_plan=plan,
-                               resume=resume, progress=bar.step, **common)
+            data = svc.redact_user(me, subject, dry_run=dry_run, expect_plan=plan,
+                                   resume=resume, progress=bar.step, **common).report
     for warning in data.get("warnings", []):
         _verdict(f"warning: {warning}")
     t = data["targets"]
@@ -269,10 +264,8 @@ def review_list(as_json: JsonOpt = False) -> None:
 
     Example: ledger review list --json
     """
-    with _open[0]() as app:
-        from governance.review import open_flags
-
-        rows = open_flags(app)
+    with _serve() as (svc, me):
+        rows = [f.model_dump(exclude={"subject_id"}) for f in svc.list_flags(me)]
     _out(rows, as_json, "\n".join(f"{r['atom_id']}  {r['flag']}  {r['reason']}" for r in rows))
 
 
@@ -289,31 +282,11 @@ def review_resolve(
 
     Example: ledger review resolve 3f2a... --action reanonymise --text "A guest liked it"
     """
-    from governance.erasure import Targets, hard_erase
-
-    with _session() as (app, proj):
-        aid = app.resolve("atom", atom)
-        if action == "reanonymise":
-            if not text:
-                raise InputError("--action reanonymise needs --text with the new wording")
-            # A correction is a memory event (writer role, ADR 0012): signed by the
-            # ledger's writer key; the operator signs the flag's resolution.
-            new = app.correct_atom(str(aid), {"text": text, "reason": "re-anonymised"})
-            ids = [app.resolve_flag(aid, flag, "re-anonymised", actor=operator)]
-            data: dict[str, Any] = {"atom_id": str(aid), "new_atom_id": str(new),
-                                    "event_ids": ids}
-        elif action == "redact":
-            data = hard_erase(app, proj, Targets(atoms=[str(aid)]), mode="hard",
-                              reason="review: redacted", operator=operator)
-            data["event_ids"].append(app.resolve_flag(aid, flag, "redacted", actor=operator))
-        elif action == "dismiss":
-            data = {"atom_id": str(aid),
-                    "event_ids": [app.resolve_flag(aid, flag, "dismissed", actor=operator)]}
-        else:
-            raise InputError(f"unknown action {action!r}",
-                             hint="use reanonymise, redact or dismiss")
+    with _serve(operator) as (svc, me):  # the correction is signed by the writer key
+        done = svc.resolve_review(me, atom, action, flag=flag, text=text)
+    data = done.report
     _out(data, as_json, "\n".join(event_lines(data["event_ids"])))
-    _verdict(f"OK: {flag} on {aid} resolved ({action})")
+    _verdict(f"OK: {flag} on {done.atom_id} resolved ({action})")
 
 
 def evidence_pack_command(
@@ -331,17 +304,15 @@ def evidence_pack_command(
     """
     from uuid import UUID
 
-    from governance.pack import build_pack, countersign
     from ledger import progress
 
-    with _open[0]() as app:
-        key = app.signer(signer)
-        _check_pack_signer(app, key, signer)
+    with _serve(signer) as (svc, me):
+        svc.pack_signer(me)  # refused before anything else: a key verify-pack would refuse
         if target == "sign":
             if folder is None:
                 raise InputError("usage: ledger evidence-pack sign DIR --as KEY")
-            countersign(folder, key)
-            _out({"pack": str(folder), "signed_by": signer}, as_json, str(folder))
+            signed = svc.countersign_pack(me, folder)
+            _out(signed.model_dump(), as_json, signed.pack)
             _verdict(f"OK: {folder} countersigned by {signer}")
             return
         if out is None:
@@ -351,30 +322,9 @@ def evidence_pack_command(
         except ValueError:
             raise InputError(f"{target!r} is not a batch id") from None
         with progress.bar("Building the pack", total=1, json=as_json) as bar:
-            path = build_pack(app, target, out, make_zip=make_zip, operator=signer,
-                              progress=bar.step)
-    files = sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file())
-    _out({"pack": str(path), "files": files,
-          "zip": str(path.with_suffix(".zip")) if make_zip else None}, as_json, str(path))
-    _verdict(f"OK: evidence pack written to {path}")
-
-
-def _check_pack_signer(app: LedgerApp, key: Any, name: str) -> None:
-    """Refuse, before anything is written, a key that verify-pack would not accept as a
-    pack's signer: one holding neither the operator nor the auditor role now."""
-    from keys.errors import KeyNotAuthorized
-    from ledger import clock
-
-    state, at = app.roster().state, clock.now()
-    for role in ("operator", "auditor"):
-        try:
-            state.check(key.kid, role, at)
-            return
-        except KeyNotAuthorized:
-            continue
-    raise InputError(f"{name} ({key.kid}) holds neither the operator nor the auditor role; "
-                     "an Evidence Pack signed by it would not verify",
-                     hint="sign with an operator or auditor key: --as operator")
+            written = svc.write_pack(me, target, out, make_zip=make_zip, progress=bar.step)
+    _out(written.model_dump(), as_json, written.pack)
+    _verdict(f"OK: evidence pack written to {written.pack}")
 
 
 def verify_pack_command(

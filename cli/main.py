@@ -738,7 +738,7 @@ def audit_verify_consistency(
 
 # ---------------------------------------------------------------------- read side, governance
 register_projections(cli, served)
-register_governance(cli, opened, artifact_cli)
+register_governance(cli, served, artifact_cli)
 register_policy(cli, served, policy_cli, opened)
 def _audit_report(from_: str | None, to: str | None, *, subject: str | None, verify: str,
                   now: datetime, progress: Steps) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Commands that finish what an interrupted process left (ADR 0019), mounted on the
 ``ledger`` CLI by :func:`register`: ``ledger requests resume REQUEST`` (an erasure request
 stopped at any step) and ``ledger repair`` (data keys stored for events that were never
-committed). Heavy imports stay inside the command functions.
+committed). Heavy imports stay inside the command functions; the commands call the facade
+as the local operator (cli/main.py's ``served``).
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ import typer
 if TYPE_CHECKING:
     from cli.erasure import OpenApp
 
-_open: list[OpenApp] = []
 
-
-def register(cli: typer.Typer, requests_cli: typer.Typer, open_app: OpenApp) -> None:
-    _open[:] = [open_app]
+def register(cli: typer.Typer, requests_cli: typer.Typer, open_app: OpenApp | None = None
+             ) -> None:
+    """``open_app``: unused (the commands open the facade through cli.main.served); kept
+    while cli/policy.py passes its opener."""
     requests_cli.command("resume")(requests_resume)
     cli.command("repair")(repair_command)
 
@@ -34,11 +35,11 @@ def requests_resume(
 
     Example: ledger requests resume 6093ed56-8cc6-49d9-8f18-e99daa44fcd2
     """
-    from cli.erasure import _out, _verdict, open_session
-    from governance.erasure import resume_request
+    from cli.erasure import _out, _verdict
+    from cli.main import served
 
-    with open_session(_open[0]) as (app, proj):
-        data = resume_request(app, proj, request, operator)
+    with served(operator=operator) as (svc, me):
+        data = svc.resume_request(me, request).report
     _out(data, as_json, "\n".join([f"request {data['request_id']}",
                                    f"batch {data.get('batch_id')}",
                                    *data.get("event_ids", [])]))
@@ -62,9 +63,10 @@ def repair_command(
     Example: ledger repair --dry-run
     """
     from cli.erasure import _out, _verdict
+    from cli.main import served
 
-    with _open[0]() as app:
-        data = app.repair(dry_run=dry_run)
+    with served() as (svc, me):
+        data = svc.repair(me, dry_run=dry_run).model_dump()
     _out(data, as_json, "\n".join(data["orphan_keys"]))
     n = len(data["orphan_keys"])
     if not n:

@@ -51,6 +51,7 @@ from service.models import (
     ErasureOutcome,
     ErasurePlanOut,
     ErasureReceipt,
+    ErasureReport,
     ErasureRequestIn,
     EventIds,
     ExportFormat,
@@ -65,7 +66,9 @@ from service.models import (
     KeyRotated,
     LogVkey,
     MemoryRow,
+    PackCountersigned,
     PackOut,
+    PackWritten,
     PolicyCheck,
     PolicyRecorded,
     ReachProbe,
@@ -76,6 +79,7 @@ from service.models import (
     RecallOut,
     RedactIn,
     Rehearsed,
+    RepairReport,
     RequestStatus,
     RosterEntry,
     SourcedAtomAdded,
@@ -88,6 +92,7 @@ from service.models import (
 )
 
 if TYPE_CHECKING:
+    from keys.signing import Signer
     from ledger.application import LedgerApp
     from ledger.domain import Artifact, Atom
     from ledger.verification import LedgerVerdict
@@ -683,6 +688,187 @@ class MemoryService:
     # ---------------------------------------------------------- the CLI's erasure commands
     # (redact, unredact, delete, artifact delete, redact-user, review resolve, evidence-pack
     # sign, requests resume, repair)
+    # They take the CLI's inputs as given and return what governance reported, whole
+    # (ErasureReport): for the local caller the application's lookups, checks and words,
+    # in its order (ADR 0040). redact_atom, delete_atom, delete_artifact, execute_request
+    # and build_pack are the API's (a reason required, tombstone ids, a pack as a zip).
+    def _operator_key(self, caller: Caller) -> str:
+        """The key that signs the caller's operator acts, as given (the CLI's --operator)."""
+        return "operator" if caller.signing_key is None else caller.signing_key
+
+    def _atom_id(self, caller: Caller, atom: str) -> UUID:
+        if caller.is_local:
+            return self.app.resolve("atom", atom)  # the application's words
+        return self._atom(caller, atom).id
+
+    def redact(self, caller: Caller, atom: str, mode: str, reason: str) -> ErasureReport:
+        """`ledger redact`: soft (hidden, reversible), archive (kept for audit) or hard
+        (destroyed everywhere: a batch, its events and reach record)."""
+        self._require(caller, "operator")
+        from governance.erasure import Targets, hard_erase
+
+        aid = self._atom_id(caller, atom)
+        key = self._operator_key(caller)
+        with self._acting(caller):
+            if mode in ("soft", "archive"):
+                event = self.app.redact(aid, mode, reason, actor=key)
+                data: dict[str, Any] = {"atom_id": str(aid), "mode": mode, "event_ids": [event]}
+            elif mode == "hard":
+                data = hard_erase(self.app, self.proj, Targets(atoms=[str(aid)]), mode="hard",
+                                  reason=reason, operator=key)
+            else:
+                raise InputError(f"unknown mode {mode!r}", hint="use soft, archive or hard")
+        return ErasureReport(report=data, atom_id=str(aid))
+
+    def unredact(self, caller: Caller, atom: str, reason: str) -> ErasureReport:
+        """`ledger unredact`: undo a soft redaction (the report names the atom as given)."""
+        self._require(caller, "operator")
+        aid = self._atom_id(caller, atom)
+        with self._acting(caller):
+            event = self.app.unredact(aid, reason, actor=self._operator_key(caller))
+        return ErasureReport(report={"atom_id": atom, "event_ids": [event]}, atom_id=str(aid))
+
+    def erase_atom(self, caller: Caller, atom: str, reason: str) -> ErasureReport:
+        """`ledger delete`: the atom deleted for good (the mechanics of hard redaction)."""
+        self._require(caller, "assistant", "operator")
+        from governance.erasure import Targets, hard_erase
+
+        aid = self._atom_id(caller, atom)
+        with self._acting(caller):
+            data = hard_erase(self.app, self.proj, Targets(atoms=[str(aid)]), mode="delete",
+                              reason=reason, operator=self._operator_key(caller))
+        return ErasureReport(report=data, atom_id=str(aid))
+
+    def erase_artifact(self, caller: Caller, artifact: str, reason: str,
+                       flag_unsourced: bool = False) -> ErasureReport:
+        """`ledger artifact delete`: the artifact deleted, the atoms citing it re-evaluated
+        (deleted, kept with other sources, or flagged unsourced: the report's cascade)."""
+        self._require(caller, "assistant", "operator")
+        from governance.erasure import delete_artifact
+
+        target = artifact if caller.is_local else str(self._artifact_subject(caller,
+                                                                             artifact)[0])
+        with self._acting(caller):
+            data = delete_artifact(self.app, self.proj, target, reason=reason,
+                                   operator=self._operator_key(caller),
+                                   flag_unsourced=flag_unsourced)
+        return ErasureReport(report=data)
+
+    def redact_user(self, caller: Caller, subject: str, *, reason: str,
+                    identifiers: Sequence[str] = (), sessions: Sequence[str] = (),
+                    legal_basis: str | None = None, dry_run: bool = False,
+                    expect_plan: str | None = None, resume: bool = False,
+                    progress: Callable[[str, int, int], None] | None = None) -> ErasureReport:
+        """`ledger redact-user`: the right to be forgotten in one run, under the policy's
+        SLA (governance/erasure.py redact_user: a dry run's plan, a request finished or
+        found completed). Its report names other subjects: unrestricted operators only."""
+        self._require_ledger_operator(caller)
+        from governance.erasure import redact_user
+        from governance.requests import sla_hours
+
+        ack_hours, completion_hours = sla_hours(self.app.policy())  # Persona §7 SLA in force
+        with self._acting(caller):
+            data = redact_user(self.app, self.proj, subject, reason=reason,
+                               operator=self._operator_key(caller),
+                               identifiers=list(identifiers), sessions=list(sessions),
+                               legal_basis=legal_basis, ack_hours=ack_hours,
+                               completion_hours=completion_hours, dry_run=dry_run,
+                               expect_plan=expect_plan, resume=resume, progress=progress)
+        return ErasureReport(report=data)
+
+    def resume_request(self, caller: Caller, request: str) -> ErasureReport:
+        """`ledger requests resume`: finish an interrupted erasure request, from the step
+        where it stopped (ADR 0019)."""
+        self._require_ledger_operator(caller)
+        from governance.erasure import resume_request
+
+        with self._acting(caller):
+            data = resume_request(self.app, self.proj, request, self._operator_key(caller))
+        return ErasureReport(report=data)
+
+    def resolve_review(self, caller: Caller, atom: str, action: str,
+                       flag: str = "refers-to-erased", text: str | None = None
+                       ) -> ErasureReport:
+        """`ledger review resolve`: re-anonymise (a correction with ``text``), redact (hard)
+        or dismiss, and resolve the atom's ``flag``."""
+        self._require(caller, "operator")
+        from governance.erasure import Targets, hard_erase
+
+        aid = self._atom_id(caller, atom)
+        key = self._operator_key(caller)
+        with self._acting(caller):
+            if action == "reanonymise":
+                if not text:
+                    raise InputError("--action reanonymise needs --text with the new wording")
+                # A correction is a memory event (writer role, ADR 0012): signed by the
+                # caller's writer key; the operator signs the flag's resolution.
+                new = self.app.correct_atom(str(aid), {"text": text, "reason": "re-anonymised"},
+                                            caller.writer_key)
+                ids = [self.app.resolve_flag(aid, flag, "re-anonymised", actor=key)]
+                data: dict[str, Any] = {"atom_id": str(aid), "new_atom_id": str(new),
+                                        "event_ids": ids}
+            elif action == "redact":
+                data = hard_erase(self.app, self.proj, Targets(atoms=[str(aid)]), mode="hard",
+                                  reason="review: redacted", operator=key)
+                data["event_ids"].append(self.app.resolve_flag(aid, flag, "redacted",
+                                                               actor=key))
+            elif action == "dismiss":
+                data = {"atom_id": str(aid),
+                        "event_ids": [self.app.resolve_flag(aid, flag, "dismissed", actor=key)]}
+            else:
+                raise InputError(f"unknown action {action!r}",
+                                 hint="use reanonymise, redact or dismiss")
+        return ErasureReport(report=data, atom_id=str(aid))
+
+    def repair(self, caller: Caller, dry_run: bool = False) -> RepairReport:
+        """`ledger repair`: discard (or, ``dry_run``, list) every data key stored for an
+        event that was never committed."""
+        self._require_ledger_operator(caller)
+        return RepairReport(**self.app.repair(dry_run=dry_run))
+
+    def pack_signer(self, caller: Caller) -> Signer:
+        """The key that signs the caller's Evidence Packs, refused before anything is
+        written when verify-pack would not accept it as a pack's signer: one holding
+        neither the operator nor the auditor role now."""
+        self._require(caller, "operator", "auditor")
+        from keys.errors import KeyNotAuthorized
+
+        name = self._operator_key(caller)
+        key = self.app.signer(name)
+        state, at = self.app.roster().state, clock.now()
+        for role in ("operator", "auditor"):
+            try:
+                state.check(key.kid, role, at)
+                return key
+            except KeyNotAuthorized:
+                continue
+        raise InputError(f"{name} ({key.kid}) holds neither the operator nor the auditor role; "
+                         "an Evidence Pack signed by it would not verify",
+                         hint="sign with an operator or auditor key: --as operator")
+
+    def countersign_pack(self, caller: Caller, folder: Path) -> PackCountersigned:
+        """`ledger evidence-pack sign DIR`: add the caller's key's signature to a pack,
+        which must still verify with it (governance/pack.py countersign)."""
+        from governance.pack import countersign
+
+        countersign(folder, self.pack_signer(caller))
+        return PackCountersigned(pack=str(folder), signed_by=self._operator_key(caller))
+
+    def write_pack(self, caller: Caller, batch_id: str, out: Path, *, make_zip: bool = False,
+                   progress: Callable[[str, int, int], None] | None = None) -> PackWritten:
+        """`ledger evidence-pack BATCH --out DIR`: the Evidence Pack of a closed batch,
+        signed with the caller's key, written to a new folder (and DIR.zip)."""
+        from governance.pack import build_pack
+
+        self.pack_signer(caller)
+        if not caller.is_local:
+            self._batch_in_scope(caller, batch_id)
+        path = build_pack(self.app, batch_id, out, make_zip=make_zip,
+                          operator=self._operator_key(caller), progress=progress)
+        return PackWritten(
+            pack=str(path), files=sorted(str(p.relative_to(path)) for p in path.rglob("*")
+                                         if p.is_file()),
+            zip=str(path.with_suffix(".zip")) if make_zip else None)
 
     # ------------------------------------------------------------------ review queue
     def list_flags(self, caller: Caller) -> list[FlagOut]:

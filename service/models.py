@@ -257,6 +257,37 @@ class ErasureOutcome(_Out):
                                      description="The atom.redacted / deleted events.")
 
 
+class ErasureReport(_Out):
+    """What an erasure command of the CLI did (``ledger redact|unredact|delete``,
+    ``artifact delete``, ``redact-user``, ``review resolve``, ``requests resume``): the
+    governance layer's report whole, as their ``--json`` prints it (a dry run's plan, a
+    batch's events and reach record, a request finished or found completed), and the
+    atom acted on, as resolved, when one was named."""
+
+    report: dict[str, Any]
+    atom_id: str | None = None
+
+
+class RepairReport(_Out):
+    """`ledger repair`: the data keys stored for events never committed (orphans)."""
+
+    orphan_keys: list[str]
+    discarded: int
+
+
+class PackWritten(_Out):
+    """An Evidence Pack written to a folder (`ledger evidence-pack BATCH --out DIR`)."""
+
+    pack: str
+    files: list[str] = Field(description="Its files, relative to the folder, sorted.")
+    zip: str | None = Field(default=None, description="DIR.zip, when asked for.")
+
+
+class PackCountersigned(_Out):
+    pack: str
+    signed_by: str = Field(description="The key's name, as given.")
+
+
 class RehearseIn(_In):
     atom_ids: list[str] = Field(min_length=1, max_length=MAX_BATCH)
     session_id: str | None = Field(default=None, max_length=200)
