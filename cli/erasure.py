@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
@@ -25,11 +25,10 @@ from ledger.text import event_lines, plural
 
 if TYPE_CHECKING:  # each command imports what it uses: `ledger --help` stays light
     from ledger.application import LedgerApp
-    from projections.service import Projections
     from service.caller import Caller
     from service.facade import MemoryService
 
-OpenApp = Callable[[], AbstractContextManager["LedgerApp"]]
+OpenApp = Callable[[], AbstractContextManager["LedgerApp"]]  # cli/policy.py's opener type
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 ReasonOpt = Annotated[str, typer.Option(help="Why (recorded in the signed events).")]
 OperatorOpt = Annotated[str, typer.Option(
@@ -62,19 +61,6 @@ def register(cli: typer.Typer, served: Served, artifact_cli: typer.Typer) -> Non
 
 def _serve(operator: str = "operator") -> AbstractContextManager[tuple[MemoryService, Caller]]:
     return _served[0](operator=operator)
-
-
-@contextmanager
-def open_session(open_app: OpenApp) -> Iterator[tuple[LedgerApp, Projections]]:
-    """The ledger and its read models, closed together (cli/policy.py's commands)."""
-    from projections.service import Projections
-
-    with open_app() as app:
-        proj = Projections(app)
-        try:
-            yield app, proj
-        finally:
-            proj.close()
 
 
 def _out(data: Any, as_json: bool, text: str | None = None) -> None:
