@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Protocol
@@ -24,11 +23,9 @@ from ledger.errors import EXIT_VERIFY, ConflictError, InputError
 from ledger.text import event_lines, plural
 
 if TYPE_CHECKING:  # each command imports what it uses: `ledger --help` stays light
-    from ledger.application import LedgerApp
     from service.caller import Caller
     from service.facade import MemoryService
 
-OpenApp = Callable[[], AbstractContextManager["LedgerApp"]]  # cli/policy.py's opener type
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 ReasonOpt = Annotated[str, typer.Option(help="Why (recorded in the signed events).")]
 OperatorOpt = Annotated[str, typer.Option(

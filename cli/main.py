@@ -51,7 +51,6 @@ from ledger.errors import (
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from ledger.application import LedgerApp
     from ledger.checkpoint import Checkpoint
     from ledger.progress import Steps
     from service.caller import Caller
@@ -125,18 +124,6 @@ def served(writer: str | None = None, operator: str = "operator"
 
     with opened_service(STATE.home, lazy=True) as svc:
         yield svc, local_operator(signing_key=operator, writer_key=writer)
-
-
-@contextmanager
-def opened() -> Iterator[LedgerApp]:
-    from ledger.application import LedgerApp
-    from ledger.home import Config, find_home
-
-    app = LedgerApp(Config.load(find_home(STATE.home)))
-    try:
-        yield app
-    finally:
-        app.close()
 
 
 def out(data: Any, as_json: bool, text: str | None = None) -> None:
@@ -739,7 +726,7 @@ def audit_verify_consistency(
 # ---------------------------------------------------------------------- read side, governance
 register_projections(cli, served)
 register_governance(cli, served, artifact_cli)
-register_policy(cli, served, policy_cli, opened)
+register_policy(cli, served, policy_cli)
 def _audit_report(from_: str | None, to: str | None, *, subject: str | None, verify: str,
                   now: datetime, progress: Steps) -> dict[str, Any]:
     with served() as (svc, me):

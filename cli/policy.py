@@ -22,7 +22,6 @@ from ledger.errors import EXIT_VERIFY
 from ledger.text import plural
 
 if TYPE_CHECKING:  # each command imports what it uses: `ledger --help` stays light
-    from cli.erasure import OpenApp
     from service.caller import Caller
     from service.facade import MemoryService
 
@@ -36,17 +35,16 @@ requests_cli = typer.Typer(no_args_is_help=True,
 _served: list[Served] = []
 
 
-def register(cli: typer.Typer, served: Served, policy_cli: typer.Typer,
-             open_app: OpenApp) -> None:
+def register(cli: typer.Typer, served: Served, policy_cli: typer.Typer) -> None:
     """Mount ``sweep``, ``requests list`` and ``policy check`` (and, from cli/resume.py,
-    ``requests resume`` and ``repair``, which take ``open_app``)."""
+    ``requests resume`` and ``repair``)."""
     _served[:] = [served]
     cli.command("sweep")(sweep_command)
     cli.add_typer(requests_cli, name="requests")
     policy_cli.command("check")(policy_check_command)
     from cli import resume as resume_cli
 
-    resume_cli.register(cli, requests_cli, open_app)
+    resume_cli.register(cli, requests_cli, served)
 
 
 def _out(data: Any, as_json: bool, text: str | None = None) -> None:

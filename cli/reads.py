@@ -195,7 +195,7 @@ def recall_command(
         if behind >= CATCH_UP_BAR:  # the first recall after a large import or erasure
             with progress.bar("Catching up read models", total=behind, json=as_json) as bar:
                 svc.catch_up_read_models(me, bar.step)
-        result = svc.recall_memories(me, RecallIn.unchecked(
+        result = svc.recall(me, RecallIn.unchecked(
             query=query, subject=subject, k=k, session_id=session, rehearse=not no_rehearse))
     rehearsed = any(item.rehearsed for item in result.items)
     data = [item.model_dump() for item in result.items]
@@ -224,7 +224,7 @@ def memory_list_command(
     """
     with _served() as (svc, me):
         rows = [r.model_dump() for r in
-                svc.memory_rows(me, subject, privacy_class, min_salience)]
+                svc.list_memories(me, subject, privacy_class, min_salience)]
     text = "\n".join(
         f"{r['atom_id']}  {r['status']:<10} {r['salience_now']:.3f} "
         f"{','.join(r['markers']):<12} {r['text']}" for r in rows)
@@ -242,7 +242,7 @@ def memory_inspect_command(
     Example: ledger memory inspect atom_001
     """
     with _served() as (svc, me):
-        data = svc.memory_detail(me, atom)
+        data = svc.inspect_memory(me, atom)
     lines = [f"{k}: {v}" for k, v in data.items()
              if k not in ("decay", "details_now", "rehearsals", "events")
              and v not in (None, [], {})]

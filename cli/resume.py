@@ -7,18 +7,23 @@ as the local operator (cli/main.py's ``served``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 if TYPE_CHECKING:
-    from cli.erasure import OpenApp
+    from service.caller import Caller
+    from service.facade import MemoryService
+
+Served = Callable[..., AbstractContextManager[tuple["MemoryService", "Caller"]]]
+_served: list[Served] = []
 
 
-def register(cli: typer.Typer, requests_cli: typer.Typer, open_app: OpenApp | None = None
-             ) -> None:
-    """``open_app``: unused (the commands open the facade through cli.main.served); kept
-    while cli/policy.py passes its opener."""
+def register(cli: typer.Typer, requests_cli: typer.Typer, served: Served) -> None:
+    """``served(operator=KEY)``: cli/main.py's facade over the home and the local operator."""
+    _served[:] = [served]
     requests_cli.command("resume")(requests_resume)
     cli.command("repair")(repair_command)
 
@@ -36,9 +41,7 @@ def requests_resume(
     Example: ledger requests resume 6093ed56-8cc6-49d9-8f18-e99daa44fcd2
     """
     from cli.erasure import _out, _verdict
-    from cli.main import served
-
-    with served(operator=operator) as (svc, me):
+    with _served[0](operator=operator) as (svc, me):
         data = svc.resume_request(me, request).report
     _out(data, as_json, "\n".join([f"request {data['request_id']}",
                                    f"batch {data.get('batch_id')}",
@@ -63,9 +66,7 @@ def repair_command(
     Example: ledger repair --dry-run
     """
     from cli.erasure import _out, _verdict
-    from cli.main import served
-
-    with served() as (svc, me):
+    with _served[0]() as (svc, me):
         data = svc.repair(me, dry_run=dry_run).model_dump()
     _out(data, as_json, "\n".join(data["orphan_keys"]))
     n = len(data["orphan_keys"])

@@ -213,7 +213,9 @@ class MemoryService:
         return a.id, a.subject_id
 
     def _signing_key(self, caller: Caller) -> str:
-        return caller.signing_key or "operator"
+        """The key that signs the caller's operator acts, as given (the CLI's --operator;
+        a token's signing key); the home's ``operator`` key when none is given."""
+        return "operator" if caller.signing_key is None else caller.signing_key
 
     def _acting(self, caller: Caller) -> AbstractContextManager[None]:
         """Operator events signed inside record which credential acted (by id)."""
@@ -284,16 +286,11 @@ class MemoryService:
     def delete_artifact(self, caller: Caller, artifact: str, reason: str,
                         flag_unsourced: bool = False) -> ErasureOutcome:
         """Delete an artifact (the subject's own removal: same mechanics as hard
-        erasure); atoms citing it are re-evaluated (Konshus cascade)."""
-        self._require(caller, "assistant", "operator")
-        from governance.erasure import delete_artifact
-
-        aid, _sid = self._artifact_subject(caller, artifact)
-        with self._acting(caller):
-            data = delete_artifact(self.app, self.proj, str(aid), reason=_reason(reason),
-                                   operator=self._signing_key(caller),
-                                   flag_unsourced=flag_unsourced)
-        return _outcome(data, self.app)
+        erasure); atoms citing it are re-evaluated (Konshus cascade). A reason is
+        required; the outcome carries the tombstones' event ids (:meth:`erase_artifact`
+        is the same act as `ledger artifact delete` reports it)."""
+        return _outcome(self.erase_artifact(caller, artifact, _reason(reason),
+                                            flag_unsourced).report, self.app)
 
     # ------------------------------------------------------------------ atoms
     def _ref_free(self, caller: Caller, kind: str, ref: str) -> None:
@@ -446,36 +443,28 @@ class MemoryService:
         return EventIds(event_ids=list(self.app.rehearse_atoms(ids, session_id) or []))
 
     def redact_atom(self, caller: Caller, atom: str, data: RedactIn) -> ErasureOutcome:
-        """Soft, archive or hard redaction of one atom: an operator's act."""
-        self._require(caller, "operator")
-        from governance.erasure import Targets, hard_erase
-
-        found = self._atom(caller, atom)
-        key = self._signing_key(caller)
+        """Soft, archive or hard redaction of one atom: an operator's act (:meth:`redact`
+        with a reason required and the tombstones' event ids)."""
+        report = self.redact(caller, atom, data.mode, _reason(data.reason)).report
         if data.mode in ("soft", "archive"):
-            event = self.app.redact(found.id, data.mode, _reason(data.reason), actor=key)
-            return ErasureOutcome(event_ids=[event], tombstone_ids=[event], atom_id=str(found.id),
-                                  mode=data.mode)
-        with self._acting(caller):
-            return _outcome(hard_erase(self.app, self.proj, Targets(atoms=[str(found.id)]),
-                                       mode="hard", reason=_reason(data.reason), operator=key),
-                            self.app)
+            return ErasureOutcome(event_ids=report["event_ids"],
+                                  tombstone_ids=report["event_ids"],
+                                  atom_id=report["atom_id"], mode=data.mode)
+        return _outcome(report, self.app)
 
     def delete_atom(self, caller: Caller, atom: str, reason: str) -> ErasureOutcome:
         """Delete one atom for good (`ledger delete`): key destroyed, every route purged and
-        probed, a signed tombstone left. Assistants may delete their subjects' atoms."""
-        self._require(caller, "assistant", "operator")
-        from governance.erasure import Targets, hard_erase
-
-        found = self._atom(caller, atom)
-        with self._acting(caller):
-            return _outcome(hard_erase(self.app, self.proj, Targets(atoms=[str(found.id)]),
-                                       mode="delete", reason=_reason(reason),
-                                       operator=self._signing_key(caller)), self.app)
+        probed, a signed tombstone left. Assistants may delete their subjects' atoms. A
+        reason is required; the outcome carries the tombstone's event id."""
+        return _outcome(self.erase_atom(caller, atom, _reason(reason)).report, self.app)
 
     # ------------------------------------------------------------------ recall and reads
     def recall(self, caller: Caller, data: RecallIn) -> RecallOut:
-        sid = self.subject_id(caller, data.subject)
+        """Memories relevant to the query for one subject, as a prompt block and items;
+        each recalled memory is rehearsed (a signed event) unless ``data.rehearse`` is
+        off. The local caller (`ledger recall`) gets the read models' checks of the query
+        and lookup of the subject, in their words and order (ADR 0040)."""
+        sid = data.subject if caller.is_local else self.subject_id(caller, data.subject)
         result = self.proj.recall(data.query, sid, data.k)
         rehearsed = bool(result.atom_ids) and data.rehearse and caller.may_write_memory
         if rehearsed:
@@ -491,12 +480,14 @@ class MemoryService:
                       after: str | None = None) -> list[MemoryRow]:
         """The memories of the listing (``ledger memory list``); a page of at most
         ``limit`` rows when asked, starting after the atom id ``after`` (the last row of
-        the previous page)."""
+        the previous page). The local caller gets the read models' checks of the filters
+        before the subject's lookup (ADR 0040)."""
         if subject is None and not caller.unrestricted:
             raise InputError("name a subject", hint="this credential is scoped to subjects")
         if limit is not None and limit < 1:
             raise InputError(f"limit must be at least 1, got {limit}")
-        sid = self.subject_id(caller, subject) if subject is not None else None
+        sid = subject if subject is None or caller.is_local else self.subject_id(caller,
+                                                                                   subject)
         rows = self.proj.memory_list(sid, privacy_class, min_salience)
         start = 0
         if after is not None:
@@ -512,32 +503,17 @@ class MemoryService:
                 for r in rows]
 
     def inspect_memory(self, caller: Caller, atom: str) -> dict[str, Any]:
-        found = self._atom(caller, atom)
-        data = self.proj.memory_inspect(str(found.id))
-        if data["content_erased"]:
-            for k in (*ATOM_CONTENT, "details_now"):
-                if k in data:
-                    data[k] = _erased_marker()
-        return data
+        """One memory with its scores, decay and history (`ledger memory inspect`); erased
+        content reads ``ERASED``. The local caller gets the read models' lookup."""
+        aid = atom if caller.is_local else str(self._atom(caller, atom).id)
+        return self._masked(self.proj.memory_inspect(aid), (*ATOM_CONTENT, "details_now"))
 
     def state(self, caller: Caller, subject: str, as_of: str | None = None,
               valid_at: str | None = None) -> dict[str, Any]:
         """What the ledger knew at ``as_of`` (default now), facts valid at ``valid_at``."""
-        sid = self.subject_id(caller, subject)
         t = clock.parse_instant(as_of, "as_of") if as_of else clock.now()
         v = clock.parse_instant(valid_at, "valid_at") if valid_at else None
-        d = self.proj.state_as_of(sid, t, v).as_json()
-        erased = _erased_marker()
-
-        def mask(row: dict[str, Any], fields: Sequence[str]) -> dict[str, Any]:
-            return {**row, **{f: erased for f in fields if f in row}} \
-                if row.get("content_erased") else row
-        d["valid"] = [mask(a, ATOM_CONTENT) for a in d["valid"]]
-        d["not_valid"] = [mask(a, ATOM_CONTENT) for a in d["not_valid"]]
-        d["artifacts"] = [mask(a, ("title", "body", "media_url")) for a in d["artifacts"]]
-        if d.get("subject") is not None:
-            d["subject"] = mask(d["subject"], ("display_name",))
-        return d
+        return self.state_views(caller, subject, t, v)[0]
 
     # ------------------------------------------------------------------ portability
     def export(self, caller: Caller, subject: str, fmt: ExportFormat,
@@ -690,12 +666,8 @@ class MemoryService:
     # sign, requests resume, repair)
     # They take the CLI's inputs as given and return what governance reported, whole
     # (ErasureReport): for the local caller the application's lookups, checks and words,
-    # in its order (ADR 0040). redact_atom, delete_atom, delete_artifact, execute_request
-    # and build_pack are the API's (a reason required, tombstone ids, a pack as a zip).
-    def _operator_key(self, caller: Caller) -> str:
-        """The key that signs the caller's operator acts, as given (the CLI's --operator)."""
-        return "operator" if caller.signing_key is None else caller.signing_key
-
+    # in its order (ADR 0040). The API's redact_atom, delete_atom, delete_artifact and
+    # build_pack are these acts with a reason required, tombstone ids, a pack as a zip.
     def _atom_id(self, caller: Caller, atom: str) -> UUID:
         if caller.is_local:
             return self.app.resolve("atom", atom)  # the application's words
@@ -708,7 +680,7 @@ class MemoryService:
         from governance.erasure import Targets, hard_erase
 
         aid = self._atom_id(caller, atom)
-        key = self._operator_key(caller)
+        key = self._signing_key(caller)
         with self._acting(caller):
             if mode in ("soft", "archive"):
                 event = self.app.redact(aid, mode, reason, actor=key)
@@ -725,7 +697,7 @@ class MemoryService:
         self._require(caller, "operator")
         aid = self._atom_id(caller, atom)
         with self._acting(caller):
-            event = self.app.unredact(aid, reason, actor=self._operator_key(caller))
+            event = self.app.unredact(aid, reason, actor=self._signing_key(caller))
         return ErasureReport(report={"atom_id": atom, "event_ids": [event]}, atom_id=str(aid))
 
     def erase_atom(self, caller: Caller, atom: str, reason: str) -> ErasureReport:
@@ -736,7 +708,7 @@ class MemoryService:
         aid = self._atom_id(caller, atom)
         with self._acting(caller):
             data = hard_erase(self.app, self.proj, Targets(atoms=[str(aid)]), mode="delete",
-                              reason=reason, operator=self._operator_key(caller))
+                              reason=reason, operator=self._signing_key(caller))
         return ErasureReport(report=data, atom_id=str(aid))
 
     def erase_artifact(self, caller: Caller, artifact: str, reason: str,
@@ -750,7 +722,7 @@ class MemoryService:
                                                                              artifact)[0])
         with self._acting(caller):
             data = delete_artifact(self.app, self.proj, target, reason=reason,
-                                   operator=self._operator_key(caller),
+                                   operator=self._signing_key(caller),
                                    flag_unsourced=flag_unsourced)
         return ErasureReport(report=data)
 
@@ -769,7 +741,7 @@ class MemoryService:
         ack_hours, completion_hours = sla_hours(self.app.policy())  # Persona §7 SLA in force
         with self._acting(caller):
             data = redact_user(self.app, self.proj, subject, reason=reason,
-                               operator=self._operator_key(caller),
+                               operator=self._signing_key(caller),
                                identifiers=list(identifiers), sessions=list(sessions),
                                legal_basis=legal_basis, ack_hours=ack_hours,
                                completion_hours=completion_hours, dry_run=dry_run,
@@ -783,7 +755,7 @@ class MemoryService:
         from governance.erasure import resume_request
 
         with self._acting(caller):
-            data = resume_request(self.app, self.proj, request, self._operator_key(caller))
+            data = resume_request(self.app, self.proj, request, self._signing_key(caller))
         return ErasureReport(report=data)
 
     def resolve_review(self, caller: Caller, atom: str, action: str,
@@ -795,7 +767,7 @@ class MemoryService:
         from governance.erasure import Targets, hard_erase
 
         aid = self._atom_id(caller, atom)
-        key = self._operator_key(caller)
+        key = self._signing_key(caller)
         with self._acting(caller):
             if action == "reanonymise":
                 if not text:
@@ -833,7 +805,7 @@ class MemoryService:
         self._require(caller, "operator", "auditor")
         from keys.errors import KeyNotAuthorized
 
-        name = self._operator_key(caller)
+        name = self._signing_key(caller)
         key = self.app.signer(name)
         state, at = self.app.roster().state, clock.now()
         for role in ("operator", "auditor"):
@@ -852,7 +824,7 @@ class MemoryService:
         from governance.pack import countersign
 
         countersign(folder, self.pack_signer(caller))
-        return PackCountersigned(pack=str(folder), signed_by=self._operator_key(caller))
+        return PackCountersigned(pack=str(folder), signed_by=self._signing_key(caller))
 
     def write_pack(self, caller: Caller, batch_id: str, out: Path, *, make_zip: bool = False,
                    progress: Callable[[str, int, int], None] | None = None) -> PackWritten:
@@ -864,7 +836,7 @@ class MemoryService:
         if not caller.is_local:
             self._batch_in_scope(caller, batch_id)
         path = build_pack(self.app, batch_id, out, make_zip=make_zip,
-                          operator=self._operator_key(caller), progress=progress)
+                          operator=self._signing_key(caller), progress=progress)
         return PackWritten(
             pack=str(path), files=sorted(str(p.relative_to(path)) for p in path.rglob("*")
                                          if p.is_file()),
@@ -890,15 +862,13 @@ class MemoryService:
         """Build the Evidence Pack of a closed batch, signed with the caller's key, verify
         it, and hand it back as a zip."""
         self._require(caller, "operator")
-        from governance.pack import build_pack, read_pack_zip, verify_pack_bytes
+        from governance.pack import read_pack_zip, verify_pack_bytes
 
         if not is_uuid(batch_id):
             raise NotFound(f"no batch {batch_id!r}")
-        self._batch_in_scope(caller, batch_id)
         with tempfile.TemporaryDirectory(prefix="ledger-pack-") as tmp:
-            folder = build_pack(self.app, batch_id, Path(tmp) / "pack", make_zip=True,
-                                operator=self._signing_key(caller))
-            content = folder.with_suffix(".zip").read_bytes()
+            written = self.write_pack(caller, batch_id, Path(tmp) / "pack", make_zip=True)
+            content = Path(str(written.zip)).read_bytes()
         # what is verified is the bytes handed out
         report = verify_pack_bytes(read_pack_zip(content), self.app.root_public_key, None)
         return PackOut(batch_id=batch_id, filename=f"evidence-pack-{batch_id}.zip",
@@ -1035,7 +1005,7 @@ class MemoryService:
     def set_policy(self, caller: Caller, document: dict[str, Any]) -> PolicyRecorded:
         """Record a memoryPolicy, signed with the caller's operator key."""
         self._require_ledger_operator(caller)
-        key = "operator" if caller.signing_key is None else caller.signing_key  # as given
+        key = self._signing_key(caller)
         return PolicyRecorded(event_id=self.app.set_policy(document, key))
 
     def sign_checkpoint(self, caller: Caller, witness_urls: Sequence[str] = (),
@@ -1157,39 +1127,6 @@ class MemoryService:
         tells ``progress`` the events applied)."""
         self.proj.catch_up_steps(progress)
 
-    def recall_memories(self, caller: Caller, data: RecallIn) -> RecallOut:
-        """:meth:`recall` as `ledger recall` runs it: for the local caller the read models
-        check the query and look the subject up, in their words and order (ADR 0040)."""
-        if not caller.is_local:
-            return self.recall(caller, data)
-        result = self.proj.recall(data.query, data.subject, data.k)
-        rehearsed = bool(result.atom_ids) and data.rehearse
-        if rehearsed:
-            self.app.rehearse_atoms(result.atom_ids, data.session_id)
-        items = [RecallItemOut(**{**item.as_json(), "marker": ", ".join(item.markers),
-                                  "rehearsed": rehearsed}) for item in result.items]
-        return RecallOut(prompt=result.prompt, items=items, eligible=result.eligible,
-                         pool=result.pool)
-
-    def memory_rows(self, caller: Caller, subject: str | None = None,
-                    privacy_class: str | None = None, min_salience: float | None = None
-                    ) -> list[MemoryRow]:
-        """:meth:`list_memories` as `ledger memory list` runs it: for the local caller the
-        read models check the filters, then look the subject up (ADR 0040)."""
-        if not caller.is_local:
-            return self.list_memories(caller, subject, privacy_class, min_salience)
-        erased = _erased_marker()
-        return [MemoryRow(**{**r, "text": erased if r["content_erased"] else r["text"]})
-                for r in self.proj.memory_list(subject, privacy_class, min_salience)]
-
-    def memory_detail(self, caller: Caller, atom: str) -> dict[str, Any]:
-        """:meth:`inspect_memory` as `ledger memory inspect` runs it: for the local caller
-        the read models look the atom up (ADR 0040). Erased content reads ``ERASED``."""
-        if not caller.is_local:
-            return self.inspect_memory(caller, atom)
-        data = self.proj.memory_inspect(atom)
-        return self._masked(data, (*ATOM_CONTENT, "details_now"))
-
     def state_views(self, caller: Caller, subject: str | None, as_of: datetime,
                     valid_at: datetime | None = None) -> list[dict[str, Any]]:
         """What the ledger knew at ``as_of`` and which facts it held valid at ``valid_at``
@@ -1291,7 +1228,7 @@ class MemoryService:
         self._require_ledger_operator(caller)
         from governance.sweep import sweep
 
-        key = "operator" if caller.signing_key is None else caller.signing_key  # as given
+        key = self._signing_key(caller)
         with self._acting(caller):
             return SweepReport(**sweep(self.app, self.proj, operator=key, dry_run=dry_run,
                                        progress=progress))
@@ -1316,7 +1253,7 @@ class MemoryService:
 
         if not caller.is_local:  # the local caller gets the receipt's own words
             request = str(self._request(caller, request).id)
-        key = "operator" if caller.signing_key is None else caller.signing_key  # as given
+        key = self._signing_key(caller)
         with self._acting(caller):
             data = build_receipt(self.app, request, operator=key)
         return ErasureReceipt(request_id=request, content=data,

@@ -1,5 +1,6 @@
-"""The layering rule holds: keys -> ledger -> projections -> governance -> service ->
-server, each importing only the layers below it (.importlinter; docs/architecture.md)."""
+"""The layering rule holds: rawfiles -> keys -> ledger -> projections -> governance ->
+service -> server -> cli, each importing only the layers below it, and the `ledger` command
+reaching the ledger through the facade (.importlinter; docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -15,19 +16,22 @@ def test_import_contracts_are_kept() -> None:
     r = subprocess.run([str(exe), "--no-cache"], cwd=REPO, capture_output=True, text=True,
                        timeout=300, check=False)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    assert "Contracts: 2 kept, 0 broken." in r.stdout
+    assert "Contracts: 3 kept, 0 broken." in r.stdout
 
 
 
 def test_surfaces_reach_the_layers_only_through_the_facade() -> None:
-    """The server's surfaces (HTTP routes, MCP tools, console pages) hold no domain logic:
-    they name no internals below the facade (the app, its recorder, repository, data keys,
-    mapper, tree, or the read models)."""
+    """The surfaces (the `ledger` command; HTTP routes, MCP tools, console pages) hold no
+    domain logic: they name no internals below the facade (the app, its recorder,
+    repository, data keys, mapper, tree, or the read models), and open neither the
+    application nor the read models (service/root.py does, ADR 0042)."""
     internals = (".recorder", ".repository", ".datakeys", ".mapper", ".tlog", ".proj.")
+    opening = ("LedgerApp(", "Projections(", "LedgerApp.", "open_session(")
     offenders = []
-    for path in sorted((REPO / "server").rglob("*.py")):
+    for path in sorted([*(REPO / "server").rglob("*.py"), *(REPO / "cli").rglob("*.py")]):
         for n, line in enumerate(path.read_text().splitlines(), 1):
             if "svc.app" in line or "svc.proj" in line or \
+                    any(word in line for word in opening) or \
                     any(f"app{name}" in line for name in internals):
                 offenders.append(f"{path.relative_to(REPO)}:{n}: {line.strip()}")
     assert not offenders, "\n".join(offenders)

@@ -424,10 +424,10 @@ def test_the_new_facade_methods_are_scoped_by_the_caller(
         # a scoped caller sees its own subjects only, and another's atom as unknown
         assert [v["subject"]["ref"] for v in svc.state_views(scoped, None, clock.now())] \
             == ["u2"]
-        assert {r.subject_id for r in svc.memory_rows(scoped, "u2")} == \
+        assert {r.subject_id for r in svc.list_memories(scoped, "u2")} == \
             {svc.subject_id(local_operator(), "u2")}
         from ledger.errors import NotFound
 
         with pytest.raises(NotFound):
-            svc.memory_detail(scoped, ids["new"])
-        assert svc.memory_detail(local_operator(), ids["new"])["atom_id"] == ids["new"]
+            svc.inspect_memory(scoped, ids["new"])
+        assert svc.inspect_memory(local_operator(), ids["new"])["atom_id"] == ids["new"]
