@@ -756,10 +756,13 @@ class ErasurePlan:
 
     ``targets`` are the subject's own atoms, artifacts and subject record, nothing else.
     ``flags`` maps each memory of *another* subject that may refer to the person to why
-    (``identifier``, ``tag``, ``session``); ``flag_reasons`` holds the sentence its review
-    flag records (ids, identifier positions and field names only, never content).
-    ``review_artifacts`` are other subjects' artifacts an identifier matched: listed for
-    review, never erased (an artifact carries no review flag). ``identifiers`` reports, per
+    (``identifier``, ``tag``, ``session``, or ``same-words``: it holds a target's value word
+    for word, ADR 0041); ``flag_reasons`` holds the sentence its review flag records (ids,
+    identifier positions and field names only, never content). ``review_artifacts`` are
+    other subjects' artifacts an identifier matched or that hold a target's value word for
+    word: listed for review, never erased (an artifact carries no review flag). Values held
+    inside a longer text of another memory are found only while erasing (ADR 0041), and
+    their holders flagged then. ``identifiers`` reports, per
     identifier (by position), what it matched, by subject; ``sessions`` per session.
     """
 
@@ -908,6 +911,11 @@ def plan_user_erasure(app: LedgerApp, proj: Projections, subject: str,
         by_tag = store.atoms_by_id(conn, sorted(candidates))
         by_session = store.atoms_where(conn, sa.and_(
             a.c.session_id.in_(sess), a.c.subject_id != sid)) if sess else []
+        # values other live memories hold word for word are theirs (ADR 0041): the erasure
+        # keeps them and flags their holders; listed here, so the plan approved names them
+        _, _, shared = _content_of(proj, conn, t)
+        _, same_atoms, same_artifacts = held_by_others(proj, conn, shared)
+        by_words = store.atoms_by_id(conn, same_atoms)
     for atom_id, owner, m in atom_hits:
         if owner != sid and atom_id not in plan.flags:
             plan.flags[atom_id] = "identifier"
@@ -923,7 +931,13 @@ def plan_user_erasure(app: LedgerApp, proj: Projections, subject: str,
                 plan.flag_reasons[row["atom_id"]] = (
                     "shares a tag with an erased memory" if why == "tag"
                     else f"same session ({row['session_id']}) as an erased memory")
-    plan.review_artifacts = sorted({aid for aid, owner, _ in art_hits if owner != sid})
+    for row in by_words:
+        if row["atom_id"] not in plan.flags:
+            plan.flags[row["atom_id"]] = "same-words"
+            plan.flag_owners[row["atom_id"]] = row["subject_id"]
+            plan.flag_reasons[row["atom_id"]] = SAME_WORDS
+    plan.review_artifacts = sorted({*(aid for aid, owner, _ in art_hits if owner != sid),
+                                    *same_artifacts})
     owners = {sid, *plan.flag_owners.values(), *(o for _, o, _ in atom_hits),
               *(o for _, o, _ in art_hits)}
     with proj.store.engine.connect() as conn:

@@ -138,3 +138,39 @@ def test_artifact_body_inside_another_artifact_is_kept_and_listed(
     flags = json.loads(r.out)["reach"].get("flags")
     assert flags is None or flags["artifacts_for_review"] == [a1]
     assert json.loads(ok("artifact", "show", "a1", "--json"))["body"] == long.read_text()
+
+
+def test_the_dry_run_lists_the_memories_flagged_for_holding_the_same_words(
+        cli_home: Path) -> None:
+    """The plan the operator approves names what the run will flag for holding a target's
+    words (ADR 0041), by id and reason, and its digest covers them: the real run with that
+    digest flags exactly those, erases only the subject's own."""
+    ok("subject", "add", "u1")
+    ok("subject", "add", "u2")
+    ok("atom", "add", "--subject", "u1", "--ref", "mine", "--text", SAME)
+    ok("atom", "add", "--subject", "u2", "--ref", "theirs", "--text", SAME)
+    ok("artifact", "add", "--subject", "u1", "--ref", "chat1", "--kind", "chat", "--body",
+       "A chat about green tea, captured twice by the assistant")
+    ok("artifact", "add", "--subject", "u2", "--ref", "chat2", "--kind", "chat", "--body",
+       "A chat about green tea, captured twice by the assistant")
+    theirs = json.loads(ok("atom", "show", "theirs", "--json"))["atom_id"]
+    chat2 = json.loads(ok("artifact", "show", "chat2", "--json"))["artifact_id"]
+    dry = run_cli("redact-user", "u1", "--reason", "GDPR Art. 17", "--operator", "operator",
+                  "--dry-run", "--json")
+    assert dry.code == 0, dry.err[-1500:]
+    plan = json.loads(dry.out)
+    assert plan["flag_for_review"] == [theirs]
+    assert plan["flags"][0]["why"] == "same-words"
+    assert plan["flags"][0]["reason"] == "holds an erased memory's words word for word"
+    assert plan["review_artifacts"] == [chat2]
+    text = run_cli("redact-user", "u1", "--reason", "GDPR Art. 17", "--operator",
+                   "operator", "--dry-run")
+    assert f"atom {theirs}" in text.out and f"artifact {chat2}" in text.out
+    assert SAME not in text.out + text.err and "green tea" not in text.out + text.err
+    r = run_cli("redact-user", "u1", "--reason", "GDPR Art. 17", "--operator", "operator",
+                "--plan", plan["plan_digest"], "--json")
+    assert r.code == 0, r.err[-1500:]
+    done = json.loads(r.out)
+    assert done["flag_for_review"] == [theirs]
+    assert done["review_artifacts"] == [chat2]
+    assert json.loads(ok("atom", "show", "theirs", "--json"))["text"] == SAME
