@@ -11,7 +11,6 @@ offline verifier).
 
 from __future__ import annotations
 
-import json
 import sys
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 import typer
 
+from cli.output import JsonOpt, out, verdict
 from ledger.errors import EXIT_VERIFY, ConflictError, InputError
 from ledger.text import event_lines, plural
 
@@ -26,7 +26,6 @@ if TYPE_CHECKING:  # each command imports what it uses: `ledger --help` stays li
     from service.caller import Caller
     from service.facade import MemoryService
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 ReasonOpt = Annotated[str, typer.Option(help="Why (recorded in the signed events).")]
 OperatorOpt = Annotated[str, typer.Option(
     "--operator", "--as", help="Operator key that signs (default: operator).")]
@@ -60,15 +59,8 @@ def _serve(operator: str = "operator") -> AbstractContextManager[tuple[MemorySer
     return _served[0](operator=operator)
 
 
-def _out(data: Any, as_json: bool, text: str | None = None) -> None:
-    if as_json:
-        sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    elif text:  # nothing to list: no blank line
-        sys.stdout.write(text + "\n")
 
 
-def _verdict(message: str) -> None:
-    sys.stderr.write(message + "\n")
 
 
 def redact_command(
@@ -83,8 +75,8 @@ def redact_command(
     with _serve(operator) as (svc, me):
         done = svc.redact(me, atom, mode, reason)
     data = done.report
-    _out(data, as_json, "\n".join(event_lines(data["event_ids"])))
-    _verdict(f"OK: atom {done.atom_id} {mode}-redacted")
+    out(data, as_json, "\n".join(event_lines(data["event_ids"])))
+    verdict(f"OK: atom {done.atom_id} {mode}-redacted")
 
 
 def unredact_command(atom: str, reason: ReasonOpt, operator: OperatorOpt = "operator",
@@ -92,8 +84,8 @@ def unredact_command(atom: str, reason: ReasonOpt, operator: OperatorOpt = "oper
     """Undo a soft redaction.  Example: ledger unredact atom_001 --reason "mistake\""""
     with _serve(operator) as (svc, me):
         data = svc.unredact(me, atom, reason).report
-    _out(data, as_json, data["event_ids"][0])
-    _verdict("OK: visible again")
+    out(data, as_json, data["event_ids"][0])
+    verdict("OK: visible again")
 
 
 def delete_command(atom: str, reason: ReasonOpt, operator: OperatorOpt = "operator",
@@ -102,8 +94,8 @@ def delete_command(atom: str, reason: ReasonOpt, operator: OperatorOpt = "operat
     with _serve(operator) as (svc, me):
         done = svc.erase_atom(me, atom, reason)
     data = done.report
-    _out(data, as_json, "\n".join(event_lines(data["event_ids"])))
-    _verdict(f"OK: atom {done.atom_id} deleted; batch {data['batch_id']}")
+    out(data, as_json, "\n".join(event_lines(data["event_ids"])))
+    verdict(f"OK: atom {done.atom_id} deleted; batch {data['batch_id']}")
 
 
 def artifact_delete_command(
@@ -119,8 +111,8 @@ def artifact_delete_command(
     with _serve(operator) as (svc, me):
         data = svc.erase_artifact(me, artifact, reason, flag_unsourced=flag_unsourced).report
     c = data["cascade"]
-    _out(data, as_json, "\n".join(event_lines(data["event_ids"])))
-    _verdict(f"OK: artifact deleted; {plural(len(c['deleted_atoms']), 'atoms')} deleted, "
+    out(data, as_json, "\n".join(event_lines(data["event_ids"])))
+    verdict(f"OK: artifact deleted; {plural(len(c['deleted_atoms']), 'atoms')} deleted, "
              f"{len(c['kept_atoms'])} kept with other sources, "
              f"{len(c['flagged_unsourced'])} flagged unsourced")
 
@@ -178,24 +170,24 @@ def redact_user_command(
             data = svc.redact_user(me, subject, dry_run=dry_run, expect_plan=plan,
                                    resume=resume, progress=bar.step, **common).report
     for warning in data.get("warnings", []):
-        _verdict(f"warning: {warning}")
+        verdict(f"warning: {warning}")
     t = data["targets"]
     counts = f"{plural(len(t['atoms']), 'atoms')}, {plural(len(t['artifacts']), 'artifacts')}"
     flagged = len(data["flag_for_review"])
     review = len(data.get("review_artifacts", []))
     if dry_run:
-        _out(data, as_json, _plan_text(data))
-        _verdict(f"dry run: would erase {counts} of the subject and flag "
+        out(data, as_json, _plan_text(data))
+        verdict(f"dry run: would erase {counts} of the subject and flag "
                  f"{plural(flagged, 'memories')} of others for review "
                  f"({plural(review, 'artifacts')} of others listed); nothing changed; plan "
                  f"{data['plan_digest']}")
         return
     if data.get("no_op"):
-        _out(data, as_json, data["request_id"])
-        _verdict(f"OK: nothing to do: request {data['request_id']} was completed at "
+        out(data, as_json, data["request_id"])
+        verdict(f"OK: nothing to do: request {data['request_id']} was completed at "
                  f"{data['completed_at']}")
         return
-    _out(data, as_json, "\n".join([f"request {data['request_id']}",
+    out(data, as_json, "\n".join([f"request {data['request_id']}",
                                    f"batch {data['batch_id']}",
                                    *event_lines(data["event_ids"]),
                                    *(f"flagged {a} refers-to-erased"
@@ -204,7 +196,7 @@ def redact_user_command(
                                      data.get("review_artifacts", []))]))
     again = "; resumed an interrupted run" if data.get("resumed") else ""
     plan_note = f"; plan {data['plan_digest']}" if data.get("plan_digest") else ""
-    _verdict(f"OK: erased {counts}; {plural(flagged, 'memories')} of others flagged for "
+    verdict(f"OK: erased {counts}; {plural(flagged, 'memories')} of others flagged for "
              f"review (`ledger review list`); {plural(review, 'artifacts')} of others to "
              f"review; batch {data['batch_id']}{plan_note}{again}")
 
@@ -249,7 +241,7 @@ def review_list(as_json: JsonOpt = False) -> None:
     """
     with _serve() as (svc, me):
         rows = [f.model_dump(exclude={"subject_id"}) for f in svc.list_flags(me)]
-    _out(rows, as_json, "\n".join(f"{r['atom_id']}  {r['flag']}  {r['reason']}" for r in rows))
+    out(rows, as_json, "\n".join(f"{r['atom_id']}  {r['flag']}  {r['reason']}" for r in rows))
 
 
 @review_cli.command("resolve")
@@ -268,15 +260,16 @@ def review_resolve(
     with _serve(operator) as (svc, me):  # the correction is signed by the writer key
         done = svc.resolve_review(me, atom, action, flag=flag, text=text)
     data = done.report
-    _out(data, as_json, "\n".join(event_lines(data["event_ids"])))
-    _verdict(f"OK: {flag} on {done.atom_id} resolved ({action})")
+    out(data, as_json, "\n".join(event_lines(data["event_ids"])))
+    verdict(f"OK: {flag} on {done.atom_id} resolved ({action})")
 
 
 def evidence_pack_command(
     target: Annotated[str, typer.Argument(help="BATCH id, or 'sign' to countersign DIR.")],
     folder: Annotated[Path | None, typer.Argument(help="With 'sign': the pack folder.")]
     = None,
-    out: Annotated[Path | None, typer.Option(help="Folder to write the pack to.")] = None,
+    out_dir: Annotated[Path | None, typer.Option(
+        "--out", help="Folder to write the pack to.")] = None,
     make_zip: Annotated[bool, typer.Option("--zip", help="Also write DIR.zip.")] = False,
     signer: Annotated[str, typer.Option("--as", help="Key that signs.")] = "operator",
     as_json: JsonOpt = False,
@@ -295,19 +288,19 @@ def evidence_pack_command(
             if folder is None:
                 raise InputError("usage: ledger evidence-pack sign DIR --as KEY")
             signed = svc.countersign_pack(me, folder)
-            _out(signed.model_dump(), as_json, signed.pack)
-            _verdict(f"OK: {folder} countersigned by {signer}")
+            out(signed.model_dump(), as_json, signed.pack)
+            verdict(f"OK: {folder} countersigned by {signer}")
             return
-        if out is None:
+        if out_dir is None:
             raise InputError("--out DIR is required", hint="ledger evidence-pack BATCH --out pack")
         try:
             UUID(target)
         except ValueError:
             raise InputError(f"{target!r} is not a batch id") from None
         with progress.bar("Building the pack", total=1, json=as_json) as bar:
-            written = svc.write_pack(me, target, out, make_zip=make_zip, progress=bar.step)
-    _out(written.model_dump(), as_json, written.pack)
-    _verdict(f"OK: evidence pack written to {written.pack}")
+            written = svc.write_pack(me, target, out_dir, make_zip=make_zip, progress=bar.step)
+    out(written.model_dump(), as_json, written.pack)
+    verdict(f"OK: evidence pack written to {written.pack}")
 
 
 def verify_pack_command(
@@ -340,13 +333,13 @@ def verify_pack_command(
         with progress.bar("Verifying the pack", json=as_json) as bar:
             report = verify_pack(pack, root, witness_policy, bar.step)
     except PackInvalid as e:
-        _out({"ok": False, "step": e.step, "reason": str(e)}, as_json)
-        _verdict(f"FAIL: {e}")
+        out({"ok": False, "step": e.step, "reason": str(e)}, as_json)
+        verdict(f"FAIL: {e}")
         raise typer.Exit(EXIT_VERIFY) from None
-    _out(report.as_json(), as_json)
+    out(report.as_json(), as_json)
     trust = "the trusted root key" if root_key else "the pack's own root key (pin one with " \
                                                     "--root-key)"
-    _verdict(f"OK: pack verified against {trust}: {report.events} signed events, signers "
+    verdict(f"OK: pack verified against {trust}: {report.events} signed events, signers "
              f"{', '.join(report.signers)}{summary(report.witnesses)}; "
              f"{plural(report.flagged_for_review, 'memories')} of others flagged for review")
 

@@ -22,6 +22,7 @@ import typer
 # ADR 0026). tests/test_startup.py fails when a heavy module comes back up here.
 from cli.audit import register as register_audit
 from cli.erasure import register as register_governance
+from cli.output import JsonOpt, out, verdict
 from cli.policy import register as register_policy
 from cli.portability import register as register_portability
 from cli.reads import register as register_projections
@@ -71,7 +72,6 @@ cli.add_typer(artifact_cli, name="artifact")
 cli.add_typer(atom_cli, name="atom")
 cli.add_typer(keys_cli, name="keys")
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 ActorOpt = Annotated[str | None, typer.Option("--as", help="Name of the key that signs "
                                                            "(default: the home's writer key).")]
 
@@ -126,16 +126,8 @@ def served(writer: str | None = None, operator: str = "operator"
         yield svc, local_operator(signing_key=operator, writer_key=writer)
 
 
-def out(data: Any, as_json: bool, text: str | None = None) -> None:
-    """Data on stdout: JSON when asked, else the human text."""
-    if as_json:
-        sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    elif text is not None:
-        sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
 
 
-def verdict(message: str) -> None:
-    sys.stderr.write(message + "\n")
 
 
 def _when(value: str | None, what: str) -> str | None:

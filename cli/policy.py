@@ -10,14 +10,13 @@ call the facade (:class:`service.facade.MemoryService`) as the local operator, f
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from cli.output import JsonOpt, out, verdict
 from ledger.errors import EXIT_VERIFY
 from ledger.text import plural
 
@@ -28,7 +27,6 @@ if TYPE_CHECKING:  # each command imports what it uses: `ledger --help` stays li
 Served = Callable[..., AbstractContextManager[tuple["MemoryService", "Caller"]]]
 """cli/main.py's ``served(operator=KEY)``: the facade over the home and the local operator
 whose operator acts ``KEY`` signs."""
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 
 requests_cli = typer.Typer(no_args_is_help=True,
                            help="Right-to-be-forgotten requests and their deadlines.")
@@ -47,15 +45,8 @@ def register(cli: typer.Typer, served: Served, policy_cli: typer.Typer) -> None:
     resume_cli.register(cli, requests_cli, served)
 
 
-def _out(data: Any, as_json: bool, text: str | None = None) -> None:
-    if as_json:
-        sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    elif text:  # nothing to list: no blank line
-        sys.stdout.write(text + "\n")
 
 
-def _verdict(message: str) -> None:
-    sys.stderr.write(message + "\n")
 
 
 def sweep_command(
@@ -84,20 +75,20 @@ def sweep_command(
             per[d["action"]] = per.get(d["action"], 0) + 1
         lines = [f"{action}  {plural(n, 'atoms')}" for action, n in sorted(per.items())]
         lines.append("(-v lists them, --json gives them)")
-    _out(data, as_json, "\n".join(lines))
+    out(data, as_json, "\n".join(lines))
     a, e, t = (data["archived"]["count"], data["erased"]["count"],
                data["tombstone_records_dropped"]["count"])
     if data["status"] == "no-policy":
-        _verdict("note: no memoryPolicy is in force (none set, or enabled: false); "
+        verdict("note: no memoryPolicy is in force (none set, or enabled: false); "
                  "nothing to sweep")
     elif data["status"] == "nothing-due":
-        _verdict(f"OK: nothing due at {data['now']}; nothing changed")
+        verdict(f"OK: nothing due at {data['now']}; nothing changed")
     elif dry_run:
-        _verdict(f"dry run: would archive {a}, erase {e} and drop {t} tombstone records; "
+        verdict(f"dry run: would archive {a}, erase {e} and drop {t} tombstone records; "
                  "nothing changed")
     else:
         batch = f" (batch {data['erased']['batch_id']})" if e else ""
-        _verdict(f"OK: swept at {data['now']}: {a} archived, {e} erased{batch}, {t} "
+        verdict(f"OK: swept at {data['now']}: {a} archived, {e} erased{batch}, {t} "
                  "tombstone records dropped")
 
 
@@ -116,17 +107,17 @@ def requests_list(
     """
     with _served[0]() as (svc, me):
         rows = [r.model_dump() for r in svc.list_requests(me) if r.overdue or not overdue]
-    _out(rows, as_json, "\n".join(
+    out(rows, as_json, "\n".join(
         f"{r['request_id']}  {r['status']:<14} due {r['complete_due']}  "
         f"left {r['time_left'] or '-'}" for r in rows))
     late = [r for r in rows if r["overdue"]]
     if late:
-        _verdict(f"{'FAIL' if overdue else 'WARN'}: {len(late)} erasure request(s) overdue: "
+        verdict(f"{'FAIL' if overdue else 'WARN'}: {len(late)} erasure request(s) overdue: "
                  + ", ".join(r["request_id"] for r in late[:5]))
         if overdue:
             raise typer.Exit(EXIT_VERIFY)
     else:
-        _verdict("OK: none overdue" if overdue else f"OK: {len(rows)} request(s), none overdue")
+        verdict("OK: none overdue" if overdue else f"OK: {len(rows)} request(s), none overdue")
 
 
 def policy_check_command(as_json: JsonOpt = False) -> None:
@@ -138,9 +129,9 @@ def policy_check_command(as_json: JsonOpt = False) -> None:
     """
     with _served[0]() as (svc, me):
         data = svc.check_policy(me).model_dump()
-    _out(data["warnings"], as_json, "\n".join(
+    out(data["warnings"], as_json, "\n".join(
         f"{w['rule']}  {w['id']}  {w['message']}  -> {w['fix']}" for w in data["warnings"]))
     if not data["policy_in_force"]:
-        _verdict("note: no memoryPolicy is in force; only reference integrity was checked")
+        verdict("note: no memoryPolicy is in force; only reference integrity was checked")
     n = len(data["warnings"])
-    _verdict(f"WARN: {n} warning(s)" if n else "OK: no warnings")
+    verdict(f"WARN: {n} warning(s)" if n else "OK: no warnings")

@@ -10,15 +10,14 @@ given to :func:`register`.
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from cli.output import out, verdict
 from ledger.errors import InputError
 
 if TYPE_CHECKING:
@@ -50,15 +49,8 @@ def _format(value: str, ingest: bool = False) -> str:
     return value
 
 
-def _out(data: Any, as_json: bool, text: str) -> None:
-    if as_json:
-        sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    else:
-        sys.stdout.write(text + "\n")
 
 
-def _verdict(message: str) -> None:
-    sys.stderr.write(message + "\n")
 
 
 def _counts(d: dict[str, int]) -> str:
@@ -108,24 +100,24 @@ def make_import(served: Served) -> Callable[..., None]:
                 skip_unsupported=skip_unsupported, dry_run=dry_run,
                 apply_untrusted=apply_untrusted, progress=bar.step).model_dump()
         verb = "would create" if dry_run else "created"
-        _out(report, as_json, f"{verb}: {_counts(report['created'])}\n"
+        out(report, as_json, f"{verb}: {_counts(report['created'])}\n"
                               f"skipped: {_counts(report['skipped'])}\n"
                               f"refused: {_counts(report['refused'])}\n"
                               f"archived by policy: {report['archived']['atoms']} atoms")
         for w in report["warnings"]:
-            _verdict(f"warning: {w}")
+            verdict(f"warning: {w}")
         archived = report.get("archived", {}).get("atoms", 0)
         if archived:
-            _verdict(f"note: {archived} atom{'s' if archived > 1 else ''} archived by the "
+            verdict(f"note: {archived} atom{'s' if archived > 1 else ''} archived by the "
                      "policy (maxAtoms): kept for audit, out of recall and exports; ids in "
                      "--json")
         if report.get("statuses_restored"):
-            _verdict(f"note: {report['statuses_restored']} correction or expiry statuses "
+            verdict(f"note: {report['statuses_restored']} correction or expiry statuses "
                      "restored from the source")
         if report["tombstones"].get("not_applied_untrusted"):
-            _verdict("warning: untrusted tombstones not applied to existing items: "
+            verdict("warning: untrusted tombstones not applied to existing items: "
                      + ", ".join(report["tombstones"]["not_applied_untrusted"][:5]))
-        _verdict(f"OK: {'checked (dry run)' if dry_run else 'imported'} {file} as {fmt} "
+        verdict(f"OK: {'checked (dry run)' if dry_run else 'imported'} {file} as {fmt} "
                  f"for subject {report['subject']}")
 
     return import_
@@ -134,7 +126,7 @@ def make_import(served: Served) -> Callable[..., None]:
 def make_export(served: Served) -> Callable[..., None]:
     def export_(
         fmt: FormatOpt,
-        out: Annotated[Path, typer.Option("--out", help="File (konshus, persona) or new "
+        out_path: Annotated[Path, typer.Option("--out", help="File (konshus, persona) or new "
                                                         "bundle directory (mem) to write.")],
         subject: SubjectOpt = None,
         sign: Annotated[bool, typer.Option(
@@ -160,16 +152,16 @@ def make_export(served: Served) -> Callable[..., None]:
         fmt = _format(fmt)
         with served(actor) as (svc, me), \
                 progress.bar("Reading the log", total=1, json=as_json) as bar:
-            exported = svc.export_file(me, cast(ExportFormat, fmt), out, subject, sign=sign,
+            exported = svc.export_file(me, cast(ExportFormat, fmt), out_path, subject, sign=sign,
                                        include_private=include_private, progress=bar.step)
         stats, written = exported.counts, exported.written
         report = exported.model_dump()
-        _out(report, as_json, "\n".join(written))
+        out(report, as_json, "\n".join(written))
         if stats.get("records_not_carried"):
-            _verdict(f"warning: {stats['records_not_carried']} portable records (entities, "
+            verdict(f"warning: {stats['records_not_carried']} portable records (entities, "
                      f"edges, ...) have no place in {fmt} and were not exported; use "
                      "--format mem")
-        _verdict(f"OK: exported subject {exported.subject} as {fmt} ({_counts(stats)})")
+        verdict(f"OK: exported subject {exported.subject} as {fmt} ({_counts(stats)})")
 
     return export_
 

@@ -10,16 +10,16 @@ given to :func:`register`; recall records rehearsal events unless ``--no-rehears
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from cli.output import JsonOpt, out, verdict
 from ledger import clock
 from ledger.clock import parse_instant
 from ledger.errors import EXIT_VERIFY, InputError
@@ -47,7 +47,6 @@ projections_cli = typer.Typer(no_args_is_help=True, add_completion=False,
 memory_cli = typer.Typer(no_args_is_help=True, add_completion=False,
                          help="List and inspect memories (from the read models).")
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 
 
 def register(cli: typer.Typer, served: Served, memory: typer.Typer | None = None) -> None:
@@ -73,15 +72,8 @@ def _served() -> AbstractContextManager[tuple[MemoryService, Caller]]:
     return CONTEXT.served()
 
 
-def _out(data: Any, as_json: bool, text: str | None = None) -> None:
-    if as_json:
-        sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    elif text:
-        sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
 
 
-def _verdict(message: str) -> None:
-    sys.stderr.write(message + "\n")
 
 
 # ---------------------------------------------------------------------- projections
@@ -95,13 +87,13 @@ def status_command(as_json: JsonOpt = False) -> None:
         rows = [s.model_dump() for s in svc.read_models_status(me)]
     text = "\n".join(f"{r['name']:<9} {r['state']:<8} position {r['position']:>9}  "
                      f"lag {r['lag']:>7}  version {r['version']}" for r in rows)
-    _out(rows, as_json, text)
+    out(rows, as_json, text)
     behind = [r["name"] for r in rows if r["state"] != "current"]
     if behind:
-        _verdict(f"note: {len(behind)} read model(s) not current ({', '.join(behind)}); "
+        verdict(f"note: {len(behind)} read model(s) not current ({', '.join(behind)}); "
                  "they catch up on the next query, or run `ledger projections rebuild`")
     else:
-        _verdict(f"OK: {len(rows)} read models at position {rows[0]['head'] if rows else 0}")
+        verdict(f"OK: {len(rows)} read models at position {rows[0]['head'] if rows else 0}")
 
 
 @projections_cli.command("probe")
@@ -133,11 +125,11 @@ def probe_command(
     lines = [f"{r['route']:<15} {r['reach']:<14} "
              + ", ".join(f"{h['where']} by {h['by']} x{h['count']}" for h in r["hits"])
              for r in probe.routes]
-    _out(probe.model_dump(), as_json, "\n".join(lines))
+    out(probe.model_dump(), as_json, "\n".join(lines))
     if reached:
-        _verdict(f"REACHABLE: {item} is still reached by {', '.join(reached)}")
+        verdict(f"REACHABLE: {item} is still reached by {', '.join(reached)}")
         raise typer.Exit(EXIT_VERIFY)
-    _verdict(f"OK: no route reaches {item}")
+    verdict(f"OK: no route reaches {item}")
 
 
 @projections_cli.command("rebuild")
@@ -159,8 +151,8 @@ def rebuild_command(
     rate = report.notifications / report.seconds if report.seconds > 0 else 0.0
     text = "\n".join(f"{n:<9} {m['events']:>9} events  {m['apply_seconds']:.3f}s applying"
                      for n, m in data["models"].items())
-    _out(data, as_json, text)
-    _verdict(f"OK: rebuilt {len(data['models'])} read model(s) to position {report.head} "
+    out(data, as_json, text)
+    verdict(f"OK: rebuilt {len(data['models'])} read model(s) to position {report.head} "
              f"({report.notifications} events in {report.seconds:.2f}s, {rate:.0f} events/s)")
 
 
@@ -199,12 +191,12 @@ def recall_command(
             query=query, subject=subject, k=k, session_id=session, rehearse=not no_rehearse))
     rehearsed = any(item.rehearsed for item in result.items)
     data = [item.model_dump() for item in result.items]
-    _out(data, as_json, result.prompt)
+    out(data, as_json, result.prompt)
     if result.items:
-        _verdict(f"OK: recalled {len(result.items)} of {result.eligible} matching memories"
+        verdict(f"OK: recalled {len(result.items)} of {result.eligible} matching memories"
                  + ("; rehearsals recorded" if rehearsed else ""))
     else:
-        _verdict(f"note: nothing recalled ({result.pool} memories matched the query, "
+        verdict(f"note: nothing recalled ({result.pool} memories matched the query, "
                  f"{result.eligible} of them recallable now)")
 
 
@@ -228,8 +220,8 @@ def memory_list_command(
     text = "\n".join(
         f"{r['atom_id']}  {r['status']:<10} {r['salience_now']:.3f} "
         f"{','.join(r['markers']):<12} {r['text']}" for r in rows)
-    _out(rows, as_json, text)
-    _verdict(f"{len(rows)} memories")
+    out(rows, as_json, text)
+    verdict(f"{len(rows)} memories")
 
 
 @memory_cli.command("inspect")
@@ -256,9 +248,9 @@ def memory_inspect_command(
                          f"{'' if det['visible'] else ', not rendered'})")
     for r in data["rehearsals"]:
         lines.append(f"rehearsed: {r['timestamp']} seq {r['seq']} by {r['signer']}")
-    _out(data, as_json, "\n".join(lines))
+    out(data, as_json, "\n".join(lines))
     if data["content_erased"]:
-        _verdict(f"note: the content of atom {data['atom_id']} was erased "
+        verdict(f"note: the content of atom {data['atom_id']} was erased "
                  f"(data key destroyed at {data['data_key_destroyed_at']})")
 
 
@@ -291,7 +283,7 @@ def state_command(
         lines.extend(f"  {a['atom_id']}  {a['status']:<10} {a['text']}" for a in d["valid"])
         lines.extend(f"  ({a['atom_id']}  {a['not_valid_because']}: {a['text']})"
                      for a in d["not_valid"])
-    _out(data if subject is None else data[0], as_json, "\n".join(lines))
+    out(data if subject is None else data[0], as_json, "\n".join(lines))
     facts = sum(len(d["valid"]) for d in data)
-    _verdict(f"{facts} fact(s) valid at {data[0]['valid_at'] if data else v or t} "
+    verdict(f"{facts} fact(s) valid at {data[0]['valid_at'] if data else v or t} "
              f"across {len(data)} subject(s)")

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from cli.output import JsonOpt
+
 if TYPE_CHECKING:
     from service.caller import Caller
     from service.facade import MemoryService
@@ -23,7 +25,6 @@ if TYPE_CHECKING:
 Served = Callable[..., AbstractContextManager[tuple["MemoryService", "Caller"]]]
 """cli/main.py's ``served(operator=KEY)``: the facade over the home and the local operator
 whose operator acts ``KEY`` signs."""
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 
 
 def register(cli: typer.Typer, served: Served, audit_cli: typer.Typer) -> None:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from cli.output import out, verdict
+
 if TYPE_CHECKING:
     from service.caller import Caller
     from service.facade import MemoryService
@@ -40,17 +42,16 @@ def requests_resume(
 
     Example: ledger requests resume 6093ed56-8cc6-49d9-8f18-e99daa44fcd2
     """
-    from cli.erasure import _out, _verdict
     with _served[0](operator=operator) as (svc, me):
         data = svc.resume_request(me, request).report
-    _out(data, as_json, "\n".join([f"request {data['request_id']}",
+    out(data, as_json, "\n".join([f"request {data['request_id']}",
                                    f"batch {data.get('batch_id')}",
                                    *data.get("event_ids", [])]))
     if data.get("no_op"):
-        _verdict(f"OK: nothing to do: request {data['request_id']} was completed at "
+        verdict(f"OK: nothing to do: request {data['request_id']} was completed at "
                  f"{data['completed_at']}")
     else:
-        _verdict(f"OK: request {data['request_id']} completed; batch {data['batch_id']} "
+        verdict(f"OK: request {data['request_id']} completed; batch {data['batch_id']} "
                  "closed")
 
 
@@ -65,14 +66,13 @@ def repair_command(
 
     Example: ledger repair --dry-run
     """
-    from cli.erasure import _out, _verdict
     with _served[0]() as (svc, me):
         data = svc.repair(me, dry_run=dry_run).model_dump()
-    _out(data, as_json, "\n".join(data["orphan_keys"]))
+    out(data, as_json, "\n".join(data["orphan_keys"]))
     n = len(data["orphan_keys"])
     if not n:
-        _verdict("OK: nothing to repair")
+        verdict("OK: nothing to repair")
     elif dry_run:
-        _verdict(f"dry run: would discard {n} orphan data key(s); nothing changed")
+        verdict(f"dry run: would discard {n} orphan data key(s); nothing changed")
     else:
-        _verdict(f"OK: discarded {n} orphan data key(s)")
+        verdict(f"OK: discarded {n} orphan data key(s)")

@@ -8,19 +8,18 @@ point. This module imports typer only: each command imports what it uses.
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
+
+from cli.output import JsonOpt, out, verdict
 
 tokens_cli = typer.Typer(no_args_is_help=True,
                          help="Bearer tokens for `ledger serve`: issued once, stored hashed.")
 _home: list[Callable[[], Path]] = []
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 
 
 def register(cli: typer.Typer, find_home: Callable[[], Path]) -> None:
@@ -30,15 +29,8 @@ def register(cli: typer.Typer, find_home: Callable[[], Path]) -> None:
     cli.add_typer(tokens_cli, name="tokens")
 
 
-def _out(data: Any, as_json: bool, text: str | None) -> None:
-    if as_json:
-        sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    elif text:
-        sys.stdout.write(text + "\n")
 
 
-def _verdict(message: str) -> None:
-    sys.stderr.write(message + "\n")
 
 
 @tokens_cli.command("create")
@@ -81,11 +73,11 @@ def tokens_create(
     with TokenStore.open(config) as store:
         issued = store.create(name, role, subject or (), tenant, expires_at, key)
     rec = issued.record
-    _out({**rec.to_json(), "token": issued.token}, as_json, issued.token)
+    out({**rec.to_json(), "token": issued.token}, as_json, issued.token)
     scope = (f"subjects {', '.join(rec.subjects)}" if rec.subjects else "every subject") \
         + (f" of tenant {rec.tenant}" if rec.tenant else "")
     until = f", expires {rec.to_json()['expires_at']}" if rec.expires_at else ""
-    _verdict(f"OK: created {rec.token_id} ({rec.role}, {scope}{until}). The token is shown "
+    verdict(f"OK: created {rec.token_id} ({rec.role}, {scope}{until}). The token is shown "
              "this once: store it now.")
 
 
@@ -110,9 +102,9 @@ def tokens_list(as_json: JsonOpt = False) -> None:
         + (f"  tenant {r['tenant']}" if r["tenant"] else "")
         + (f"  expires {r['expires_at']}" if r["expires_at"] else "")
         + (f"  revoked {r['revoked_at']}" if r["revoked_at"] else "") for r in rows)
-    _out(rows, as_json, text)
+    out(rows, as_json, text)
     if not as_json and not rows:
-        _verdict("note: no tokens yet; create one with `ledger tokens create NAME --role ROLE`")
+        verdict("note: no tokens yet; create one with `ledger tokens create NAME --role ROLE`")
 
 
 @tokens_cli.command("revoke")
@@ -130,6 +122,6 @@ def tokens_revoke(
     config = Config.load(_home[0]())
     with TokenStore.open(config) as store:
         rec = store.revoke(token_id)
-    _out(rec.to_json(), as_json, rec.token_id)
-    _verdict(f"OK: revoked {rec.token_id} ({rec.name}); running servers refuse it within "
+    out(rec.to_json(), as_json, rec.token_id)
+    verdict(f"OK: revoked {rec.token_id} ({rec.name}); running servers refuse it within "
              f"{DEFAULT_TTL:g} s")

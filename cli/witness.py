@@ -3,14 +3,15 @@ witnesses cosign its checkpoints (use, forget). Heavy imports stay inside the co
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+from cli.output import JsonOpt, out
 
 if TYPE_CHECKING:
     from service.caller import Caller
@@ -21,11 +22,8 @@ Served = Callable[[], AbstractContextManager[tuple["MemoryService", "Caller"]]]
 HomeOpt = Annotated[Path, typer.Option(
     "--home", envvar="LEDGER_WITNESS_HOME",
     help="The witness's own home folder (not a ledger home).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 
 
-def _out(data: Any, as_json: bool, text: str) -> None:
-    sys.stdout.write((json.dumps(data, indent=2, sort_keys=True) if as_json else text) + "\n")
 
 
 def register(cli: typer.Typer, served: Served) -> None:
@@ -44,7 +42,7 @@ def register(cli: typer.Typer, served: Served) -> None:
         from ledger.witness.state import init_home
 
         vkey = init_home(home, name)
-        _out({"home": str(home), "name": name, "vkey": vkey}, as_json, vkey)
+        out({"home": str(home), "name": name, "vkey": vkey}, as_json, vkey)
         sys.stderr.write(f"OK: witness {name} created in {home}; give the logs its key\n")
 
     @app.command("add-log")
@@ -64,7 +62,7 @@ def register(cli: typer.Typer, served: Served) -> None:
             w.add_log(origin, key)
         finally:
             w.close()
-        _out({"origin": origin, "vkey": key}, as_json, origin)
+        out({"origin": origin, "vkey": key}, as_json, origin)
         sys.stderr.write(f"OK: witness follows {origin}\n")
 
     @app.command("logs")
@@ -83,7 +81,7 @@ def register(cli: typer.Typer, served: Served) -> None:
             w.close()
         text = "\n".join(f"{r['origin']}  size {r['size'] if r['size'] is not None else '-'}"
                          for r in logs)
-        _out(data, as_json, text or "(no logs)")
+        out(data, as_json, text or "(no logs)")
 
     @app.command("serve")
     def witness_serve(home: HomeOpt, listen: Annotated[str, typer.Option(
@@ -121,7 +119,7 @@ def register(cli: typer.Typer, served: Served) -> None:
         """
         with served() as (svc, me):
             used = svc.use_witness(me, url, key)
-        _out({"url": used.url, "vkey": used.vkey}, as_json, used.vkey)
+        out({"url": used.url, "vkey": used.vkey}, as_json, used.vkey)
         sys.stderr.write(f"OK: checkpoints will be sent to {used.url}\n")
 
     @app.command("forget")
@@ -130,4 +128,4 @@ def register(cli: typer.Typer, served: Served) -> None:
         """Stop asking a witness.  Example: ledger witness forget http://127.0.0.1:8411"""
         with served() as (svc, me):
             svc.forget_witness(me, key)
-        _out({"removed": key}, as_json, key)
+        out({"removed": key}, as_json, key)

@@ -1,0 +1,26 @@
+"""What every command prints: its data on stdout (JSON when asked, else the human text),
+its verdict on stderr (``OK: ...``, ``FAIL: ...``, ``warning: ...``). Errors are printed by
+``cli/main.py``, which maps them to exit codes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+
+
+def out(data: Any, as_json: bool, text: str | None = None) -> None:
+    """``data`` as JSON (indented, sorted keys) when asked, else ``text``; nothing to list
+    prints no blank line."""
+    if as_json:
+        sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    elif text:
+        sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
+
+
+def verdict(message: str) -> None:
+    sys.stderr.write(message + "\n")
