@@ -17,8 +17,7 @@ import json
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ from ledger.home import Config
 from ledger.text import event_lines, plural
 from projections.service import Projections
 
-from .conftest import CliResult, run_cli
+from .conftest import CliResult, opened_layers, run_cli
 
 NOW = "2026-06-01T12:00:00Z"
 Direct = Callable[[LedgerApp, Projections], Any]
@@ -69,23 +68,12 @@ class Twins:
         quiet = [a for a in args if a == "-q"]  # a root option: no progress bars
         r = run_cli("--home", str(self.home), *quiet, *[a for a in args if a != "-q"])
         self.n = self.base
-        with opened(copy) as (app, proj):
+        with opened_layers(copy) as (app, proj):
             try:
                 result = direct(app, proj)
             except LedgerError as e:
                 result = e
         return r, result, copy
-
-
-@contextmanager
-def opened(home: Path) -> Iterator[tuple[LedgerApp, Projections]]:
-    app = LedgerApp(Config.load(home))
-    proj = Projections(app)
-    try:
-        yield app, proj
-    finally:
-        proj.close()
-        app.close()
 
 
 @pytest.fixture

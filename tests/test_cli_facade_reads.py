@@ -8,8 +8,6 @@ commands rendered them when they called the layers (the clock pinned by LEDGER_N
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,9 +18,8 @@ from ledger import clock
 from ledger.application import LedgerApp
 from ledger.domain import ERASED
 from ledger.home import Config
-from projections.service import Projections
 
-from .conftest import CliResult, run_cli
+from .conftest import CliResult, opened_layers, run_cli
 
 T0 = clock.parse_instant("2031-01-01T00:00:00Z")
 POLICY = {"memoryPolicy": {
@@ -71,18 +68,6 @@ def _erased(d: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
 CONTENT = ("text", "gist", "details", "tags")
 
 
-@contextmanager
-def _direct(home: Path) -> Iterator[tuple[LedgerApp, Projections]]:
-    """The application and its read models, as the commands opened them before."""
-    app = LedgerApp(Config.load(home))
-    proj = Projections(app)
-    try:
-        yield app, proj
-    finally:
-        proj.close()
-        app.close()
-
-
 def _seed(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     policy = tmp_path / "policy.json"
     policy.write_text(json.dumps(POLICY))
@@ -115,7 +100,7 @@ def _status_text(rows: list[dict[str, Any]]) -> str:
 def test_projections_status_probe_and_rebuild_print_what_the_layers_gave(
         home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ids = _seed(home, tmp_path, monkeypatch)
-    with _direct(home) as (_app, proj):
+    with opened_layers(home) as (_app, proj):
         rows = [s.as_json() for s in proj.status()]
     r = _run(home, "projections", "status", "--json")
     assert r.out == _json(rows)
@@ -123,7 +108,7 @@ def test_projections_status_probe_and_rebuild_print_what_the_layers_gave(
     assert _verdicts(r) == f"OK: 5 read models at position {rows[0]['head']}\n"
     assert _run(home, "projections", "status").out == _status_text(rows)
     _run(home, "atom", "add", "--subject", "u2", "--text", "Walks to work")  # one behind
-    with _direct(home) as (_app, proj):
+    with opened_layers(home) as (_app, proj):
         rows = [s.as_json() for s in proj.status()]
     r = _run(home, "projections", "status", "--json")
     assert r.out == _json(rows)
@@ -135,7 +120,7 @@ def test_projections_status_probe_and_rebuild_print_what_the_layers_gave(
     text = tmp_path / "text.txt"
     text.write_text("Secret hobby is chess\n")
     for item, content in ((ids["gone"], str(text)), (ids["new"], None)):
-        with _direct(home) as (_app, proj):
+        with opened_layers(home) as (_app, proj):
             proj.catch_up()
             results = [p.as_json() for p in proj.probe(item, None if content is None
                                                        else "Secret hobby is chess")]
@@ -158,7 +143,7 @@ def test_projections_status_probe_and_rebuild_print_what_the_layers_gave(
             return {k: untimed(v) for k, v in data.items() if k not in TIMING}
         return data
 
-    with _direct(home) as (_app, proj):
+    with opened_layers(home) as (_app, proj):
         expected = proj.rebuild("keyword").as_json()
     r = _run(home, "projections", "rebuild", "keyword", "--json")
     assert untimed(json.loads(r.out)) == untimed(expected)
@@ -172,7 +157,7 @@ def test_recall_memory_and_state_print_what_the_layers_gave(
         home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ids = _seed(home, tmp_path, monkeypatch)
     query = ("where does she work", "--subject", "u1", "-k", "3")
-    with _direct(home) as (_app, proj):
+    with opened_layers(home) as (_app, proj):
         result = proj.recall("where does she work", "u1", 3)
     recalled = [{**item.as_json(), "marker": ", ".join(item.markers), "rehearsed": False}
                 for item in result.items]
@@ -193,7 +178,7 @@ def test_recall_memory_and_state_print_what_the_layers_gave(
     r = _run(home, "recall", "tea", "--subject", "nobody", code=2)
     assert "nobody" in r.err
 
-    with _direct(home) as (_app, proj):
+    with opened_layers(home) as (_app, proj):
         rows = [_erased(row, ("text",)) for row in proj.memory_list()]
         staff = [_erased(row, ("text",)) for row in proj.memory_list("u1", "guest-pii", 0.1)]
         inspected = {k: proj.memory_inspect(ids[k]) for k in ("new", "gone")}
@@ -344,7 +329,7 @@ def test_policy_check_sweep_and_requests_print_what_the_layers_gave(
     finally:
         app.close()
     _at(monkeypatch, 100)  # past the guest-pii retention (90 days) and the SLA
-    with _direct(home) as (app, proj):
+    with opened_layers(home) as (app, proj):
         checked = check_policy(app, proj)
         swept = sweep(app, proj, dry_run=True)
         requests = list_requests(app)
