@@ -209,6 +209,11 @@ def test_operator_files_executes_and_proves_an_erasure(served: tuple[Served, dat
     counts = {k: page.locator(f'tr[data-kind="{k}"] td[data-count]').get_attribute(
         "data-count") for k in ("atoms", "artifacts", "subjects", "flag_for_review")}
     assert counts == {"atoms": "2", "artifacts": "1", "subjects": "1", "flag_for_review": "1"}
+    flagged = page.locator('tr[data-kind="flag_for_review"] li')
+    assert flagged.get_attribute("data-flag") == "identifier"  # why, in ids and positions
+    assert "identifier #1 of the erasure request matched" in (flagged.text_content() or "")
+    assert page.locator('tr[data-kind="review_artifacts"] td[data-count]').get_attribute(
+        "data-count") is not None
     digest = page.locator("#plan-digest").inner_text()
     assert digest.startswith("sha256:") and f'value="{digest}"' in html
 
