@@ -14,10 +14,11 @@ from __future__ import annotations
 import sys
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Protocol
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from cli.opener import Served
 from cli.output import JsonOpt, out, verdict
 from ledger.errors import EXIT_VERIFY, ConflictError, InputError
 from ledger.text import event_lines, plural
@@ -29,14 +30,6 @@ if TYPE_CHECKING:  # each command imports what it uses: `ledger --help` stays li
 ReasonOpt = Annotated[str, typer.Option(help="Why (recorded in the signed events).")]
 OperatorOpt = Annotated[str, typer.Option(
     "--operator", "--as", help="Operator key that signs (default: operator).")]
-
-
-class Served(Protocol):
-    """cli/main.py's ``served``: the facade over the home and the local operator, its
-    operator acts signed by ``operator``."""
-
-    def __call__(self, writer: str | None = None, operator: str = "operator"
-                 ) -> AbstractContextManager[tuple[MemoryService, Caller]]: ...
 
 
 review_cli = typer.Typer(no_args_is_help=True, help="Memories flagged for review.")
@@ -57,10 +50,6 @@ def register(cli: typer.Typer, served: Served, artifact_cli: typer.Typer) -> Non
 
 def _serve(operator: str = "operator") -> AbstractContextManager[tuple[MemoryService, Caller]]:
     return _served[0](operator=operator)
-
-
-
-
 
 
 def redact_command(

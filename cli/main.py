@@ -126,10 +126,6 @@ def served(writer: str | None = None, operator: str = "operator"
         yield svc, local_operator(signing_key=operator, writer_key=writer)
 
 
-
-
-
-
 def _when(value: str | None, what: str) -> str | None:
     return None if value is None else parse_instant(value, what).isoformat()
 

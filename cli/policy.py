@@ -10,23 +10,14 @@ call the facade (:class:`service.facade.MemoryService`) as the local operator, f
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
+from cli.opener import Served
 from cli.output import JsonOpt, out, verdict
 from ledger.errors import EXIT_VERIFY
 from ledger.text import plural
-
-if TYPE_CHECKING:  # each command imports what it uses: `ledger --help` stays light
-    from service.caller import Caller
-    from service.facade import MemoryService
-
-Served = Callable[..., AbstractContextManager[tuple["MemoryService", "Caller"]]]
-"""cli/main.py's ``served(operator=KEY)``: the facade over the home and the local operator
-whose operator acts ``KEY`` signs."""
 
 requests_cli = typer.Typer(no_args_is_help=True,
                            help="Right-to-be-forgotten requests and their deadlines.")
@@ -43,10 +34,6 @@ def register(cli: typer.Typer, served: Served, policy_cli: typer.Typer) -> None:
     from cli import resume as resume_cli
 
     resume_cli.register(cli, requests_cli, served)
-
-
-
-
 
 
 def sweep_command(

@@ -11,22 +11,14 @@ given to :func:`register`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
+from cli.opener import Served
 from cli.output import out, verdict
 from ledger.errors import InputError
-
-if TYPE_CHECKING:
-    from service.caller import Caller
-    from service.facade import MemoryService
-
-Served = Callable[..., AbstractContextManager[tuple["MemoryService", "Caller"]]]
-"""cli/main.py's ``served(writer)``: the facade over the home and the local operator whose
-memory writes ``writer`` signs (``--as``; None: the home's writer key)."""
 
 FormatOpt = Annotated[str, typer.Option(
     "--format", help="konshus, mem or persona; for import also chatgpt (conversations.json), "
@@ -47,10 +39,6 @@ def _format(value: str, ingest: bool = False) -> str:
         raise InputError(f"unknown format {value!r} for this command",
                          hint=f"use one of {', '.join(allowed)}")
     return value
-
-
-
-
 
 
 def _counts(d: dict[str, int]) -> str:

@@ -11,7 +11,6 @@ given to :func:`register`; recall records rehearsal events unless ``--no-rehears
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from cli.opener import Served
 from cli.output import JsonOpt, out, verdict
 from ledger import clock
 from ledger.clock import parse_instant
@@ -30,9 +30,6 @@ if TYPE_CHECKING:  # each command imports what it uses: `ledger --help` stays li
 
 __all__ = ["Served", "memory_cli", "memory_inspect_command", "memory_list_command",
            "projections_cli", "recall_command", "register", "state_command"]
-
-Served = Callable[[], AbstractContextManager[tuple["MemoryService", "Caller"]]]
-"""The facade over the home and the local operator (cli/main.py's ``served``)."""
 
 
 @dataclass
@@ -46,7 +43,6 @@ projections_cli = typer.Typer(no_args_is_help=True, add_completion=False,
                               help="Read models: status and rebuild.")
 memory_cli = typer.Typer(no_args_is_help=True, add_completion=False,
                          help="List and inspect memories (from the read models).")
-
 
 
 def register(cli: typer.Typer, served: Served, memory: typer.Typer | None = None) -> None:
@@ -70,10 +66,6 @@ def _served() -> AbstractContextManager[tuple[MemoryService, Caller]]:
     if CONTEXT.served is None:
         raise RuntimeError("cli.reads.register() was not called")
     return CONTEXT.served()
-
-
-
-
 
 
 # ---------------------------------------------------------------------- projections

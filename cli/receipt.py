@@ -9,22 +9,13 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
+from cli.opener import Served
 from cli.output import JsonOpt
-
-if TYPE_CHECKING:
-    from service.caller import Caller
-    from service.facade import MemoryService
-
-Served = Callable[..., AbstractContextManager[tuple["MemoryService", "Caller"]]]
-"""cli/main.py's ``served(operator=KEY)``: the facade over the home and the local operator
-whose operator acts ``KEY`` signs."""
 
 
 def register(cli: typer.Typer, served: Served, audit_cli: typer.Typer) -> None:

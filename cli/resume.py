@@ -7,19 +7,13 @@ as the local operator (cli/main.py's ``served``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
+from cli.opener import Served
 from cli.output import out, verdict
 
-if TYPE_CHECKING:
-    from service.caller import Caller
-    from service.facade import MemoryService
-
-Served = Callable[..., AbstractContextManager[tuple["MemoryService", "Caller"]]]
 _served: list[Served] = []
 
 

@@ -21,16 +21,11 @@ tokens_cli = typer.Typer(no_args_is_help=True,
 _home: list[Callable[[], Path]] = []
 
 
-
 def register(cli: typer.Typer, find_home: Callable[[], Path]) -> None:
     """Mount ``tokens`` on ``cli``; ``find_home`` resolves the ledger home (``--home``,
     ``LEDGER_HOME`` or ``.ledger/`` upward) when a command runs."""
     _home[:] = [find_home]
     cli.add_typer(tokens_cli, name="tokens")
-
-
-
-
 
 
 @tokens_cli.command("create")

@@ -4,26 +4,17 @@ witnesses cosign its checkpoints (use, forget). Heavy imports stay inside the co
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
+from cli.opener import Served
 from cli.output import JsonOpt, out
 
-if TYPE_CHECKING:
-    from service.caller import Caller
-    from service.facade import MemoryService
-
-# the facade over the home and the local operator (cli/main.py's ``served``)
-Served = Callable[[], AbstractContextManager[tuple["MemoryService", "Caller"]]]
 HomeOpt = Annotated[Path, typer.Option(
     "--home", envvar="LEDGER_WITNESS_HOME",
     help="The witness's own home folder (not a ledger home).")]
-
-
 
 
 def register(cli: typer.Typer, served: Served) -> None:
