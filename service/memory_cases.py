@@ -1,0 +1,498 @@
+"""The memory use cases of the facade: subjects, artifacts, atoms, recall, the memory
+listing and inspection, state as of a date, import and export (documents, files and
+`.mem` bundles). Joined into :class:`service.facade.MemoryService`."""
+
+from __future__ import annotations
+
+import io
+import tempfile
+import zipfile
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ledger import clock
+from ledger.errors import InputError, LedgerError, NotFound
+from service.caller import Caller
+from service.core import (
+    ATOM_CONTENT,
+    FacadeCore,
+    Forbidden,
+    _erased_marker,
+)
+from service.models import (
+    ArtifactIn,
+    ArtifactOut,
+    AtomAdded,
+    AtomCorrectionIn,
+    AtomExpired,
+    AtomIn,
+    AtomOut,
+    AtomsAdded,
+    Corrected,
+    EventIds,
+    ExportFormat,
+    ExportOut,
+    ExportWritten,
+    HistoryEntry,
+    ImportIn,
+    ImportReport,
+    MemoryRow,
+    RecallIn,
+    RecallItemOut,
+    RecallOut,
+    Rehearsed,
+    SourcedAtomAdded,
+    SubjectIn,
+    SubjectOut,
+)
+
+if TYPE_CHECKING:
+    pass
+
+EXPORT_MEDIA = {"konshus": "application/json", "persona": "application/json",
+                "mem": "application/zip"}
+
+
+class MemoryCases(FacadeCore):
+    """Subjects, artifacts, atoms, recall, memory lists and state, import and export."""
+
+    def register_subject(self, caller: Caller, data: SubjectIn) -> SubjectOut:
+        self._require(caller, "assistant", "operator")
+        ref = caller.stored_ref(data.ref)
+        if caller.subjects is not None and data.ref not in caller.subjects:
+            raise Forbidden(f"this credential may not register subject {data.ref!r}",
+                            hint="its subjects are fixed when the token is created")
+        sid = self.app.register_subject(
+            {"ref": ref, "display_name": data.display_name, "locale": data.locale},
+            caller.writer_key)
+        return self.get_subject(caller, str(sid))
+
+    def get_subject(self, caller: Caller, subject: str) -> SubjectOut:
+        sid = self.subject_id(caller, subject)
+        s = self.app.get_subject(sid)
+        return SubjectOut(subject_id=str(s.id), ref=caller.visible_ref(s.ref) or s.ref,
+                          display_name=_erased_marker() if s.content_erased else s.display_name,
+                          locale=s.locale, content_erased=s.content_erased)
+
+    def list_subjects(self, caller: Caller) -> list[SubjectOut]:
+        from ledger.domain import Subject
+
+        out = []
+        for n in self.app.notifications(1, 10**9, topics=[Subject.Created.TOPIC]):
+            sid = str(n.originator_id)
+            if self._visible(caller, sid) is not None:
+                out.append(self.get_subject(caller, sid))
+        return out
+
+    def capture_artifact(self, caller: Caller, data: ArtifactIn) -> ArtifactOut:
+        aid = self.app.capture_artifact(self._artifact_command(caller, data), caller.writer_key)
+        return self.get_artifact(caller, str(aid))
+
+    def _artifact_command(self, caller: Caller, data: ArtifactIn) -> dict[str, Any]:
+        self._require(caller, "assistant", "operator")
+        cmd = data.model_dump()
+        if caller.is_local:  # the application resolves and checks, in its words
+            return cmd
+        sid = self.subject_id(caller, data.subject)
+        cmd["subject"] = sid
+        if data.ref is not None:
+            self._ref_free(caller, "artifact", data.ref)
+        cmd["ref"] = caller.stored_ref(data.ref) if data.ref is not None else None
+        if data.captured_at is not None:
+            cmd["captured_at"] = clock.parse_instant(data.captured_at,
+                                                     "captured_at").isoformat()
+        return cmd
+
+    def get_artifact(self, caller: Caller, artifact: str) -> ArtifactOut:
+        a = self._artifact(caller, artifact)
+        sid = a.subject_id
+        erased = _erased_marker()
+        return ArtifactOut(
+            artifact_id=str(a.id), ref=caller.item_ref(a.ref) if a.ref else None,
+            subject_id=sid, subject=self._visible(caller, sid) or sid, kind=a.kind,
+            captured_at=a.captured_at, source=erased if a.content_erased else a.source,
+            private=a.private, content_erased=a.content_erased,
+            title=erased if a.content_erased else a.title,
+            body=erased if a.content_erased else a.body)
+
+    def _ref_free(self, caller: Caller, kind: str, ref: str) -> None:
+        """A scoped caller whose new ref is taken learns that, and nothing more: not the
+        existing item's id, nor whose it is (the application's message names the id)."""
+        if caller.unrestricted:
+            return
+        from ledger.errors import ConflictError
+
+        try:
+            self.app.resolve(kind, caller.stored_ref(ref))
+        except NotFound:
+            return
+        raise ConflictError(f"the {kind} ref {ref!r} is already in use; nothing was written",
+                            hint="choose another ref, or leave it out for a random id")
+
+    def _atom_command(self, caller: Caller, data: AtomIn) -> dict[str, Any]:
+        cmd = data.as_command()
+        if caller.is_local:  # the application resolves and checks, in its words
+            return cmd
+        cmd["subject"] = self.subject_id(caller, data.subject)
+        if data.ref is not None:
+            self._ref_free(caller, "atom", data.ref)
+            cmd["ref"] = caller.stored_ref(data.ref)
+        cmd["artifact_ids"] = [str(self._artifact_subject(caller, a)[0])
+                               for a in data.artifact_ids]
+        for field in ("valid_from", "valid_to"):
+            if cmd[field] is not None:
+                cmd[field] = clock.parse_instant(cmd[field], field).isoformat()
+        return cmd
+
+    def add_atom(self, caller: Caller, data: AtomIn) -> AtomAdded:
+        added = self.add_atoms(caller, [data])
+        return AtomAdded(atom_id=added.atom_ids[0], archived=added.archived)
+
+    def add_atom_with_source(self, caller: Caller, data: AtomIn, source: ArtifactIn
+                             ) -> SourcedAtomAdded:
+        """An atom and the artifact it was drawn from, captured and cited in one signed
+        command: both are written, or neither."""
+        if source.subject != data.subject:
+            raise InputError("the source artifact must be of the memory's subject",
+                             hint="leave the source's subject out: it is the memory's")
+        source_cmd = self._artifact_command(caller, source)
+        ids = self.app.add_atoms([self._atom_command(caller, data)], caller.writer_key,
+                                 sources=[source_cmd])
+        return SourcedAtomAdded(atom_id=str(ids[0]),
+                                archived=list(getattr(self.app, "last_archived", [])),
+                                artifact_id=str(self.app.last_sources[0]))
+
+    def add_atoms(self, caller: Caller, items: Sequence[AtomIn]) -> AtomsAdded:
+        """Record atoms in one signed command: all of them, or none."""
+        self._require(caller, "assistant", "operator")
+        if not items:
+            raise InputError("no atoms to add")
+        commands = [self._atom_command(caller, d) for d in items]
+        ids = self.app.add_atoms(commands, caller.writer_key)
+        return AtomsAdded(atom_ids=[str(i) for i in ids],
+                          archived=list(getattr(self.app, "last_archived", [])))
+
+    def add_atoms_grouped(self, items: Sequence[tuple[Caller, AtomIn]]
+                          ) -> list[AtomAdded | LedgerError]:
+        """Group commit (server): atoms of several callers in one signed command.
+
+        Each item is resolved under its own caller's scope first; one refused there fails
+        alone. The rest are written as one command; if that command fails as a whole (two
+        items with the same ref, say) each is written on its own, so an item's result is
+        exactly what it would have been alone."""
+        results: list[AtomAdded | LedgerError] = []
+        commands: list[tuple[int, dict[str, Any]]] = []
+        for n, (caller, data) in enumerate(items):
+            try:
+                self._require(caller, "assistant", "operator")
+                commands.append((n, self._atom_command(caller, data)))
+                results.append(InputError("not written"))  # replaced below
+            except LedgerError as e:
+                results.append(e)
+        if not commands:
+            return results
+        try:
+            ids = self.app.add_atoms([c for _, c in commands])
+            archived = list(getattr(self.app, "last_archived", []))
+            for (n, _), aid in zip(commands, ids, strict=True):
+                results[n] = AtomAdded(atom_id=str(aid), archived=archived)
+            return results
+        except LedgerError as e:
+            if len(commands) == 1:
+                results[commands[0][0]] = e
+                return results
+        for n, cmd in commands:
+            try:
+                aid = self.app.add_atoms([cmd])[0]
+                results[n] = AtomAdded(atom_id=str(aid),
+                                       archived=list(getattr(self.app, "last_archived", [])))
+            except LedgerError as e:
+                results[n] = e
+        return results
+
+    def get_atom(self, caller: Caller, atom: str) -> AtomOut:
+        found = self._atom(caller, atom)
+        data = found.as_dict()
+        if data["content_erased"]:
+            for k in ATOM_CONTENT:
+                data[k] = _erased_marker()
+        sid = data["subject_id"]
+        data["subject"] = self._visible(caller, sid) or sid
+        if data.get("ref") is not None:
+            data["ref"] = caller.item_ref(data["ref"])
+        return AtomOut(**data)
+
+    def history(self, caller: Caller, atom: str) -> list[HistoryEntry]:
+        found = self._atom(caller, atom)
+        return [HistoryEntry(**row) for row in self.app.history(str(found.id))]
+
+    def correct_atom(self, caller: Caller, atom: str, data: AtomCorrectionIn, *,
+                     valid_from: str | None = None) -> Corrected:
+        """Supersede an atom with a corrected one; ``valid_from``: when the corrected fact
+        became true (default: now; the CLI's ``--valid-from``)."""
+        self._require(caller, "assistant", "operator")
+        # the local caller's atom is looked up by the command, under the write lock
+        target = atom if caller.is_local else str(self._atom(caller, atom).id)
+        change = {k: v for k, v in data.model_dump().items() if v is not None}
+        if valid_from is not None:
+            change["valid_from"] = valid_from
+        if not set(change) - {"reason"}:
+            raise InputError("nothing to correct", hint="give text, gist or confidence")
+        new = self.app.correct_atom(target, change, caller.writer_key)
+        return Corrected(atom_id=str(self.app.resolve("atom", target)), new_atom_id=str(new))
+
+    def rehearse_atom(self, caller: Caller, atom: str, session_id: str | None = None,
+                      reason: str | None = None) -> Rehearsed:
+        """Record that one atom was recalled (`ledger atom rehearse`): refused when the
+        atom is not active; unlike :meth:`rehearse`, a repeat in a session counts."""
+        self._require(caller, "assistant", "operator")
+        target = atom if caller.is_local else str(self._atom(caller, atom).id)
+        count = self.app.rehearse_atom(target, session_id, reason, caller.writer_key)
+        return Rehearsed(atom_id=str(self.app.resolve("atom", target)), rehearsal_count=count)
+
+    def expire_atom(self, caller: Caller, atom: str, reason: str | None = None
+                    ) -> AtomExpired:
+        """Mark an atom no longer valid from now (`ledger atom expire`)."""
+        self._require(caller, "assistant", "operator")
+        target = atom if caller.is_local else str(self._atom(caller, atom).id)
+        self.app.expire_atom(target, reason, caller.writer_key)
+        return AtomExpired(atom_id=str(self.app.resolve("atom", target)))
+
+    def rehearse(self, caller: Caller, atoms: Sequence[str],
+                 session_id: str | None = None) -> EventIds:
+        self._require(caller, "assistant", "operator")
+        ids = [str(self._atom(caller, a).id) for a in atoms]
+        return EventIds(event_ids=list(self.app.rehearse_atoms(ids, session_id) or []))
+
+    def recall(self, caller: Caller, data: RecallIn) -> RecallOut:
+        """Memories relevant to the query for one subject, as a prompt block and items;
+        each recalled memory is rehearsed (a signed event) unless ``data.rehearse`` is
+        off. The local caller (`ledger recall`) gets the read models' checks of the query
+        and lookup of the subject, in their words and order (ADR 0040)."""
+        sid = data.subject if caller.is_local else self.subject_id(caller, data.subject)
+        result = self.proj.recall(data.query, sid, data.k)
+        rehearsed = bool(result.atom_ids) and data.rehearse and caller.may_write_memory
+        if rehearsed:
+            self.app.rehearse_atoms(result.atom_ids, data.session_id)
+        items = [RecallItemOut(**{**item.as_json(), "marker": ", ".join(item.markers),
+                                  "rehearsed": rehearsed}) for item in result.items]
+        return RecallOut(prompt=result.prompt, items=items, eligible=result.eligible,
+                         pool=result.pool)
+
+    def list_memories(self, caller: Caller, subject: str | None = None,
+                      privacy_class: str | None = None,
+                      min_salience: float | None = None, *, limit: int | None = None,
+                      after: str | None = None) -> list[MemoryRow]:
+        """The memories of the listing (``ledger memory list``); a page of at most
+        ``limit`` rows when asked, starting after the atom id ``after`` (the last row of
+        the previous page). The local caller gets the read models' checks of the filters
+        before the subject's lookup (ADR 0040)."""
+        if subject is None and not caller.unrestricted:
+            raise InputError("name a subject", hint="this credential is scoped to subjects")
+        if limit is not None and limit < 1:
+            raise InputError(f"limit must be at least 1, got {limit}")
+        sid = subject if subject is None or caller.is_local else self.subject_id(caller,
+                                                                                   subject)
+        rows = self.proj.memory_list(sid, privacy_class, min_salience)
+        start = 0
+        if after is not None:
+            start = next((i + 1 for i, r in enumerate(rows) if r["atom_id"] == after), -1)
+            if start < 0:
+                raise InputError("after: no memory of this listing has that id",
+                                 hint="pass the atom_id of the last row of the previous "
+                                      "page (the Link header's next URL carries it)")
+        if start or limit is not None:
+            rows = rows[start:None if limit is None else start + limit]
+        erased = _erased_marker()
+        return [MemoryRow(**{**r, "text": erased if r["content_erased"] else r["text"]})
+                for r in rows]
+
+    def inspect_memory(self, caller: Caller, atom: str) -> dict[str, Any]:
+        """One memory with its scores, decay and history (`ledger memory inspect`); erased
+        content reads ``ERASED``. The local caller gets the read models' lookup."""
+        aid = atom if caller.is_local else str(self._atom(caller, atom).id)
+        return self._masked(self.proj.memory_inspect(aid), (*ATOM_CONTENT, "details_now"))
+
+    def state(self, caller: Caller, subject: str, as_of: str | None = None,
+              valid_at: str | None = None) -> dict[str, Any]:
+        """What the ledger knew at ``as_of`` (default now), facts valid at ``valid_at``."""
+        t = clock.parse_instant(as_of, "as_of") if as_of else clock.now()
+        v = clock.parse_instant(valid_at, "valid_at") if valid_at else None
+        return self.state_views(caller, subject, t, v)[0]
+
+    def state_views(self, caller: Caller, subject: str | None, as_of: datetime,
+                    valid_at: datetime | None = None) -> list[dict[str, Any]]:
+        """What the ledger knew at ``as_of`` and which facts it held valid at ``valid_at``
+        (default ``as_of``): of one subject, or of every subject registered by then (in
+        the caller's scope); erased content reads ``ERASED`` in every view."""
+        if subject is None:
+            views = [v for v in self.proj.state_all(as_of, valid_at)
+                     if caller.unrestricted or self._visible(caller, v.subject_id) is not None]
+        else:
+            sid = subject if caller.is_local else self.subject_id(caller, subject)
+            views = [self.proj.state_as_of(sid, as_of, valid_at)]
+        out = []
+        for view in views:
+            d = view.as_json()
+            d["valid"] = [self._masked(a, ATOM_CONTENT) for a in d["valid"]]
+            d["not_valid"] = [self._masked(a, ATOM_CONTENT) for a in d["not_valid"]]
+            d["artifacts"] = [self._masked(a, ("title", "body", "media_url"))
+                              for a in d["artifacts"]]
+            if d["subject"] is not None:
+                d["subject"] = self._masked(d["subject"], ("display_name",))
+            out.append(d)
+        return out
+
+    def export(self, caller: Caller, subject: str, fmt: ExportFormat,
+               include_private: bool = False) -> ExportOut:
+        """One subject's memory as Konshus or Persona JSON, or a `.mem` bundle (zipped)."""
+        from ledger.portability import konshus, mem, persona, view
+        from ledger.portability.record import tally
+
+        sid = self.subject_id(caller, subject)
+        v = view.load(self.app, sid)
+        visible = self._visible(caller, sid) or sid
+        if fmt == "mem":
+            signer = self.app.signer(None)
+            with tempfile.TemporaryDirectory(prefix="ledger-export-") as tmp:
+                out = Path(tmp) / "bundle.mem"
+                stats = mem.export(v, out, include_private=include_private,
+                                   key=mem.signing_key(bytes(signer.signing_key)),
+                                   sign_manifest=False)
+                content = _zip_folder(out)
+        else:
+            import json
+
+            module = konshus if fmt == "konshus" else persona
+            doc, stats = module.export(v, include_private=include_private, now=clock.now())
+            content = (json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False)
+                       + "\n").encode()
+        counts = {**stats, **tally(v.atoms)}
+        ext = "mem.zip" if fmt == "mem" else "json"
+        return ExportOut(format=fmt, subject=visible, media_type=EXPORT_MEDIA[fmt],
+                         filename=f"{visible}.{fmt}.{ext}" if fmt != "mem"
+                         else f"{visible}.{ext}",
+                         content=content, counts={k: int(n) for k, n in counts.items()
+                                                  if isinstance(n, int)})
+
+    def import_document(self, caller: Caller, content: bytes, options: ImportIn
+                        ) -> ImportReport:
+        """Import a document (JSON, or a `.mem` bundle as a zip): all or nothing, as the
+        CLI's `ledger import`."""
+        self._require(caller, "assistant", "operator")
+        from ledger.portability import service
+
+        subject = options.subject
+        if subject is None and not caller.unrestricted:
+            raise InputError("name the subject to import under",
+                             hint="this credential is scoped to subjects")
+        if subject is not None:
+            sid = self.subject_id(caller, subject)
+            subject = self._stored_ref_of(sid)
+        with tempfile.TemporaryDirectory(prefix="ledger-import-") as tmp:
+            path = Path(tmp) / "input"
+            if options.format == "mem":
+                _unzip_bundle(content, path)
+            else:
+                path.write_bytes(content)
+            plan = service.plan_file(self.app, path, options.format, subject=subject,
+                                     trusted=[], max_bytes=None,
+                                     skip_unsupported=options.skip_unsupported)
+            report = service.apply_plan(self.app, plan, dry_run=options.dry_run)
+        report["subject"] = caller.visible_ref(report["subject"]) or report["subject"]
+        return ImportReport(**report)
+
+    def export_file(self, caller: Caller, fmt: ExportFormat, out: Path,
+                    subject: str | None = None, *, sign: bool = False,
+                    include_private: bool = False,
+                    progress: Callable[[str, int, int], None] | None = None
+                    ) -> ExportWritten:
+        """`ledger export`: one subject's memory (default: the ledger's only subject)
+        written to ``out``, a new file or `.mem` bundle directory; ``sign``: signed with
+        the caller's writer key (manifest.sig, or a DSSE envelope beside the file)."""
+        self._require(caller, "assistant", "operator", "auditor")
+        self._local_files(caller)
+        from ledger.portability import konshus, mem, persona, service, view
+        from ledger.portability.record import tally
+
+        v = view.load(self.app, subject, progress=progress)
+        signer = self.app.signer(caller.writer_key) if sign or fmt == "mem" else None
+        if fmt == "mem":
+            assert signer is not None
+            stats = mem.export(v, out, include_private=include_private,
+                               key=mem.signing_key(bytes(signer.signing_key)),
+                               sign_manifest=sign, progress=progress)
+            written = [str(out)]
+        else:
+            from ledger.progress import report
+
+            module = konshus if fmt == "konshus" else persona
+            doc, stats = module.export(v, include_private=include_private, now=clock.now(),
+                                       progress=progress)
+            report(progress, f"Writing {out.name}", 0, 1)
+            payload_type = f"application/vnd.memory-ledger.{fmt}-export.v1+json"
+            written = service.write_document(out, doc, signer if sign else None, payload_type)
+            report(progress, f"Writing {out.name}", 1, 1)
+        stats = {**stats, **tally(v.atoms)}
+        if fmt != "mem":  # only a .mem bundle has a place for portable records (ADR 0017)
+            stats["records_not_carried"] = sum(r.content is not None for r in v.records)
+        return ExportWritten(format=fmt, subject=v.ref, written=written, counts=stats)
+
+    def import_file(self, caller: Caller, path: Path, fmt: str, *, subject: str | None = None,
+                    trusted: Sequence[bytes] = (), max_bytes: int | None = None,
+                    skip_unsupported: bool = False, dry_run: bool = False,
+                    apply_untrusted: bool = False,
+                    progress: Callable[[str, int, int], None] | None = None) -> ImportReport:
+        """`ledger import`: a file or `.mem` bundle of this machine checked completely,
+        then written all or nothing, signed with the caller's writer key; ``trusted``:
+        keys whose tombstone and manifest signatures are trusted."""
+        self._require(caller, "assistant", "operator")
+        self._local_files(caller)
+        from ledger.portability import service
+        from ledger.progress import report
+
+        reading = f"Reading and checking {path.name}"
+        report(progress, reading, 0, 1)
+        plan = service.plan_file(self.app, path, fmt, subject=subject, trusted=trusted,
+                                 max_bytes=max_bytes, skip_unsupported=skip_unsupported)
+        report(progress, reading, 1, 1)
+        return ImportReport(**service.apply_plan(
+            self.app, plan, dry_run=dry_run, actor=caller.writer_key,
+            apply_untrusted=apply_untrusted, progress=progress))
+
+
+def _zip_folder(folder: Path) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for p in sorted(folder.rglob("*")):
+            if p.is_file():
+                z.write(p, p.relative_to(folder).as_posix())
+    return buf.getvalue()
+
+
+MAX_BUNDLE_FILES = 100_000
+MAX_BUNDLE_BYTES = 256 * 1024 * 1024
+
+
+def _unzip_bundle(content: bytes, dest: Path) -> None:
+    """A `.mem` bundle sent as a zip: unpacked into ``dest``, refusing absolute paths,
+    ``..`` and links, and bounded in files and bytes (a zip bomb is refused whole)."""
+    try:
+        z = zipfile.ZipFile(io.BytesIO(content))
+    except zipfile.BadZipFile as e:
+        raise InputError(f"the .mem bundle is not a zip file: {e}",
+                         hint="send the bundle's folder zipped") from None
+    infos = z.infolist()
+    if len(infos) > MAX_BUNDLE_FILES or sum(i.file_size for i in infos) > MAX_BUNDLE_BYTES:
+        raise InputError("the .mem bundle is too large",
+                         hint=f"at most {MAX_BUNDLE_FILES} files and {MAX_BUNDLE_BYTES} bytes")
+    dest.mkdir()
+    root = dest.resolve()
+    for info in infos:
+        target = (dest / info.filename).resolve()
+        if info.filename.startswith("/") or not target.is_relative_to(root) or \
+                (info.external_attr >> 16) & 0o170000 == 0o120000:
+            raise InputError(f"the .mem bundle has an unsafe path {info.filename!r}")
+    z.extractall(dest)
