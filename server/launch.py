@@ -4,6 +4,7 @@ before it listens, uvicorn's app factory and each process's request authenticato
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,12 @@ def serve(home: Path | None, host: str, port: int, workers: int, jwks: Path | No
             hint="create one: ledger tokens create NAME --role assistant --subject REF")
     if workers < 1:
         raise InputError("--workers must be at least 1")
+    if workers > 1:  # ADR 0032: said at start, not discovered as random sign-outs
+        sys.stderr.write(
+            f"note: with --workers {workers}, a console sign-in lives in the process that made "
+            "it, and a browser request that reaches another process is asked to sign in "
+            "again: route /console/ with sticky sessions (docs/deploy.md); the API and MCP "
+            "are not affected\n")
     os.environ[HOME_ENV] = str(home)
     for env, value in ((JWKS_ENV, jwks), (AUDIENCE_ENV, audience), (ISSUER_ENV, issuer)):
         if value is not None:

@@ -229,6 +229,36 @@ def test_server_refuses_to_start_without_a_credential(home: Path) -> None:
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_several_workers_serve_one_ledger_and_say_what_the_console_needs(home: Path) -> None:
+    """`ledger serve --workers 2`: uvicorn's processes each build the app from the factory;
+    concurrent adds from several connections are all in the log once, and the start says
+    that console sign-ins need sticky routing (ADR 0032)."""
+    import threading
+
+    run_cli("--home", str(home), "subject", "add", "u1")
+    _, tok = issue(home, "a", "assistant", ["u1"])
+    acked: list[str] = []
+    with serving(home, "--workers", "2") as server:
+        def client(n: int) -> None:
+            with server.client(tok) as c:
+                for i in range(10):
+                    r = c.post("/v1/atoms", json={"subject": "u1", "text": f"fact {n}-{i}"})
+                    assert r.status_code == 201, r.text
+                    acked.append(r.json()["atom_id"])
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert "note: with --workers 2, a console sign-in lives in the process" in \
+            server.output()
+    assert len(set(acked)) == 80
+    listed = _cli_json(home, "memory", "list", "--subject", "u1")
+    assert isinstance(listed, list) and len(listed) == 80
+    assert run_cli("--home", str(home), "verify").code == 0
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_sigterm_lets_requests_in_flight_finish(home: Path) -> None:
     """Graceful shutdown: adds in flight when SIGTERM arrives are answered and in the log;
     none is half-written."""
