@@ -140,6 +140,11 @@ def init(
     keystore: Annotated[str | None, typer.Option(
         help="Where data keys live (default: an SQLite file in the home, where secure "
              "deletion is guaranteed; see docs/adr/0003).")] = None,
+    kek: Annotated[str | None, typer.Option(
+        help="Where the key-encryption keys live: file:FOLDER (relative to the home; "
+             "default file:kek, or LEDGER_KEK) or an RFC 7512 URI "
+             "'pkcs11:token=T;object=O?module-path=/usr/lib/softhsm/libsofthsm2.so"
+             "&pin-source=file:/etc/ledger/pin' (docs/deploy.md).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Create a ledger home: keys, config, event store, keystore, signed key roster.
@@ -150,7 +155,7 @@ def init(
     from service.root import create_home
 
     home = STATE.home or Path.cwd() / HOME_DIRNAME
-    cfg = create_home(home, db=db, keystore=keystore)
+    cfg = create_home(home, db=db, keystore=keystore, kek=kek)
     out({"home": str(home), "ledger_id": cfg.ledger_id, "origin": cfg.origin,
          "root_kid": cfg.root_kid, "backend": "postgresql" if cfg.events.is_postgres else "sqlite"},
         as_json, str(home))
@@ -456,6 +461,53 @@ def keys_rotate(name: str, reason: str | None = None, as_json: JsonOpt = False) 
         rotated = svc.rotate_key(me, name, reason)
     out({"name": name, "old_kid": rotated.old_kid, "new_kid": rotated.new_kid}, as_json,
         rotated.new_kid)
+
+
+@keys_cli.command("rotate-kek")
+def keys_rotate_kek(
+    to: Annotated[str | None, typer.Option(
+        "--to", help="Make the new epoch's KEK in this store and keep it there: a pkcs11: "
+                     "URI (moves the ledger onto a token) or file:FOLDER.")] = None,
+    operator: Annotated[str, typer.Option(help="The operator key that signs.")] = "operator",
+    as_json: JsonOpt = False,
+) -> None:
+    """Start a new KEK epoch: re-wrap every data key under it, then destroy the old KEK.
+
+    Every copy made before (backups, WAL segments, replicas, dumps) is then beyond use,
+    so the erasures recorded before it reach every copy. Run again after a crash: it
+    resumes. `ledger sweep` runs it when the policy's kekRotationDays say it is due.
+
+    Example: ledger keys rotate-kek
+    """
+    from ledger import progress
+    from ledger.text import plural
+
+    with served(operator=operator) as (svc, me), \
+            progress.bar("Rotating the KEK", total=1, json=as_json) as bar:
+        done = svc.rotate_kek(me, to, progress=bar.step)
+    destroyed = ", ".join(str(e) for e in done.destroyed) or "none"
+    out(done.model_dump(), as_json,
+        f"epoch {done.epoch} ({done.store}): {plural(done.rewrapped, 'data keys')} "
+        f"re-wrapped; KEK of epoch(s) {destroyed} destroyed")
+    verdict(f"OK: KEK epoch {done.epoch} in force"
+            + (" (an interrupted rotation finished)" if done.resumed else ""))
+
+
+@keys_cli.command("epochs")
+def keys_epochs(as_json: JsonOpt = False) -> None:
+    """The KEK epochs: store, state, when started and destroyed, keys wrapped.
+
+    Example: ledger keys epochs
+    """
+    from ledger.text import plural
+
+    with served() as (svc, me):
+        rows = [e.model_dump() for e in svc.kek_epochs(me)]
+    text = "\n".join(
+        f"epoch {r['epoch']:<4} {r['state']:<10} {r['store']:<30} started {r['started_at']}"
+        + (f"  destroyed {r['destroyed_at']}" if r["destroyed_at"] else "")
+        + f"  {plural(r['keys'], 'keys')}" for r in rows) or "no KEK epoch: keys are not wrapped"
+    out(rows, as_json, text)
 
 
 # ---------------------------------------------------------------------- policy

@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
@@ -29,6 +30,7 @@ from sqlalchemy.pool import NullPool
 from keys import aead
 from keys.aead import new_data_key
 from keys.errors import DataKeyUnavailable, KeystoreBlocked, KeystoreError
+from keys.kek import UNWRAPPED_EPOCH, KekRing
 from rawfiles.bytescan import ByteMatcher
 from rawfiles.sqlitepages import scrub_pages, write_transaction
 
@@ -126,17 +128,35 @@ def _wal(cur: Any, busy_errors: tuple[type[Exception], ...] = (sqlite3.Operation
 
 
 class DataKeyStore:
-    """Create, fetch and destroy data keys. Keys are cached for this process only."""
+    """Create, fetch and destroy data keys. Keys are cached for this process only.
 
-    def __init__(self, engine: Engine, schema: str | None = None) -> None:
+    A row holds its data key wrapped under the KEK of the epoch in its ``epoch`` column
+    (``keys/kek.py``, ADR 0044); ``kek_epochs`` says which epochs exist, which one new
+    keys are wrapped under (``active``), which are being left (``retiring``) and which
+    KEKs are destroyed. Epoch 0 is a ledger made before wrapping: its rows hold the key
+    as it is, until the first rotation wraps them.
+    """
+
+    def __init__(self, engine: Engine, schema: str | None = None,
+                 keks: KekRing | None = None) -> None:
         self.engine = engine
         self.schema = schema
+        self.keks = keks or KekRing(None)
         md = sa.MetaData(schema=schema)
         self.keys = sa.Table(
             "data_keys", md,
             sa.Column("key_id", sa.String(64), primary_key=True),
             sa.Column("key_material", sa.LargeBinary, nullable=False),
             sa.Column("created_at", sa.String(40), nullable=False),
+            sa.Column("epoch", sa.Integer, nullable=False, server_default="0"),
+        )
+        self.epoch_table = sa.Table(
+            "kek_epochs", md,
+            sa.Column("epoch", sa.Integer, primary_key=True, autoincrement=False),
+            sa.Column("store", sa.String(1000), nullable=False),
+            sa.Column("state", sa.String(16), nullable=False),  # active|retiring|destroyed
+            sa.Column("started_at", sa.String(40), nullable=False),
+            sa.Column("destroyed_at", sa.String(40)),
         )
         self.destroyed = sa.Table(
             "destroyed_keys", md,
@@ -150,15 +170,23 @@ class DataKeyStore:
             sa.Column("ct", sa.LargeBinary, nullable=False),
         )
         md.create_all(engine)
+        self._add_epoch_column()
         table, ph = (engine.dialect.identifier_preparer.format_table(self.keys),
                      "?" if engine.dialect.paramstyle == "qmark" else "%s")
         self._insert_key_sql = (
-            f"INSERT INTO {table} (key_id, key_material, created_at) "  # noqa: S608 (own table)
-            f"VALUES ({ph}, {ph}, {ph})")
+            f"INSERT INTO {table} (key_id, key_material, created_at, epoch) "  # noqa: S608
+            f"VALUES ({ph}, {ph}, {ph}, {ph})")
+        self._rewrap_sql = (
+            f"UPDATE {table} SET key_material = {ph}, epoch = {ph} "  # noqa: S608 (own table)
+            f"WHERE key_id = {ph} AND epoch = {ph}")
+        epochs = engine.dialect.identifier_preparer.format_table(self.epoch_table)
+        self._active_sql = (f"SELECT epoch FROM {epochs} "  # noqa: S608 (own table)
+                            "WHERE state = 'active'")
         self._cache: dict[str, bytes] = {}
         self._destroyed: dict[str, str] = {}  # destruction is final: safe to remember
         self._checks: list[tuple[list[bytes], Future[dict[Path, list[int]]]]] = []  # see settle()
         self._deferred: list[bytes] = []  # see destroy(defer=True), finish_deferred()
+        self._stores: dict[int, str] | None = None  # epoch -> KEK store spec
 
     @property
     def is_sqlite(self) -> bool:
@@ -183,10 +211,16 @@ class DataKeyStore:
         created = at.isoformat()
         try:
             with self.engine.begin() as conn:
+                # the epoch read in the transaction that stores under it: a rotation
+                # retires an epoch only when no row is left under it (ledger/epochs.py)
+                epoch = self._active_epoch(conn)
+                items = list(new.items())
+                wrapped = self._wrap(epoch, items)
                 # One executemany of plain tuples: a bulk append creates a key per atom, and
                 # SQLAlchemy's per-row parameter processing cost more than the insert.
                 conn.exec_driver_sql(self._insert_key_sql,
-                                     [(k, v, created) for k, v in new.items()])
+                                     [(k, w, created, epoch)
+                                      for (k, _v), w in zip(items, wrapped, strict=True)])
         except sa.exc.IntegrityError as e:
             raise KeystoreError("a data key with one of these ids already exists") from e
         self._cache.update(new)
@@ -205,12 +239,137 @@ class DataKeyStore:
                 for i in range(0, len(wanted), 500):
                     chunk = wanted[i:i + 500]
                     rows = conn.execute(
-                        sa.select(self.keys.c.key_id, self.keys.c.key_material)
+                        sa.select(self.keys.c.key_id, self.keys.c.key_material,
+                                  self.keys.c.epoch)
                         .where(self.keys.c.key_id.in_(chunk))
                     ).all()
-                    for key_id, material in rows:
-                        self._cache[key_id] = bytes(material)
+                    self._cache.update(self._unwrap_rows(rows))
         return {k: self._cache[k] for k in key_ids if k in self._cache}
+
+    # ------------------------------------------------------------------ epochs
+    def _wrap(self, epoch: int, items: list[tuple[str, bytes]]) -> list[bytes]:
+        if epoch == UNWRAPPED_EPOCH:
+            return [v for _k, v in items]
+        return self.keks.store_of(epoch, self.epoch_stores()).wrap(epoch, items)
+
+    def _unwrap_rows(self, rows: Iterable[Any]) -> dict[str, bytes]:
+        """``key_id -> data key`` for rows ``(key_id, stored bytes, epoch)``."""
+        by_epoch: dict[int, list[tuple[str, bytes]]] = {}
+        for key_id, material, epoch in rows:
+            by_epoch.setdefault(int(epoch or 0), []).append((key_id, bytes(material)))
+        out: dict[str, bytes] = {}
+        for epoch, items in by_epoch.items():
+            if epoch == UNWRAPPED_EPOCH:
+                out.update(items)
+                continue
+            store = self.keks.store_of(epoch, self.epoch_stores())
+            out.update(zip((k for k, _w in items), store.unwrap(epoch, items), strict=True))
+        return out
+
+    def _active_epoch(self, conn: Any) -> int:
+        rows = conn.exec_driver_sql(self._active_sql).all()
+        if len(rows) > 1:
+            raise KeystoreError(f"the keystore names {len(rows)} active KEK epochs; run "
+                                "`ledger keys rotate-kek` to finish the rotation")
+        return int(rows[0][0]) if rows else UNWRAPPED_EPOCH
+
+    def current_epoch(self) -> int:
+        """The epoch new data keys are wrapped under (0: not wrapped, a ledger made before
+        wrapping that was never rotated)."""
+        with self.engine.connect() as conn:
+            return self._active_epoch(conn)
+
+    def epoch_rows(self) -> list[EpochRow]:
+        """Every epoch the keystore knows, ascending."""
+        t = self.epoch_table
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(t.c.epoch, t.c.store, t.c.state, t.c.started_at,
+                                          t.c.destroyed_at).order_by(t.c.epoch)).all()
+        return [EpochRow(int(r[0]), str(r[1]), str(r[2]), str(r[3]),
+                         None if r[4] is None else str(r[4])) for r in rows]
+
+    def epoch_stores(self) -> dict[int, str]:
+        if self._stores is None:
+            self._stores = {r.epoch: r.store for r in self.epoch_rows()}
+        return self._stores
+
+    def begin_epoch(self, epoch: int, store: str, at: datetime) -> None:
+        """Make ``epoch`` the one new keys are wrapped under; the epoch active until now
+        is ``retiring`` (its rows are re-wrapped by :meth:`rewrap`). Its KEK must exist
+        in ``store`` already. Nothing when ``epoch`` is active already."""
+        t = self.epoch_table
+        with self.engine.begin() as conn:
+            states = dict(conn.execute(sa.select(t.c.epoch, t.c.state)).all())
+            if states.get(epoch) == "active":
+                return
+            if epoch in states or any(e > epoch for e in states):
+                raise KeystoreError(f"KEK epoch {epoch} is not newer than every epoch the "
+                                    "keystore knows")
+            conn.execute(t.update().where(t.c.state == "active").values(state="retiring"))
+            conn.execute(t.insert().values(epoch=epoch, store=store, state="active",
+                                           started_at=at.isoformat()))
+        self._stores = None
+
+    def keys_under(self, epochs: Iterable[int]) -> int:
+        """How many data keys are wrapped under these epochs (0: unwrapped)."""
+        wanted = sorted(set(epochs))
+        if not wanted:
+            return 0
+        with self.engine.connect() as conn:
+            return int(conn.execute(sa.select(sa.func.count()).select_from(self.keys)
+                                    .where(self.keys.c.epoch.in_(wanted))).scalar() or 0)
+
+    def rewrap(self, epoch: int, batch: int = 5000,
+               progress: Callable[[int], None] | None = None) -> int:
+        """Re-wrap every data key not under ``epoch`` under it, ``batch`` keys per
+        transaction (resumable: each row carries its epoch). Returns how many moved."""
+        moved = 0
+        after = ""
+        k = self.keys.c
+        target = self.keks.store_of(epoch, self.epoch_stores())
+        while True:
+            with self.engine.connect() as conn:
+                rows = conn.execute(sa.select(k.key_id, k.key_material, k.epoch)
+                                    .where(k.epoch != epoch, k.key_id > after)
+                                    .order_by(k.key_id).limit(batch)).all()
+            if not rows:
+                return moved
+            after = rows[-1][0]
+            plain = self._unwrap_rows(rows)
+            items = [(r[0], plain[r[0]]) for r in rows]
+            wrapped = target.wrap(epoch, items)
+            with self.engine.begin() as conn:
+                conn.exec_driver_sql(self._rewrap_sql, [
+                    (w, epoch, r[0], int(r[2] or 0))
+                    for r, w in zip(rows, wrapped, strict=True)])
+            moved += len(rows)
+            if progress is not None:
+                progress(len(rows))
+
+    def retire(self, epoch: int, at: datetime) -> None:
+        """Destroy the KEK of a ``retiring`` epoch that no row is wrapped under any more,
+        and record it. Refused while a row is left under it (it would be lost)."""
+        if self.keys_under([epoch]):
+            raise KeystoreError(f"KEK epoch {epoch} still wraps data keys; it is not "
+                                "destroyed (run `ledger keys rotate-kek` again)")
+        if epoch != UNWRAPPED_EPOCH:
+            self.keks.store_of(epoch, self.epoch_stores()).destroy(epoch)
+        t = self.epoch_table
+        with self.engine.begin() as conn:
+            conn.execute(t.update().where(t.c.epoch == epoch, t.c.state != "destroyed")
+                         .values(state="destroyed", destroyed_at=at.isoformat()))
+
+    def _add_epoch_column(self) -> None:
+        """A keystore made before wrapping has no ``epoch`` column: add it (every row is
+        epoch 0, unwrapped). Nothing is rewritten."""
+        cols = {c["name"] for c in sa.inspect(self.engine).get_columns("data_keys",
+                                                                        schema=self.schema)}
+        if "epoch" in cols:
+            return
+        table = self.engine.dialect.identifier_preparer.format_table(self.keys)
+        with self.engine.begin() as conn:
+            conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN epoch INTEGER "
+                                 "NOT NULL DEFAULT 0")
 
     def _why_missing(self, key_id: str) -> str:
         at = self.destroyed_at(key_id)
@@ -423,6 +582,18 @@ class DataKeyStore:
 
     def close(self) -> None:
         self.engine.dispose()
+        self.keks.close()
+
+
+@dataclass(frozen=True)
+class EpochRow:
+    """One KEK epoch as the keystore records it."""
+
+    epoch: int
+    store: str
+    state: str
+    started_at: str
+    destroyed_at: str | None
 
 
 def _note_aad(key_id: str) -> bytes:

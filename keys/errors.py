@@ -44,3 +44,13 @@ class KeyringError(KeyError_):
 
 class PublicKeyFileError(KeyringError):
     """A public key file named on the command line is missing or is not a key (exit 2)."""
+
+
+class KekUnavailable(KeystoreError):
+    """The key-encryption key of an epoch is not in its store: destroyed by a rotation,
+    a store that does not answer (a token that refuses), or the wrong store. ``epoch``
+    names it."""
+
+    def __init__(self, message: str, epoch: int) -> None:
+        super().__init__(message)
+        self.epoch = epoch

@@ -12,6 +12,7 @@ import base64
 import contextlib
 import copy
 import logging
+import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -28,6 +29,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from keys.datakeys import DataKeyStore, make_engine, store_sqlite
 from keys.errors import DataKeyUnavailable, KeyError_, KeyNotAuthorized, KeyringError
+from keys.kek import DEFAULT_SPEC as DEFAULT_KEK_SPEC
+from keys.kek import FIRST_EPOCH, KEK_ENV, KekRing, check_kek_spec, named_kek_spec
 from keys.keyring import Keyring, read_public_key_file
 from keys.roster import ROLES, ROOT, KeyRoster
 from keys.signing import Signer
@@ -135,7 +138,7 @@ class LedgerApp(Application[UUID]):
                 make_engine(config.keystore.sqlalchemy_url(), config.keystore.schema,
                             pooled=True,
                             module=None if config.keystore.is_postgres else store_sqlite()),
-                config.keystore.schema)
+                config.keystore.schema, KekRing(config.home, config.kek))
         except Exception as e:
             super().close()
             raise EnvironmentProblem(
@@ -391,8 +394,11 @@ class LedgerApp(Application[UUID]):
 
     # ------------------------------------------------------------------ bootstrap
     @classmethod
-    def initialize(cls, home: Path, db: str | None = None, keystore: str | None = None) -> Config:
-        """Create a new ledger home: keys, config, stores, and the signed key roster."""
+    def initialize(cls, home: Path, db: str | None = None, keystore: str | None = None,
+                   kek: str | None = None) -> Config:
+        """Create a new ledger home: keys, config, stores, the first KEK epoch and the signed
+        key roster. ``kek``: where the key-encryption keys live (default ``LEDGER_KEK``,
+        else ``file:kek``, a folder of the home that ``ledger backup`` never copies)."""
         if (home / "config.toml").exists():
             raise ConflictError(f"{home} already holds a ledger",
                                 hint="use it, or choose another --home")
@@ -400,6 +406,11 @@ class LedgerApp(Application[UUID]):
             validate_db_url(db)
         if keystore:
             validate_db_url(keystore)
+        kek = kek or os.environ.get(KEK_ENV) or DEFAULT_KEK_SPEC
+        try:
+            check_kek_spec(kek)
+        except ValueError as e:
+            raise InputError(str(e)) from None
         created_home = not home.exists()
         home.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:
@@ -414,10 +425,14 @@ class LedgerApp(Application[UUID]):
                 events=StorageURL(db or "events.sqlite", home),
                 keystore=StorageURL(keystore or "keystore.sqlite", home),
                 projections=StorageURL(db or "projections.sqlite", home),
+                kek=named_kek_spec(kek, ledger_id),
             )
             config.write()
             app = cls(config)
             try:
+                store = app.datakeys.keks.store()
+                store.create(FIRST_EPOCH)
+                app.datakeys.begin_epoch(FIRST_EPOCH, store.spec, now)
                 with app.writing(root, ROOT) as at:
                     roster = KeyRoster.start(app.roster_id, root.public_key, at)
                     for role, signer in signers.items():
@@ -935,7 +950,8 @@ class LedgerApp(Application[UUID]):
                 return None
             self.datakeys.destroy([str(aggregate_id)], at)
             agg.trigger_event(type(agg).DataKeyDestroyed, timestamp=at,
-                              key_id=str(aggregate_id), reason=reason)
+                              key_id=str(aggregate_id), reason=reason,
+                              kek_epoch=self.datakeys.current_epoch())
             ids = self.commit(agg)
         log.info("data_key.destroyed", item_id=str(aggregate_id))
         return ids[0]
@@ -988,9 +1004,10 @@ class LedgerApp(Application[UUID]):
                                   defer=defer)
             faults.point("keys-deleted")
             try:
+                epoch = self.datakeys.current_epoch() if todo else None
                 for agg in todo:
                     agg.trigger_event(type(agg).DataKeyDestroyed, timestamp=at,
-                                      key_id=str(agg.id), reason=reason)
+                                      key_id=str(agg.id), reason=reason, kek_epoch=epoch)
                 ids = self.commit(*todo) if todo else []
             finally:
                 self.datakeys.settle()
@@ -1155,7 +1172,8 @@ class LedgerApp(Application[UUID]):
         self.datakeys.destroy([kid], at)
         if not present:  # destroyed by an interrupted close: its bytes were never known
             self.datakeys.vacuum()
-        agg.trigger_event(event, timestamp=at, key_id=kid, reason=reason)
+        agg.trigger_event(event, timestamp=at, key_id=kid, reason=reason,
+                          kek_epoch=self.datakeys.current_epoch())
 
     # ------------------------------------------------------------------ policy
     def policy_id(self) -> UUID:

@@ -80,9 +80,16 @@ class _Erasable:
 
 
 class DataKeyDestroyedMixin:
+    """A data key destroyed. ``kek_epoch``: the KEK epoch new keys were wrapped under
+    when it was destroyed (ADR 0044), so every older copy of the key (a backup, a WAL
+    segment, a dump) is wrapped under that epoch or an earlier one, and is beyond use
+    once a rotation started after this event has destroyed them; 0: keys were not
+    wrapped yet; None: recorded before epochs existed."""
+
     SIGNER_ROLES: ClassVar[tuple[str, ...]] = WRITER_OR_OPERATOR
     key_id: str
     reason: str
+    kek_epoch: int | None
 
     def apply(self, aggregate: Any) -> None:
         aggregate.content_erased = True
@@ -121,6 +128,7 @@ class Subject(Aggregate, _Erasable, _Copyable):
         TOPIC = "memory-ledger:subject.data-key-destroyed.v1"
         key_id: str
         reason: str
+        kek_epoch: int | None = None
 
     def __init__(self, ref: str, display_name: str | None, locale: str | None) -> None:
         self.ref = ref
@@ -160,6 +168,7 @@ class Artifact(Aggregate, _Erasable, _Copyable):
         TOPIC = "memory-ledger:artifact.data-key-destroyed.v1"
         key_id: str
         reason: str
+        kek_epoch: int | None = None
 
     class Deleted(Event):
         """Tombstone of a deleted artifact; ``cascade`` lists what happened to its atoms."""
@@ -292,6 +301,7 @@ class Atom(Aggregate, _Erasable, _Copyable, AtomFields):
         TOPIC = "memory-ledger:atom.data-key-destroyed.v1"
         key_id: str
         reason: str
+        kek_epoch: int | None = None
 
     class Redacted(Event):
         """soft: hidden, kept, reversible; archive: out of retrieval, kept for audit;
@@ -432,6 +442,7 @@ class Record(Aggregate, _Erasable, _Copyable):
         TOPIC = "memory-ledger:record.data-key-destroyed.v1"
         key_id: str
         reason: str
+        kek_epoch: int | None = None
 
     class Erased(Event):
         """Tombstone of a record whose content a hard erasure or deletion destroyed."""
@@ -525,6 +536,7 @@ class ErasureRequest(Aggregate, _Erasable, _Copyable):
         SIGNER_ROLES = OPERATOR
         key_id: str
         reason: str
+        kek_epoch: int | None = None
 
     def __init__(self) -> None:
         self.acknowledged_at: str | None = None
@@ -575,6 +587,7 @@ class RedactionBatch(Aggregate, _Erasable, _Copyable):
         SIGNER_ROLES = OPERATOR
         key_id: str
         reason: str
+        kek_epoch: int | None = None
 
     class Approved(Event):
         """Signed by the approving operator's key: the authorization of the erasure."""
@@ -638,8 +651,58 @@ class Policy(Aggregate, _Copyable):
         self.set_at: str | None = None
 
 
+class KekEpochs(Aggregate, _Copyable):
+    """The key-encryption-key epochs of the keystore (ADR 0044): one per ledger. Each
+    event is signed; none holds key material. Started when the first rotation runs (a
+    ledger's first epoch is made by ``ledger init`` and needs no event: the tombstones'
+    ``kek_epoch`` names it)."""
+
+    TOPIC = "memory-ledger:kek"
+
+    class Event(LedgerEvent):
+        SIGNER_ROLES = WRITER_OR_OPERATOR
+
+    class Created(Event, Aggregate.Created):
+        TOPIC = "memory-ledger:kek.epochs-started.v1"
+
+    class EpochStarted(Event):
+        """New data keys are wrapped under ``epoch`` from now on, and every live key is
+        being re-wrapped under it; ``previous``: the epoch it replaces (0: keys were not
+        wrapped before); ``store``: the kind of KEK store (file, pkcs11)."""
+
+        TOPIC = "memory-ledger:kek.epoch-started.v1"
+        epoch: int
+        previous: int
+        store: str
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.epochs[str(self.epoch)] = {
+                "started_at": self.timestamp.isoformat(), "previous": self.previous,
+                "started_event": f"{self.originator_id}/{self.originator_version}"}
+            aggregate.current = self.epoch
+
+    class EpochDestroyed(Event):
+        """The KEK of ``epoch`` is destroyed: every key it wrapped had been re-wrapped
+        under ``successor`` (``rewrapped`` of them by the rotation), so every copy of a
+        key wrapped under it, wherever it is kept, is beyond use."""
+
+        TOPIC = "memory-ledger:kek.epoch-destroyed.v1"
+        epoch: int
+        successor: int
+        rewrapped: int
+
+        def apply(self, aggregate: Any) -> None:
+            entry = aggregate.epochs.setdefault(str(self.epoch), {})
+            entry["destroyed_at"] = self.timestamp.isoformat()
+            entry["destroyed_event"] = f"{self.originator_id}/{self.originator_version}"
+
+    def __init__(self) -> None:
+        self.epochs: dict[str, dict[str, Any]] = {}
+        self.current = 0
+
+
 MEMORY_AGGREGATES: tuple[type[Aggregate], ...] = (Subject, Artifact, Atom, ErasureRequest,
-                                                  RedactionBatch, Policy, Record)
+                                                  RedactionBatch, Policy, Record, KekEpochs)
 
 
 def event_classes() -> list[type[Any]]:

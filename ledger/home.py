@@ -133,6 +133,9 @@ class Config:
     projections: StorageURL
     witnesses: tuple[tuple[str, str], ...] = ()
     """``(url, vkey)`` of each witness asked to cosign every checkpoint (``[[witnesses]]``)."""
+    kek: str | None = None
+    """Where the key-encryption keys live (``[keys] kek``: ``file:kek``, a ``pkcs11:`` URI;
+    keys/kek.py). None: a ledger made before wrapping, until its first rotation."""
 
     @classmethod
     def load(cls, home: Path) -> Config:
@@ -147,6 +150,7 @@ class Config:
                 projections=StorageURL(st["projections"], home),
                 witnesses=tuple((str(w["url"]), str(w["vkey"]))
                                 for w in doc.get("witnesses", [])),
+                kek=doc.get("keys", {}).get("kek"),
             )
         except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as e:
             raise EnvironmentProblem(
@@ -171,6 +175,12 @@ class Config:
             f"projections = {_toml_value(self.projections.raw)}",
             "",
         ]
+        if self.kek is not None:
+            lines += ["[keys]",
+                      "# Where the key-encryption keys live: file:FOLDER (relative to this home)",
+                      "# or an RFC 7512 pkcs11: URI. Never back the KEK up with the data",
+                      "# (docs/deploy.md).",
+                      f"kek = {_toml_value(self.kek)}", ""]
         for url, vkey in self.witnesses:
             lines += ["# A witness asked to cosign every checkpoint (c2sp.org/tlog-witness).",
                       "[[witnesses]]", f"url = {_toml_value(url)}",

@@ -19,6 +19,8 @@ from service.core import (
 from service.models import (
     CheckpointOut,
     CheckpointSigned,
+    KekEpoch,
+    KekRotated,
     KeyAuthorized,
     KeyRevoked,
     KeyRotated,
@@ -35,6 +37,7 @@ from service.models import (
 )
 
 if TYPE_CHECKING:
+    from ledger.progress import Steps
     from ledger.verification import LedgerVerdict
 
 
@@ -198,6 +201,26 @@ class LedgerCases(FacadeCore):
         self._require_ledger_operator(caller)
         old, new = self.app.rotate_key(name, reason)
         return KeyRotated(name=name, old_kid=old, new_kid=new)
+
+    def rotate_kek(self, caller: Caller, to_store: str | None = None,
+                   progress: Steps | None = None) -> KekRotated:
+        """Start a new KEK epoch, re-wrap every data key under it and destroy the old KEK
+        (`ledger keys rotate-kek`; resumes an interrupted one). ``to_store``: move the
+        ledger's KEKs to another store (a pkcs11: URI). Signed with the caller's key."""
+        self._require_ledger_operator(caller)
+        from ledger.epochs import rotate_kek
+
+        done = rotate_kek(self.app, self._signing_key(caller), to_store, progress)
+        return KekRotated(**done.as_json())
+
+    def kek_epochs(self, caller: Caller) -> list[KekEpoch]:
+        """The keystore's KEK epochs with how many keys each wraps (`ledger keys epochs`)."""
+        self._require(caller, "operator", "auditor")
+        from dataclasses import asdict
+
+        from ledger.epochs import epoch_states
+
+        return [KekEpoch(**asdict(e)) for e in epoch_states(self.app)]
 
     def policy(self, caller: Caller) -> dict[str, Any] | None:
         self._require(caller, "operator", "auditor")

@@ -170,6 +170,31 @@ class KeyRotated(_Out):
     new_kid: str
 
 
+class KekRotated(_Out):
+    """A finished KEK rotation (`ledger keys rotate-kek`, ADR 0044)."""
+
+    epoch: int
+    previous: int
+    store: str
+    resumed: bool
+    rewrapped: int
+    destroyed: list[int]
+    event_ids: list[str]
+    started_at: str | None
+    finished_at: str | None
+
+
+class KekEpoch(_Out):
+    """One KEK epoch of the keystore (`ledger keys epochs`)."""
+
+    epoch: int
+    store: str
+    state: str
+    started_at: str
+    destroyed_at: str | None
+    keys: int
+
+
 class PolicyRecorded(_Out):
     event_id: str
 

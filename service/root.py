@@ -19,12 +19,13 @@ if TYPE_CHECKING:
     from projections.service import Projections
 
 
-def create_home(home: Path, db: str | None = None, keystore: str | None = None) -> Config:
-    """A new ledger home (``ledger init``): keys, config, event store, keystore and the
-    signed key roster. It exists before any service can open it."""
+def create_home(home: Path, db: str | None = None, keystore: str | None = None,
+                kek: str | None = None) -> Config:
+    """A new ledger home (``ledger init``): keys, config, event store, keystore, the first
+    KEK epoch and the signed key roster. It exists before any service can open it."""
     from ledger.application import LedgerApp
 
-    return LedgerApp.initialize(home, db=db, keystore=keystore)
+    return LedgerApp.initialize(home, db=db, keystore=keystore, kek=kek)
 
 
 def open_service(home: Path | None = None) -> MemoryService:
