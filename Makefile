@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_HOME ?= demo-ledger
 
-.PHONY: demo serve-demo test test-fast lint bench startup clean
+.PHONY: demo serve-demo test test-hsm test-fast lint bench startup clean
 
 # The runtime alone (what `make demo` and a user of the CLI need) ...
 $(VENV)/.runtime: pyproject.toml
@@ -27,8 +27,21 @@ demo: $(VENV)/.runtime
 serve-demo: $(VENV)/.runtime
 	$(BIN)/python -m server.demo serve-demo-ledger
 
+# The keystore and erasure suites, again with every ledger's KEK in a SoftHSM2 token
+# (tests/conftest.py KEK_MODE, ADR 0044).
+HSM_SUITES := tests/test_keys.py tests/test_crypto_shred.py tests/test_keystore_residue.py \
+	tests/test_erasure_crash.py tests/test_erasure_duplicates.py tests/test_erasure_readers.py \
+	tests/test_erasure_scope.py tests/test_governance.py tests/test_residue_repair.py
+
 test: $(VENV)/.dev
 	LEDGER_CHROMIUM="$$(scripts/ensure-chromium.sh)" $(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(MAKE) --no-print-directory test-hsm
+
+test-hsm: $(VENV)/.dev
+	@if [ -n "$$CI" ] || [ -f "$${LEDGER_SOFTHSM_MODULE:-/usr/lib/softhsm/libsofthsm2.so}" ]; then \
+	  LEDGER_TEST_KEK=softhsm $(BIN)/python -m pytest -q -n 2 --dist loadfile $(HSM_SUITES); \
+	else echo "test-hsm: softhsm2 is not installed here (apt-get install softhsm2): the"; \
+	  echo "keystore and erasure suites' pass with the KEK in a token is left to CI"; fi
 
 # The slow tests (tests/conftest.py SLOW, @pytest.mark.slow) left out, the browser tests
 # among them: no Chromium needed. Under 3 minutes on 2 cores (README "Set up").

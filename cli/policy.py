@@ -71,12 +71,17 @@ def sweep_command(
     elif data["status"] == "nothing-due":
         verdict(f"OK: nothing due at {data['now']}; nothing changed")
     elif dry_run:
-        verdict(f"dry run: would archive {a}, erase {e} and drop {t} tombstone records; "
-                 "nothing changed")
+        kek = data["kek_rotation"]
+        rotate = (f", rotate the KEK of epoch {kek['epoch']} (due {kek['due_at']})"
+                  if kek.get("due") else "")
+        verdict(f"dry run: would archive {a}, erase {e} and drop {t} tombstone records"
+                f"{rotate}; nothing changed")
     else:
         batch = f" (batch {data['erased']['batch_id']})" if e else ""
+        rotated = data["kek_rotation"].get("rotated")
         verdict(f"OK: swept at {data['now']}: {a} archived, {e} erased{batch}, {t} "
-                 "tombstone records dropped")
+                 "tombstone records dropped"
+                + (f"; KEK rotated to epoch {rotated['epoch']}" if rotated else ""))
 
 
 @requests_cli.command("list")

@@ -14,6 +14,10 @@ What is due, at the command clock ``now`` (``LEDGER_NOW`` honoured):
   retired atoms of those classes are erased too when their retention ends.
 * **Decay** (§3): an active atom whose current salience is below its decay profile's
   ``minimumSalience`` is archived.
+* **KEK rotation** (``rightToBeForgottenSla.kekRotationDays``, ADR 0044): when the active
+  key-encryption-key epoch began that many days ago or more (or keys are not wrapped yet,
+  or a rotation was interrupted), the sweep rotates it after its other work, so every
+  copy of a key destroyed before (backups, WAL segments, replicas, dumps) is beyond use.
 * **Tombstone records** (``rightToBeForgottenSla.tombstoneRetentionDays``): the atom store
   keeps the record of an erased atom (ids, labels, times; never content) for that many
   days after its tombstone; then the sweep drops that row. The signed tombstone event
@@ -88,6 +92,8 @@ class SweepPlan:
     erase: list[Due] = field(default_factory=list)
     archive: list[Due] = field(default_factory=list)
     drop: list[Due] = field(default_factory=list)
+    kek: dict[str, Any] | None = None
+    """The KEK rotation, when the policy asks for one: epoch, due_at, due (bool)."""
 
     @property
     def due(self) -> list[Due]:
@@ -95,7 +101,32 @@ class SweepPlan:
 
     @property
     def empty(self) -> bool:
-        return not (self.erase or self.archive or self.drop)
+        return not (self.erase or self.archive or self.drop or self.rotation_due)
+
+    @property
+    def rotation_due(self) -> bool:
+        return bool(self.kek and self.kek["due"])
+
+
+def kek_rotation(app: LedgerApp, policy: Mapping[str, Any], now: datetime
+                 ) -> dict[str, Any] | None:
+    """Whether the policy's ``kekRotationDays`` make a KEK rotation due at ``now``: the
+    active epoch, when it began, when the next rotation is due and whether it is. Due at
+    once when keys are not wrapped yet (epoch 0) or a rotation was interrupted. None
+    when the policy sets no ``kekRotationDays``."""
+    doc = policy.get("memoryPolicy", policy)
+    days = (doc.get("rightToBeForgottenSla") or {}).get("kekRotationDays")
+    if days is None:
+        return None
+    rows = app.datakeys.epoch_rows()
+    active = [r for r in rows if r.state == "active"]
+    if not active or any(r.state == "retiring" for r in rows):
+        return {"epoch": active[0].epoch if active else 0, "started_at": None,
+                "due_at": _instant(now), "due": True, "kekRotationDays": int(days)}
+    began = datetime.fromisoformat(active[0].started_at)
+    due_at = began + int(days) * _DAY
+    return {"epoch": active[0].epoch, "started_at": _instant(began),
+            "due_at": _instant(due_at), "due": due_at <= now, "kekRotationDays": int(days)}
 
 
 # ----------------------------------------------------------------------------- the rules
@@ -228,6 +259,7 @@ def sweep(app: LedgerApp, proj: Projections, *, operator: str = "operator", dry_
         tell(progress, "Finding what is due", 0, 1)
         ensure_indexes(proj)
         plan = plan_sweep(proj, policy, now)
+        plan.kek = kek_rotation(app, policy, now)
         tell(progress, "Finding what is due", 1, 1)
         report = _report(plan, dry_run, "nothing-due" if plan.empty
                          else ("planned" if dry_run else "swept"))
@@ -257,6 +289,11 @@ def sweep(app: LedgerApp, proj: Projections, *, operator: str = "operator", dry_
             report["tombstone_records_dropped"]["count"] = _drop_tombstone_records(
                 proj, [d.atom_id for d in plan.drop])
             tell(progress, "Dropping tombstone records", len(plan.drop), len(plan.drop))
+        if plan.rotation_due:  # last: it covers this sweep's own erasures too
+            from ledger.epochs import rotate_kek
+
+            report["kek_rotation"]["rotated"] = rotate_kek(
+                app, operator, progress=progress).as_json()
     log.info("sweep.done", archived=report["archived"]["count"],
              erased=report["erased"]["count"], batch_id=report["erased"]["batch_id"],
              tombstone_records=report["tombstone_records_dropped"]["count"])
@@ -273,4 +310,5 @@ def _report(plan: SweepPlan, dry_run: bool, status: str) -> dict[str, Any]:
                    "batch_id": None, "event_ids": []},
         "tombstone_records_dropped": {"count": len(plan.drop),
                                       "atom_ids": [d.atom_id for d in plan.drop]},
+        "kek_rotation": {**(plan.kek or {"due": False}), "rotated": None},
     }

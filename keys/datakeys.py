@@ -127,6 +127,10 @@ def _wal(cur: Any, busy_errors: tuple[type[Exception], ...] = (sqlite3.Operation
             time.sleep(0.02)
 
 
+REWRAP_BATCH = 5000
+"""Data keys re-wrapped per transaction by a KEK rotation."""
+
+
 class DataKeyStore:
     """Create, fetch and destroy data keys. Keys are cached for this process only.
 
@@ -319,10 +323,12 @@ class DataKeyStore:
             return int(conn.execute(sa.select(sa.func.count()).select_from(self.keys)
                                     .where(self.keys.c.epoch.in_(wanted))).scalar() or 0)
 
-    def rewrap(self, epoch: int, batch: int = 5000,
+    def rewrap(self, epoch: int, batch: int | None = None,
                progress: Callable[[int], None] | None = None) -> int:
         """Re-wrap every data key not under ``epoch`` under it, ``batch`` keys per
-        transaction (resumable: each row carries its epoch). Returns how many moved."""
+        transaction (default :data:`REWRAP_BATCH`; resumable: each row carries its epoch).
+        Returns how many moved."""
+        batch = batch or REWRAP_BATCH
         moved = 0
         after = ""
         k = self.keys.c

@@ -211,6 +211,16 @@ def check_kek_spec(spec: str) -> None:
                      "&pin-source=file:/path/to/pin")
 
 
+def without_pin(spec: str) -> str:
+    """``spec`` without a ``pin-value`` query attribute: what config.toml, the keystore and
+    the signed events keep (a PIN is given by ``pin-source`` or ``LEDGER_PKCS11_PIN``)."""
+    if not spec.startswith("pkcs11:") or "?" not in spec:
+        return spec
+    path, _, query = spec.partition("?")
+    kept = [a for a in query.split("&") if a and not a.startswith("pin-value=")]
+    return f"{path}?{'&'.join(kept)}" if kept else path
+
+
 def named_kek_spec(spec: str, ledger_id: str) -> str:
     """``spec`` with a ``pkcs11:`` URI's ``object`` set to one of this ledger's own
     (``memory-ledger-<ledger id>``) when it names none, so ledgers sharing a token never

@@ -30,7 +30,14 @@ from pydantic import TypeAdapter, ValidationError
 from keys.datakeys import DataKeyStore, make_engine, store_sqlite
 from keys.errors import DataKeyUnavailable, KeyError_, KeyNotAuthorized, KeyringError
 from keys.kek import DEFAULT_SPEC as DEFAULT_KEK_SPEC
-from keys.kek import FIRST_EPOCH, KEK_ENV, KekRing, check_kek_spec, named_kek_spec
+from keys.kek import (
+    FIRST_EPOCH,
+    KEK_ENV,
+    KekRing,
+    check_kek_spec,
+    named_kek_spec,
+    without_pin,
+)
 from keys.keyring import Keyring, read_public_key_file
 from keys.roster import ROLES, ROOT, KeyRoster
 from keys.signing import Signer
@@ -425,12 +432,12 @@ class LedgerApp(Application[UUID]):
                 events=StorageURL(db or "events.sqlite", home),
                 keystore=StorageURL(keystore or "keystore.sqlite", home),
                 projections=StorageURL(db or "projections.sqlite", home),
-                kek=named_kek_spec(kek, ledger_id),
+                kek=without_pin(named_kek_spec(kek, ledger_id)),
             )
             config.write()
             app = cls(config)
             try:
-                store = app.datakeys.keks.store()
+                store = app.datakeys.keks.store(named_kek_spec(kek, ledger_id))
                 store.create(FIRST_EPOCH)
                 app.datakeys.begin_epoch(FIRST_EPOCH, store.spec, now)
                 with app.writing(root, ROOT) as at:

@@ -125,9 +125,11 @@ def _start(app: LedgerApp, actor: str | None, to_store: str | None) -> Rotation:
     with app.writing(app.signer(actor), WRITER_OR_OPERATOR) as at:
         rows = ks.epoch_rows()
         active = [r for r in rows if r.state == "active"]
-        pending = any(r.state == "retiring" for r in rows) or (
-            bool(active) and ks.keys_under(_others(app, active[0].epoch)) > 0)
         agg = epochs_aggregate(app, at)
+        unrecorded = [r for r in rows if r.state == "destroyed" and r.epoch != UNWRAPPED_EPOCH
+                      and "destroyed_at" not in agg.epochs.get(str(r.epoch), {})]
+        pending = any(r.state == "retiring" for r in rows) or bool(unrecorded) or (
+            bool(active) and ks.keys_under(_others(app, active[0].epoch)) > 0)
         if pending:  # an interrupted rotation: finish it, start no other
             target = active[0]
             rotation = Rotation(target.epoch, _previous(rows, target.epoch), target.store,
@@ -138,8 +140,8 @@ def _start(app: LedgerApp, actor: str | None, to_store: str | None) -> Rotation:
             store = ks.keks.store(spec)
             store.create(epoch)
             faults.point("kek-created")
-            if spec != app.config.kek:
-                _use_store(app, spec)
+            if store.spec != app.config.kek:
+                _use_store(app, store.spec)
             ks.begin_epoch(epoch, store.spec, at)
             faults.point("epoch-begun")
             rows = ks.epoch_rows()

@@ -32,6 +32,22 @@ PG_URL, PG_THROWAWAY = pgserver.session_url()
 os.environ["LEDGER_TEST_PG"] = PG_URL  # the same server for tests that start processes
 BACKENDS = ["sqlite", "postgres"]
 
+KEK_MODE = os.environ.get("LEDGER_TEST_KEK", "file")
+"""``softhsm``: every ledger a test makes keeps its KEKs in a throwaway SoftHSM2 token
+instead of the home's kek/ folder (``make test`` runs the keystore and erasure suites so,
+ADR 0044). Set for the whole session, before any ledger is made, and inherited by the
+processes the tests start."""
+if KEK_MODE == "softhsm":
+    import tempfile
+
+    from .softhsm import MODULE, PIN, TOKEN, make_softhsm, missing
+
+    if missing():
+        raise pytest.UsageError(f"LEDGER_TEST_KEK=softhsm, but softhsm2 is missing: {missing()}")
+    make_softhsm(Path(tempfile.mkdtemp(prefix="ledger-softhsm-")))
+    os.environ["LEDGER_KEK"] = f"pkcs11:token={TOKEN}?module-path={MODULE}"
+    os.environ["LEDGER_PKCS11_PIN"] = PIN
+
 
 def pg_connect() -> psycopg.Connection:
     from sqlalchemy.engine import make_url
