@@ -23,6 +23,9 @@ from ledger.epochs import STEPS, epochs_id
 from ledger.home import Config
 
 from .conftest import run_cli
+from .softhsm import PIN, SoftHsm, softhsm
+
+__all__ = ["softhsm"]  # a fixture imported for pytest, not unused
 
 CHILD = ("import sys, keys.datakeys as d; d.REWRAP_BATCH = 4; from cli.main import main; "
          "sys.exit(main(sys.argv[1:]))")
@@ -250,3 +253,38 @@ def test_a_new_ledger_takes_its_kek_store_from_init_or_the_environment(
     bad = run_cli("--home", str(tmp_path / "b"), "init", "--kek", "vault:transit/ledger")
     assert bad.code == 2 and "is not a KEK store" in bad.err
     assert not (tmp_path / "b").exists()
+
+
+def test_a_ledger_moves_its_keks_from_a_file_onto_a_token(
+        filled: Path, softhsm: SoftHsm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`rotate-kek --to pkcs11:...`: the new epoch's KEK is made in the token, every key is
+    re-wrapped inside it, the file KEK is destroyed, config.toml names the token (no PIN),
+    and the keys still open in a new process."""
+    before = texts(filled)
+    uri = softhsm.uri(f"moved-{filled.parent.name}", pin=None)
+    monkeypatch.setenv("LEDGER_PKCS11_PIN", PIN)
+    result = run_cli("keys", "rotate-kek", "--to", uri)
+    assert result.code == 0, result.err
+    assert kek_epochs_on_disk(filled) == []
+    config = (filled / "config.toml").read_text("utf-8")
+    assert f"kek = \"{uri}\"" in config and PIN not in config
+    assert epoch_events(filled)["2"]["previous"] == 1
+    assert texts(filled) == before
+    assert run_cli("verify").code == 0
+
+
+def test_a_token_that_refuses_is_an_environment_error_that_writes_nothing(
+        filled: Path, softhsm: SoftHsm, monkeypatch: pytest.MonkeyPatch) -> None:
+    uri = softhsm.uri(f"refusing-{filled.parent.name}", pin=None)
+    monkeypatch.setenv("LEDGER_PKCS11_PIN", PIN)
+    assert run_cli("keys", "rotate-kek", "--to", uri).code == 0
+    from .conftest import snapshot
+
+    state = snapshot(filled)
+    monkeypatch.setenv("LEDGER_PKCS11_PIN", "0000")  # the wrong PIN: the token refuses
+    for args in (("atom", "show", "a1"), ("atom", "add", "--subject", "s1", "--text", "no"),
+                 ("keys", "rotate-kek")):
+        result = run_cli(*args)
+        assert result.code == 3, (args, result.err)
+        assert "0000" not in result.err
+    assert snapshot(filled) == state
