@@ -37,20 +37,25 @@ def register(cli: typer.Typer, served: Served) -> None:
         sys.stderr.write(f"OK: witness {name} created in {home}; give the logs its key\n")
 
     @app.command("add-log")
-    def witness_add_log(origin: Annotated[str, typer.Argument(help="The log's origin line.")],
-                        key: Annotated[str, typer.Option(
+    def witness_add_log(key: Annotated[str, typer.Option(
                             "--key", help="The log's verifier key (vkey), as printed by "
-                                          "`ledger checkpoint --vkey`.")],
-                        home: HomeOpt, as_json: JsonOpt = False) -> None:
-        """Follow a log: cosign its checkpoints once they verify under KEY.
+                                          "`ledger checkpoint --vkey`; its name is the log's "
+                                          "origin.")],
+                        home: HomeOpt,
+                        origin: Annotated[str | None, typer.Argument(
+                            help="The log's origin line; optional, the vkey names it (a "
+                                 "different one is refused).")] = None,
+                        as_json: JsonOpt = False) -> None:
+        """Follow a log: cosign its checkpoints once they verify under KEY, a vkey whose
+        name is the log's origin.
 
-        Example: ledger witness add-log memory-ledger.example/log --key "$(cat log.vkey)"
+        Example: ledger witness add-log --key "$(cat log.vkey)" --home /srv/witness
         """
         from ledger.witness.state import Witness
 
         w = Witness(home)
         try:
-            w.add_log(origin, key)
+            origin = w.add_log(origin, key)
         finally:
             w.close()
         out({"origin": origin, "vkey": key}, as_json, origin)

@@ -189,7 +189,6 @@ def test_wire_format_matches_spec_examples_byte_for_byte() -> None:
 @pytest.mark.parametrize("body, problem", [
     (b"old 01\n\nx", "leading zeros"),
     (b"old 5\nnot-base64\n\nx", "proof line 1"),
-    (b"old 0\n" + base64.b64encode(b"a" * 32) + b"\n\nx", "must be empty"),
     (b"new 5\n\nx", "first line"),
     (b"old 5\n", "no empty line"),
     (b"old 1\n" + b"".join(base64.b64encode(bytes([i]) * 32) + b"\n" for i in range(64)) +
@@ -198,6 +197,13 @@ def test_wire_format_matches_spec_examples_byte_for_byte() -> None:
 def test_malformed_requests_rejected(body: bytes, problem: str) -> None:
     with pytest.raises(WireError, match=problem):
         parse_add_checkpoint(body)
+
+
+def test_a_proof_with_old_size_0_is_well_formed() -> None:
+    """tlog-witness answers it with 422 (after the origin, signature and size checks), so
+    the parser accepts it and the witness decides."""
+    req = parse_add_checkpoint(b"old 0\n" + base64.b64encode(b"a" * 32) + b"\n\nx")
+    assert req.old_size == 0 and req.proof == (b"a" * 32,)
 
 
 def test_tlog_proof_round_trip() -> None:
@@ -294,6 +300,9 @@ def running(witness_home: Path):  # type: ignore[no-untyped-def]
     proc.stop()
 
 
+SHM = "witness.db-shm"
+
+
 def _state(home: Path) -> tuple[object, object]:
     w = Witness(home)
     try:
@@ -340,7 +349,9 @@ def test_fork_same_size_other_root_refused_and_kept(running) -> None:  # type: i
     fork.grow(6, tag=b"fork")
     before = _state(proc.home)
     resp = proc.post(fork.request(6, 6))
-    assert resp.status_code == 409 and "fork" in resp.text and "evidence" in resp.text
+    assert resp.status_code == 422 and resp.text == (
+        "fork: a checkpoint of size 6 with another root was cosigned before; both are kept "
+        "as evidence\n")
     resp = proc.post(fork.request(0, 6))  # from 0: the size answer, but kept as evidence too
     assert resp.status_code == 409 and resp.content == b"6\n"
     assert _state(proc.home) == before
@@ -383,8 +394,190 @@ def test_unknown_origin_and_bad_signature_refused(running) -> None:  # type: ign
     assert proc.post(AddCheckpoint(3, (), forged).body()).status_code == 403
     assert proc.post(b"old 3\n\nnot a checkpoint").status_code == 400
     assert proc.post(b"x" * (2 << 20)).status_code == 413
-    assert {k: v for k, v in snapshot(proc.home).items() if k != "port"} == \
-        {k: v for k, v in files.items() if k != "port"}
+    # Nothing written. (witness.db-shm is SQLite's shared index of the WAL, not data: the
+    # unknown origin makes the witness re-read its logs, for one added while it serves.)
+    assert {k: v for k, v in snapshot(proc.home).items() if k not in ("port", SHM)} == \
+        {k: v for k, v in files.items() if k not in ("port", SHM)}
+
+
+# ------------------------------------------------------------------ tlog-witness to the letter
+def _signature_line(note: str) -> str:
+    """The first signature line of a signed note."""
+    return note.split("\n\n", 1)[1].splitlines(keepends=True)[0]
+
+
+def test_every_answer_of_tlog_witness_over_http(witness_home: Path) -> None:
+    """Each status code c2sp.org/tlog-witness defines for add-checkpoint and for the
+    monitoring GET, with the body and Content-Type it prescribes, from ``ledger witness
+    serve`` on loopback under a prefix (the submission and the monitoring prefix)."""
+    from ledger.checkpoint import Checkpoint, key_id, sign_checkpoint
+    from ledger.merkle import EMPTY_ROOT
+
+    log = MemoryLog()
+    fresh = MemoryLog(origin="example.test/fresh", seed=b"N" * 32)  # never cosigned
+    w = Witness(witness_home)
+    assert w.add_log(None, log.vkey) == log.origin  # the vkey names the origin
+    w.close()
+    wkey = parse_witness_vkey((witness_home / "witness.vkey").read_text())
+    proc = WitnessProcess(witness_home, prefix="/w")
+    try:
+        # GET: 404 while the witness has cosigned nothing of that log.
+        r = proc.get_checkpoint(log.origin)
+        assert (r.status_code, r.text) == (404, "this witness has cosigned no checkpoint of "
+                                                "that log\n")
+        # 200: one or more note signature lines ("— ", LF), cosignatures by the
+        # witness key over this checkpoint, with a timestamp that is not zero. A signature
+        # by a key the witness does not know is ignored, not refused.
+        log.grow(5)
+        stranger = sign_checkpoint(Checkpoint(log.origin, 5, log.tree.root(5)),
+                                   "someone.else/log", nacl.signing.SigningKey(b"S" * 32))
+        resp = proc.post(AddCheckpoint(0, (), log.note() + _signature_line(stranger)).body())
+        assert resp.status_code == 200, resp.text
+        lines = parse_cosignature_lines(resp.content)
+        assert len(lines) == 1 and lines[0].startswith("— witness.test/w1 ")
+        cosig = check_cosignatures(log.note() + resp.text, [wkey]).valid[wkey.vkey]
+        assert cosig.timestamp > 0 and cosig.line() == resp.text
+        # GET <prefix>/<lowercase hex SHA-256 of the origin>/checkpoint: the checkpoint with
+        # the log's signature the witness verified and the cosignature it returned.
+        r = proc.get_checkpoint(log.origin)
+        assert r.status_code == 200 and r.text == log.note() + resp.text
+        assert "someone.else" not in r.text
+        assert r.headers["content-type"] == "text/plain; charset=utf-8"
+        import httpx
+
+        for path in ("0" * 64, hashlib.sha256(log.origin.encode()).hexdigest().upper(),
+                     "example.test%2Flog"):
+            r = httpx.get(f"{proc.url}/{path}/checkpoint", timeout=10)
+            assert r.status_code == 404, path
+        before = _state(proc.home)
+        # 400: the old size is larger than the checkpoint's.
+        r = proc.post(log.request(6, 5))
+        assert (r.status_code, r.text) == (400, "old size 6 is larger than the checkpoint "
+                                                "size 5\n")
+        # 403: no signature by a trusted key (the log's name with another key, or another
+        # name), or a line of the trusted key that does not verify over this checkpoint.
+        for note in (log.note(key=nacl.signing.SigningKey(b"F" * 32)), stranger):
+            r = proc.post(AddCheckpoint(5, (), note).body())
+            assert (r.status_code, r.text) == (403, "no signature by a trusted key of this "
+                                                    "log\n")
+        r = proc.post(AddCheckpoint(5, (), log.note().split("\n\n")[0] + "\n\n"
+                                    + _signature_line(log.note(size=3))).body())
+        label = f"{log.origin}+{key_id(log.origin, bytes(log.key.verify_key)).hex()}"
+        assert (r.status_code, r.text) == (403, (
+            f"a signature line of a trusted key does not verify: Ed25519 signature by {label} "
+            f"does not verify over the {len(log.note().split(chr(10) * 2)[0]) + 1}-byte "
+            "text\n"))
+        # 404: an origin the witness does not follow.
+        stray = MemoryLog(origin="other.test/log")
+        stray.grow(3)
+        r = proc.post(stray.request(0))
+        assert (r.status_code, r.text) == (404, "unknown log origin\n")
+        # 409: the old size is not the size last cosigned, whichever side it errs on; the
+        # body is that size in decimal and LF, with Content-Type text/x.tlog.size exactly.
+        log.grow(3)
+        for old in (0, 3, 6):
+            r = proc.post(log.request(old))
+            assert r.status_code == 409, (old, r.text)
+            assert r.headers["content-type"] == "text/x.tlog.size"
+            assert r.content == b"5\n"
+        # 422: a consistency proof that does not verify ...
+        bad = list(log.tree.consistency_proof(5, 8))
+        bad[0] = bytes(32)
+        r = proc.post(AddCheckpoint(5, tuple(bad), log.note()).body())
+        assert r.status_code == 422 and r.text.startswith(
+            "the consistency proof from size 5 does not verify: ")
+        # ... a checkpoint of the size already cosigned with another root (a fork) ...
+        fork = MemoryLog()
+        fork.grow(5, tag=b"fork")
+        r = proc.post(fork.request(5, 5))
+        assert (r.status_code, r.text) == (422, "fork: a checkpoint of size 5 with another "
+                                                "root was cosigned before; both are kept as "
+                                                "evidence\n")
+        assert _state(proc.home) == before
+        # (a log added while the witness serves is followed without a restart)
+        w = Witness(witness_home)
+        w.add_log(fresh.origin, fresh.vkey)
+        w.close()
+        # ... a proof sent with old size 0 ...
+        fresh.grow(4)
+        r = proc.post(AddCheckpoint(0, tuple(fresh.tree.consistency_proof(2, 4)),
+                                    fresh.note()).body())
+        assert (r.status_code, r.text) == (422, "the consistency proof must be empty when "
+                                                "the old size is 0 (1 line sent)\n")
+        # ... and a checkpoint of size 0 whose root is not the empty tree's.
+        empty = sign_checkpoint(Checkpoint(fresh.origin, 0, b"\x01" * 32), fresh.origin,
+                                fresh.key)
+        r = proc.post(AddCheckpoint(0, (), empty).body())
+        assert (r.status_code, r.text) == (422, "a checkpoint of size 0 must have the root "
+                                                "of the empty tree (SHA-256 of the empty "
+                                                "string)\n")
+        assert proc.get_checkpoint(fresh.origin).status_code == 404
+        good = sign_checkpoint(Checkpoint(fresh.origin, 0, EMPTY_ROOT), fresh.origin,
+                               fresh.key)
+        assert proc.post(AddCheckpoint(0, (), good).body()).status_code == 200
+        # After the refusals the witness goes on from 5: 200, and the GET follows it.
+        resp = proc.post(log.request(5))
+        assert resp.status_code == 200
+        assert proc.get_checkpoint(log.origin).text == log.note() + resp.text
+    finally:
+        proc.stop()
+    w = Witness(witness_home)
+    kinds = [(e["origin"], e["kind"], e["size"]) for e in w.evidence()]
+    w.close()
+    assert kinds == [(log.origin, "bad-consistency-proof", 8), (log.origin, "fork", 5),
+                     (fresh.origin, "empty-tree-root", 0)]
+
+
+def test_a_bad_line_of_a_trusted_key_is_refused_beside_a_good_one(witness_home: Path) -> None:
+    """tlog-witness: 403 when a line's key name and ID match a trusted key but its signature
+    fails, even when another trusted key's line verifies (a log with two keys)."""
+    from ledger.checkpoint import vkey_string
+
+    log = MemoryLog()
+    log.grow(4)
+    second = nacl.signing.SigningKey(b"M" * 32)
+    w = Witness(witness_home)
+    w.add_log(log.origin, log.vkey)
+    w.add_log(log.origin, vkey_string(log.origin, bytes(second.verify_key)))
+    other_size = log.note(size=3, key=second)  # a line of the second key, over another text
+    answer = w.add_checkpoint(AddCheckpoint(0, (), log.note() + _signature_line(other_size)
+                                            ).body())
+    assert answer.status == 403 and answer.body.decode().startswith(
+        "a signature line of a trusted key does not verify: Ed25519 signature by "
+        f"{log.origin}+")
+    assert w.latest(log.origin) is None
+    both = log.note() + _signature_line(log.note(key=second))
+    assert w.add_checkpoint(AddCheckpoint(0, (), both).body()).status == 200
+    assert w.add_checkpoint(log.request(4)).status == 200  # either key's line alone does
+    w.close()
+
+
+def test_add_log_takes_the_origin_from_the_vkey(witness_home: Path) -> None:
+    from ledger.errors import InputError
+    from tests.conftest import run_cli
+
+    log = MemoryLog()
+    files = snapshot(witness_home)
+    for origin in ("ORIGIN", "example.test/log2"):
+        r = run_cli("witness", "add-log", origin, "--key", log.vkey, "--home",
+                    str(witness_home))
+        assert r.code == 2, r.err
+        assert r.err == (f"error: origin '{origin}' is not the origin the key names "
+                         "('example.test/log')\nhint: leave the origin out: the log's vkey "
+                         "names it (`ledger witness add-log --key VKEY`); or ask the log for "
+                         "its vkey again\n")
+        assert snapshot(witness_home) == files
+    w = Witness(witness_home)
+    with pytest.raises(InputError, match="not the origin the key names"):
+        w.add_log("ORIGIN", log.vkey)
+    assert w.logs() == []
+    w.close()
+    r = run_cli("witness", "add-log", "--key", log.vkey, "--home", str(witness_home))
+    assert (r.code, r.out, r.err) == (0, "example.test/log\n",
+                                      "OK: witness follows example.test/log\n")
+    r = run_cli("witness", "add-log", log.origin, "--key", log.vkey, "--home",
+                str(witness_home), "--json")  # the same origin, said again: accepted
+    assert r.code == 0 and json.loads(r.out) == {"origin": log.origin, "vkey": log.vkey}
 
 
 def test_witness_killed_between_storing_and_answering_recovers(witness_home: Path) -> None:
@@ -423,7 +616,7 @@ def test_witness_killed_between_storing_and_answering_recovers(witness_home: Pat
         collect(log.note(), resp.content)
         fork = MemoryLog()
         fork.grow(7, tag=b"fork")
-        assert proc.post(fork.request(7, 7)).status_code == 409
+        assert proc.post(fork.request(7, 7)).status_code == 422
         assert proc.post(log.request(7, 5)).status_code == 400
         log.grow(2)
         resp = proc.post(log.request(7))
@@ -471,7 +664,7 @@ def test_slow_body_times_out_and_logs_hold_no_content(witness_home: Path,
             assert w.witness.add_checkpoint(body).status == 200
             fork = MemoryLog()
             fork.grow(3, tag=b"f")
-            assert w.witness.add_checkpoint(fork.request(3, 3)).status == 409
+            assert w.witness.add_checkpoint(fork.request(3, 3)).status == 422
         text = json.dumps(logs)
         root = log.note().split("\n")[2]
         assert logs and root not in text and log.origin not in text

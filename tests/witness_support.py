@@ -52,13 +52,13 @@ class MemoryLog:
 class WitnessProcess:
     """``ledger witness serve`` on 127.0.0.1, an ephemeral port, in a subprocess."""
 
-    def __init__(self, home: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, home: Path, env: dict[str, str] | None = None, prefix: str = "") -> None:
         self.home = home
         port_file = home / "port"
         port_file.unlink(missing_ok=True)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ledger", "witness", "serve", "--home", str(home),
-             "--listen", "127.0.0.1:0", "--port-file", str(port_file)],
+             "--listen", "127.0.0.1:0", "--port-file", str(port_file), "--prefix", prefix],
             env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE, cwd=REPO)
         deadline = time.monotonic() + 60
@@ -69,7 +69,7 @@ class WitnessProcess:
                 raise RuntimeError(f"witness did not start: {err[-2000:]}")
             time.sleep(0.05)
         self.port = int(port_file.read_text())
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://127.0.0.1:{self.port}{prefix.rstrip('/')}"
         import httpx
 
         deadline = time.monotonic() + 30
@@ -86,6 +86,14 @@ class WitnessProcess:
         import httpx
 
         return httpx.post(self.url + "/add-checkpoint", content=body, timeout=10)
+
+    def get_checkpoint(self, origin: str):  # type: ignore[no-untyped-def]
+        """``GET <prefix>/<origin hash>/checkpoint`` (``origin`` hashed here)."""
+        import httpx
+
+        from ledger.witness.state import origin_hash
+
+        return httpx.get(f"{self.url}/{origin_hash(origin)}/checkpoint", timeout=10)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -1,6 +1,9 @@
 """The witness's HTTP API (c2sp.org/tlog-witness) as an ASGI app (starlette), run by uvicorn.
 
-    POST <prefix>/add-checkpoint     body: old size, proof lines, blank line, checkpoint
+    POST <prefix>/add-checkpoint          body: old size, proof lines, blank line, checkpoint
+    GET  <prefix>/<origin hash>/checkpoint   the latest checkpoint cosigned for that log
+
+One prefix serves as both the submission and the monitoring prefix (the spec allows it).
 
 Requests are bounded in size (:data:`ledger.witness.wire.MAX_BODY_BYTES`, 413) and in the
 time their body may take to arrive (408); at most ``limit_concurrency`` are served at
@@ -60,12 +63,24 @@ def make_app(witness: Witness, prefix: str = "") -> Starlette:
             answer = await run_in_threadpool(witness.add_checkpoint, body)
         log.info("witness.request", path="add-checkpoint", status=answer.status,
                  bytes=len(body) if isinstance(body, bytes) else None)
-        return Response(answer.body, status_code=answer.status,  # content type exactly as given
-                        headers={"content-type": answer.content_type})
+        return _response(answer)
+
+    async def checkpoint(request: Request) -> Response:
+        answer = await run_in_threadpool(witness.checkpoint,
+                                         str(request.path_params["origin_hash"]))
+        log.info("witness.request", path="checkpoint", status=answer.status)
+        return _response(answer)
 
     prefix = prefix.rstrip("/")
-    return Starlette(routes=[Route(f"{prefix}/add-checkpoint", add_checkpoint,
-                                   methods=["POST"])])
+    return Starlette(routes=[
+        Route(f"{prefix}/add-checkpoint", add_checkpoint, methods=["POST"]),
+        Route(f"{prefix}/{{origin_hash}}/checkpoint", checkpoint, methods=["GET"]),
+    ])
+
+
+def _response(answer: Answer) -> Response:
+    return Response(answer.body, status_code=answer.status,  # content type exactly as given
+                    headers={"content-type": answer.content_type})
 
 
 def bind(host: str, port: int) -> socket.socket:

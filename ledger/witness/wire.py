@@ -73,8 +73,8 @@ def parse_add_checkpoint(body: bytes) -> AddCheckpoint:
     if len(lines) - 1 > MAX_PROOF_LINES:
         raise WireError(f"{len(lines) - 1} consistency proof lines, limit {MAX_PROOF_LINES}")
     proof = tuple(_hash(ln, f"proof line {i}") for i, ln in enumerate(lines[1:], start=1))
-    if old == 0 and proof:
-        raise WireError("the consistency proof must be empty when the old size is 0")
+    # A proof sent with old size 0 is well-formed; the witness answers it with 422, after
+    # the checks that come first in tlog-witness (origin, signature, sizes).
     return AddCheckpoint(old, proof, note)
 
 
