@@ -28,6 +28,12 @@ __all__ = ["BLOCK", "ENGINES", "ByteMatcher", "file_identity"]
 
 ENGINES = ("hyperscan", "aho-corasick") if hyperscan is not None else ("aho-corasick",)
 
+HS_PREFIX = 2048
+"""Bytes of a needle Hyperscan is given: its expressions are limited to 16,000 characters
+(4 per byte as ``\\xHH`` escapes), so a needle of an artifact body past 4,000 bytes made
+the whole erasure fail. A longer needle is matched by its first ``HS_PREFIX`` bytes, then
+compared whole where they matched (the block in view runs on by the longest needle)."""
+
 BLOCK = 1 << 20
 """Bytes per read when a file is scanned: read into one reused buffer that stays in the
 CPU's cache while the matcher runs over it. On this project's 2-core CI machine
@@ -49,7 +55,8 @@ class ByteMatcher:
             raise ValueError(f"unknown scan engine {self.engine!r}; here: {', '.join(ENGINES)}")
         if self.engine == "hyperscan":
             db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-            db.compile(expressions=[b"".join(b"\\x%02x" % c for c in n) for n in self.needles],
+            db.compile(expressions=[b"".join(b"\\x%02x" % c for c in n[:HS_PREFIX])
+                                    for n in self.needles],
                        ids=list(range(len(self.needles))), elements=len(self.needles),
                        flags=[0] * len(self.needles))
             self._db = db
@@ -102,13 +109,23 @@ class ByteMatcher:
                     return
                 yield pos, view[:n], min(block, stop - pos)
 
+    def _whole(self, buf: bytes | memoryview, pattern: int, end: int) -> int | None:
+        """Where a Hyperscan match of ``pattern`` ending at ``end`` starts, if the needle
+        is there whole (see :data:`HS_PREFIX`)."""
+        n = self._lengths[pattern]
+        if n <= HS_PREFIX:
+            return end - n
+        start = end - HS_PREFIX
+        return start if buf[start:start + n] == self.needles[pattern] else None
+
     def starts(self, buf: bytes | memoryview) -> list[int]:
         if self.engine == "hyperscan":
             found: list[int] = []
-            lengths = self._lengths
 
             def on_match(pattern: int, _from: int, end: int, _flags: int, _ctx: Any) -> None:
-                found.append(end - lengths[pattern])
+                start = self._whole(buf, pattern, end)
+                if start is not None:
+                    found.append(start)
 
             self._db.scan(buf, match_event_handler=on_match)
             return found
@@ -118,7 +135,9 @@ class ByteMatcher:
         if self.engine == "hyperscan":
             hits: list[int] = []
 
-            def on_match(pattern: int, *_: Any) -> bool:
+            def on_match(pattern: int, _from: int, end: int, *_: Any) -> bool:
+                if self._whole(buf, pattern, end) is None:
+                    return False  # a long needle's prefix only: go on
                 hits.append(pattern)
                 return True  # one is enough: stop the scan
 

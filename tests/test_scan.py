@@ -87,6 +87,24 @@ def test_file_reads_find_needles_across_blocks(tmp_path: Path, engine: str) -> N
 
 
 @pytest.mark.parametrize("engine", scan.ENGINES)
+def test_a_needle_longer_than_hyperscan_takes_is_found_whole(tmp_path: Path,
+                                                            engine: str) -> None:
+    """An artifact body of 10 kB is one needle: Hyperscan refuses expressions past 16,000
+    characters, so it gets the first bytes and the match is checked whole."""
+    needle = os.urandom(10_000)
+    path = tmp_path / "f"
+    path.write_bytes(b"." * 50 + needle + b"." * 50 + needle[:9_999] + b".")
+    matcher = ByteMatcher([needle, b"short"], engine)
+    assert matcher.file_starts(path, block=4096) == [50]
+    assert matcher.file_found(path, block=4096)
+    path.write_bytes(needle[:9_999] + b"short")  # the long one's prefix only
+    assert matcher.file_starts(path) == [9_999] and matcher.file_found(path)
+    path.write_bytes(needle[:9_999])
+    assert not matcher.file_found(path) and matcher.file_starts(path) == []
+    assert scan.scan_tree(tmp_path, [needle], engine=engine)["hits"] == []
+
+
+@pytest.mark.parametrize("engine", scan.ENGINES)
 def test_files_written_after_an_early_start_are_read_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str) -> None:
     """An erasure starts reading the files its purge does not write while it purges, and
