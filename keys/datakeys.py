@@ -175,6 +175,7 @@ class DataKeyStore:
         )
         md.create_all(engine)
         self._add_epoch_column()
+        self._statistics_off()
         table, ph = (engine.dialect.identifier_preparer.format_table(self.keys),
                      "?" if engine.dialect.paramstyle == "qmark" else "%s")
         self._insert_key_sql = (
@@ -376,6 +377,25 @@ class DataKeyStore:
         with self.engine.begin() as conn:
             conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN epoch INTEGER "
                                  "NOT NULL DEFAULT 0")
+
+    def _statistics_off(self) -> None:
+        """PostgreSQL: no planner statistics on key bytes. ANALYZE (autovacuum runs it)
+        copies sampled values of a column into ``pg_statistic``, which :meth:`compact`'s
+        ``VACUUM FULL`` does not rewrite: a destroyed key would stay there, wrapped, or at
+        epoch 0 as it is (tests/test_copies_postgres.py). Altered once per column."""
+        if self.is_sqlite:
+            return
+        prep = self.engine.dialect.identifier_preparer
+        with self.engine.begin() as conn:
+            for table, column in ((self.keys, "key_material"), (self.notes, "nonce"),
+                                  (self.notes, "ct")):
+                name = prep.format_table(table)
+                target = conn.exec_driver_sql(
+                    "SELECT attstattarget FROM pg_attribute WHERE attrelid = "
+                    "%s::regclass AND attname = %s", (name, column)).scalar()
+                if target != 0:
+                    conn.exec_driver_sql(f'ALTER TABLE {name} ALTER COLUMN "{column}" '
+                                         "SET STATISTICS 0")
 
     def _why_missing(self, key_id: str) -> str:
         at = self.destroyed_at(key_id)

@@ -205,7 +205,14 @@ class Runner:
                     model.create(conn)
                     for index in _indexes(model):  # after a rebuild cut short (below)
                         index.create(conn, checkfirst=True)
+            self._statistics_off(conn)
         self._ready = True
+
+    def _statistics_off(self, conn: Connection) -> None:
+        """No planner statistics on content columns (Store.statistics_off): tables made
+        by this process, and those of ledgers made before this rule."""
+        routes = self.registry.for_models(list(self.models))
+        self.store.statistics_off(conn, [t for r in routes for t in r.content_tables()])
 
     def _names(self, names: Sequence[str] | None) -> list[str]:
         if names is None:
@@ -225,6 +232,7 @@ class Runner:
     def _reset(self, conn: Connection, model: ReadModel) -> None:
         model.reset(conn)
         model.create(conn)
+        self._statistics_off(conn)
         t = self.tracking
         conn.execute(t.update().where(t.c.name == model.name).values(
             position=0, version=model.version, events=0, updated_at=None))

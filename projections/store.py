@@ -184,6 +184,39 @@ class Store:
                     c.exec_driver_sql(f"VACUUM FULL {self.q(name)}")
         return CompactionReport("postgresql", tuple(f"vacuum full {n}" for n in names), True)
 
+    def statistics_off(self, conn: Connection, tables: Iterable[str]) -> int:
+        """PostgreSQL: no planner statistics on the columns of ``tables`` that can hold
+        memory content or a digest of it (``text``, ``character varying``, ``tsvector``,
+        ``bytea``; not the primary key, not the ``*_id`` columns, which hold random ids).
+        ANALYZE, which autovacuum runs on its own, copies sampled values (histogram
+        bounds, most common values) and a tsvector's most common lexemes into the
+        ``pg_statistic`` catalog; an erasure purges and compacts the read models' tables
+        but cannot rewrite that catalog (its owner's ``VACUUM FULL``), so an erased
+        memory's words stayed in its file. With the target at 0, ANALYZE leaves these
+        columns out (tests/test_copies_postgres.py) and the planner takes its default
+        estimates for them (0.5 % of the rows per value looked up). Only columns not at 0
+        yet are altered; returns how many. SQLite: nothing (the ledger runs no ANALYZE)."""
+        if self.is_sqlite:
+            return 0
+        names = sorted(set(tables))
+        if not names:
+            return 0
+        rows = conn.execute(sa.text(
+            "SELECT c.relname, a.attname FROM pg_attribute a "
+            "JOIN pg_class c ON c.oid = a.attrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = :schema AND c.relname = ANY(:tables) AND a.attnum > 0 "
+            "AND NOT a.attisdropped AND COALESCE(a.attstattarget, -1) <> 0 "
+            "AND a.attname NOT LIKE '%\\_id' "
+            "AND a.atttypid IN ('text'::regtype, 'varchar'::regtype, 'tsvector'::regtype, "
+            "'bytea'::regtype) AND NOT EXISTS (SELECT 1 FROM pg_index i WHERE "
+            "i.indrelid = c.oid AND i.indisprimary AND a.attnum = ANY(i.indkey))"),
+            {"schema": self.schema or "public", "tables": names}).all()
+        for table, column in rows:
+            conn.exec_driver_sql(f'ALTER TABLE {self.q(table)} ALTER COLUMN "{column}" '
+                                 "SET STATISTICS 0")
+        return len(rows)
+
     # ------------------------------------------------------------ page-exact raw scan
     @contextlib.contextmanager
     def checkpoints_held(self) -> Iterator[bool]:

@@ -505,7 +505,10 @@ class VectorRoute:
         return None
 
     def content_tables(self) -> Sequence[str]:
-        return ["proj_vec_segments"]
+        # proj_vec_slots holds the content digest of each atom's text: on PostgreSQL a
+        # deleted slot row keeps it in the table's file and its digest index until
+        # VACUUM FULL rewrites them (tests/test_copies_postgres.py)
+        return ["proj_vec_segments", "proj_vec_slots"]
 
     def probe_many(self, items: Mapping[str, Sequence[str]]) -> list[ProbeResult]:
         """Probe many items with index lookups: slots mapped to each id, and slots whose

@@ -93,8 +93,14 @@ def _as_unprivileged() -> dict[str, object]:
     return {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
 
 
-def start(binaries: Path, timeout: float = 60.0) -> Throwaway:
-    """initdb a new cluster in a temp folder and start it on 127.0.0.1:<free port>."""
+def start(binaries: Path, timeout: float = 60.0,
+          settings: dict[str, str] | None = None) -> Throwaway:
+    """initdb a new cluster in a temp folder and start it on 127.0.0.1:<free port>.
+
+    ``settings`` (``name -> value``, passed as ``-c name=value``) replace or add to the
+    session server's: a test that looks at the server's own files starts one configured
+    as an operator would run it (tests/test_copies_postgres.py).
+    """
     t0 = time.monotonic()
     folder = Path(tempfile.mkdtemp(prefix="ledger-test-pg-"))
     data = folder / "data"
@@ -114,14 +120,14 @@ def start(binaries: Path, timeout: float = 60.0) -> Throwaway:
         raise RuntimeError(f"initdb failed ({binaries}): {init.stderr.strip()[-2000:]}")
     port = _free_port()
     log = open(folder / "server.log", "wb")  # the server writes it until stop
+    # fsync off: nothing reaches the disk, so commits are cheap. synchronous_commit
+    # keeps the stock default (on): the ledger turns it off per connection where it
+    # may (the Merkle tiles, ADR 0039), and tests check that it stays on elsewhere.
+    config = {"fsync": "off", "full_page_writes": "off", "max_connections": "200",
+              "shared_buffers": "128MB", **(settings or {})}
     process = subprocess.Popen(
         [str(binaries / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p", str(port),
-         # fsync off: nothing reaches the disk, so commits are cheap. synchronous_commit
-         # keeps the stock default (on): the ledger turns it off per connection where it
-         # may (the Merkle tiles, ADR 0039), and tests check that it stays on elsewhere.
-         "-k", "", "-c", "fsync=off",
-         "-c", "full_page_writes=off", "-c", "max_connections=200",
-         "-c", "shared_buffers=128MB"],
+         "-k", "", *(a for name, value in config.items() for a in ("-c", f"{name}={value}"))],
         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         **run_as)  # type: ignore[call-overload]
     log.close()
