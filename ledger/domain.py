@@ -102,6 +102,44 @@ class DataKeyDestroyedMixin:
             f"{self.originator_id}/{self.originator_version}"  # type: ignore[attr-defined]
 
 
+
+class ErasureReappliedMixin(DataKeyDestroyedMixin):
+    """An erasure re-applied after a restore (ADR 0045): the item's data key was destroyed
+    in the ledger the backup came from, after the backup was taken, so the restored log
+    lacks that erasure's record; ``ledger restore`` destroyed the key again (the erasure
+    journal names it) and records it here, signed by the operator who restored.
+
+    ``mode``: the tombstone's mode (hard, delete) when the journal holds one, else None
+    (a subject's, batch's or request's key, or an erasure interrupted before its
+    tombstones). ``original``: ids, positions and times in the source log (the key's
+    ``data-key-destroyed`` event, the tombstone, the KEK epoch then in force), never
+    content. A subclass of :class:`DataKeyDestroyedMixin`, so every read model purges the
+    item as it does on a key destruction."""
+
+    SIGNER_ROLES: ClassVar[tuple[str, ...]] = OPERATOR
+    mode: str | None
+    batch_id: str | None
+    request_id: str | None
+    original: dict[str, Any]
+
+    def _erase(self, aggregate: Any) -> str:
+        """The key destruction's part: content erased and forgotten; an earlier record of
+        the destruction in this log (the key event was in the backup) is kept. Returns
+        this event's id."""
+        me = f"{self.originator_id}/{self.originator_version}"  # type: ignore[attr-defined]
+        aggregate.content_erased = True
+        if getattr(aggregate, "data_key_destroyed_at", None) is None:
+            aggregate.data_key_destroyed_at = self.timestamp.isoformat()  # type: ignore[attr-defined]
+            aggregate.data_key_destroyed_event = me
+        for name in getattr(aggregate, "PERSONAL_STATE", ()):
+            setattr(aggregate, name, None)
+        aggregate.erasure_reapplied_event = me
+        return me
+
+    def apply(self, aggregate: Any) -> None:
+        self._erase(aggregate)
+
+
 # --------------------------------------------------------------------------- Subject
 
 
@@ -129,6 +167,17 @@ class Subject(Aggregate, _Erasable, _Copyable):
         key_id: str
         reason: str
         kek_epoch: int | None = None
+
+    class ErasureReapplied(ErasureReappliedMixin, Event):
+        TOPIC = "memory-ledger:subject.erasure-reapplied.v1"
+        SIGNER_ROLES = OPERATOR
+        key_id: str
+        reason: str
+        kek_epoch: int | None
+        mode: str | None
+        batch_id: str | None
+        request_id: str | None
+        original: dict[str, Any]
 
     def __init__(self, ref: str, display_name: str | None, locale: str | None) -> None:
         self.ref = ref
@@ -169,6 +218,23 @@ class Artifact(Aggregate, _Erasable, _Copyable):
         key_id: str
         reason: str
         kek_epoch: int | None = None
+
+    class ErasureReapplied(ErasureReappliedMixin, Event):
+        TOPIC = "memory-ledger:artifact.erasure-reapplied.v1"
+        SIGNER_ROLES = OPERATOR
+        key_id: str
+        reason: str
+        kek_epoch: int | None
+        mode: str | None
+        batch_id: str | None
+        request_id: str | None
+        original: dict[str, Any]
+
+        def apply(self, aggregate: Any) -> None:
+            me = self._erase(aggregate)
+            if self.mode is not None:  # the tombstone's part, as Deleted records it
+                aggregate.status = "deleted"
+                aggregate.tombstone_event = me
 
     class Deleted(Event):
         """Tombstone of a deleted artifact; ``cascade`` lists what happened to its atoms."""
@@ -302,6 +368,25 @@ class Atom(Aggregate, _Erasable, _Copyable, AtomFields):
         key_id: str
         reason: str
         kek_epoch: int | None = None
+
+    class ErasureReapplied(ErasureReappliedMixin, Event):
+        TOPIC = "memory-ledger:atom.erasure-reapplied.v1"
+        SIGNER_ROLES = OPERATOR
+        key_id: str
+        reason: str
+        kek_epoch: int | None
+        mode: str | None
+        batch_id: str | None
+        request_id: str | None
+        original: dict[str, Any]
+
+        def apply(self, aggregate: Any) -> None:
+            me = self._erase(aggregate)
+            if self.mode is not None:  # the tombstone's part, as Redacted records it
+                aggregate.status = STATUS_BY_MODE[self.mode]
+                aggregate.redaction_mode = self.mode
+                aggregate.redacted_at = self.timestamp.isoformat()
+                aggregate.tombstone_event = me
 
     class Redacted(Event):
         """soft: hidden, kept, reversible; archive: out of retrieval, kept for audit;
@@ -444,6 +529,23 @@ class Record(Aggregate, _Erasable, _Copyable):
         reason: str
         kek_epoch: int | None = None
 
+    class ErasureReapplied(ErasureReappliedMixin, Event):
+        TOPIC = "memory-ledger:record.erasure-reapplied.v1"
+        SIGNER_ROLES = OPERATOR
+        key_id: str
+        reason: str
+        kek_epoch: int | None
+        mode: str | None
+        batch_id: str | None
+        request_id: str | None
+        original: dict[str, Any]
+
+        def apply(self, aggregate: Any) -> None:
+            me = self._erase(aggregate)
+            if self.mode is not None:  # the tombstone's part, as Erased records it
+                aggregate.status = STATUS_BY_MODE[self.mode]
+                aggregate.tombstone_event = me
+
     class Erased(Event):
         """Tombstone of a record whose content a hard erasure or deletion destroyed."""
 
@@ -538,6 +640,17 @@ class ErasureRequest(Aggregate, _Erasable, _Copyable):
         reason: str
         kek_epoch: int | None = None
 
+    class ErasureReapplied(ErasureReappliedMixin, Event):
+        TOPIC = "memory-ledger:request.erasure-reapplied.v1"
+        SIGNER_ROLES = OPERATOR
+        key_id: str
+        reason: str
+        kek_epoch: int | None
+        mode: str | None
+        batch_id: str | None
+        request_id: str | None
+        original: dict[str, Any]
+
     def __init__(self) -> None:
         self.acknowledged_at: str | None = None
         self.completed_at: str | None = None
@@ -588,6 +701,17 @@ class RedactionBatch(Aggregate, _Erasable, _Copyable):
         key_id: str
         reason: str
         kek_epoch: int | None = None
+
+    class ErasureReapplied(ErasureReappliedMixin, Event):
+        TOPIC = "memory-ledger:batch.erasure-reapplied.v1"
+        SIGNER_ROLES = OPERATOR
+        key_id: str
+        reason: str
+        kek_epoch: int | None
+        mode: str | None
+        batch_id: str | None
+        request_id: str | None
+        original: dict[str, Any]
 
     class Approved(Event):
         """Signed by the approving operator's key: the authorization of the erasure."""
@@ -695,6 +819,32 @@ class KekEpochs(Aggregate, _Copyable):
             entry = aggregate.epochs.setdefault(str(self.epoch), {})
             entry["destroyed_at"] = self.timestamp.isoformat()
             entry["destroyed_event"] = f"{self.originator_id}/{self.originator_version}"
+
+    class EpochRestored(Event):
+        """A home restored from a backup (``ledger restore``, ADR 0045) starts an epoch of
+        its own: every data key was re-wrapped under ``epoch``, whose KEK was made in the
+        restored home's store (``store``: its kind). The source's epochs (``forgotten``)
+        are not this home's: their KEKs stay where the source keeps them, never written or
+        destroyed from here, and no key of this home is wrapped under them any more.
+        ``backup``: what was restored (the manifest's digest, time, log size and root) and
+        the erasure journal applied (its checkpoint size; None without one); ids, sizes
+        and times only."""
+
+        TOPIC = "memory-ledger:kek.epoch-restored.v1"
+        epoch: int
+        previous: int
+        store: str
+        forgotten: list[int]
+        backup: dict[str, Any]
+
+        def apply(self, aggregate: Any) -> None:
+            at = self.timestamp.isoformat()
+            aggregate.epochs[str(self.epoch)] = {
+                "started_at": at, "previous": self.previous, "restored": True,
+                "started_event": f"{self.originator_id}/{self.originator_version}"}
+            for epoch in self.forgotten:
+                aggregate.epochs.setdefault(str(epoch), {})["forgotten_at"] = at
+            aggregate.current = self.epoch
 
     def __init__(self) -> None:
         self.epochs: dict[str, dict[str, Any]] = {}

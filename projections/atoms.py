@@ -253,7 +253,8 @@ class AtomStore:
                         purge.append(e.originator_id)
                 if isinstance(ev, Atom.Event):
                     _atom_event(row, ev, e)
-                elif isinstance(ev, Artifact.Deleted):
+                elif isinstance(ev, Artifact.Deleted) or (
+                        isinstance(ev, Artifact.ErasureReapplied) and ev.mode is not None):
                     row["status"] = "deleted"
         atoms.flush(conn)
         subjects.flush(conn)
@@ -422,6 +423,10 @@ def _atom_event(row: dict[str, Any], ev: Any, e: LogEntry) -> None:
                    redacted_at=e.timestamp)
     elif isinstance(ev, Atom.Unredacted):
         row.update(status="active", redaction_mode=None, redacted_at=None)
+    elif isinstance(ev, Atom.ErasureReapplied) and ev.mode is not None:
+        # a hard erasure's tombstone, re-recorded after a restore (ADR 0045)
+        row.update(status=STATUS_BY_MODE[ev.mode], redaction_mode=ev.mode,
+                   redacted_at=e.timestamp)
     elif isinstance(ev, Atom.SourceRemoved):
         row.update(artifact_ids=dumps(list(ev.remaining)))
     elif isinstance(ev, Atom.Flagged | Atom.FlagResolved):

@@ -49,13 +49,17 @@ __all__ = [
 
 CONTENT_GONE: tuple[type[Any], ...] = (DataKeyDestroyedMixin, Artifact.Deleted)
 """Events after which an item's content must be physically purged from every route
-(and, by :data:`HARD_MODES`, an atom's hard or delete redaction tombstone)."""
+(and, by :data:`HARD_MODES`, an atom's hard or delete redaction tombstone). An erasure
+re-applied after a restore (``*.erasure-reapplied``, ADR 0045) is a
+:class:`DataKeyDestroyedMixin`: the same."""
 
 HARD_MODES = ("hard", "delete")
 
-RETRIEVAL_OFF: tuple[type[Any], ...] = (Atom.Superseded, Atom.Expired, Atom.Redacted)
+RETRIEVAL_OFF: tuple[type[Any], ...] = (Atom.Superseded, Atom.Expired, Atom.Redacted,
+                                        Atom.ErasureReapplied)
 """Events after which an atom is no longer a retrieval candidate (content may stay:
-superseded, expired, soft-redacted, archived)."""
+superseded, expired, soft-redacted, archived; an erasure re-applied after a restore is a
+key destruction too, so its content goes: :data:`CONTENT_GONE`)."""
 
 RETRIEVAL_ON: tuple[type[Any], ...] = (Atom.Unredacted,)
 """Events that make an atom retrievable again (undoing a soft redaction)."""
