@@ -325,17 +325,33 @@ class LedgerApp(Application[UUID]):
         cosigned by the witnesses (``witnesses``, or those of config.toml)."""
         signer = self.signer("log")
         with self._write_lock():
-            at = clock.now()
-            try:
-                self.roster().state.check(signer.kid, "log", at)
-            except KeyNotAuthorized as e:
-                raise InputError(f"the log key may not sign checkpoints: {e}",
-                                 hint="authorize one with `ledger keys authorize log2 --role log`"
-                                 ) from e
-            self.tlog.catch_up(self.recorder)
-            cp = self.tlog.checkpoint(signer, at)
+            cp = self._sign_head(signer)
         log.info("checkpoint.signed", size=cp.size)
         return self.witness(cp, witnesses)
+
+    def _sign_head(self, signer: Signer) -> SignedCheckpoint:
+        """Under the write lock: the tree brought up to date, its head signed (or the
+        checkpoint already recorded for that size, with its cosignatures)."""
+        at = clock.now()
+        try:
+            self.roster().state.check(signer.kid, "log", at)
+        except KeyNotAuthorized as e:
+            raise InputError(f"the log key may not sign checkpoints: {e}",
+                             hint="authorize one with `ledger keys authorize log2 --role log`"
+                             ) from e
+        self.tlog.catch_up(self.recorder)
+        return self.tlog.checkpoint(signer, at)
+
+    @contextlib.contextmanager
+    def held_still(self) -> Iterator[tuple[SignedCheckpoint, int]]:
+        """Hold the write lock for the block, with the log's head signed as a checkpoint
+        (no witness asked: the lock never waits on the network) and the notification
+        position of its last event. Nothing is appended meanwhile, so what the block reads
+        or copies is exactly the log that checkpoint covers: the erasure journal derived
+        from it, a backup of the stores (ADR 0045)."""
+        signer = self.signer("log")
+        with self._write_lock():
+            yield self._sign_head(signer), self.head_position()
 
     def log_vkey(self) -> str:
         """The C2SP verifier key of this ledger's checkpoints: origin as name, log key."""

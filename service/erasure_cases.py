@@ -6,13 +6,16 @@ queue, Evidence Packs and receipts, and the policy's sweeps. Joined into
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import structlog
+
 from ledger import clock
-from ledger.errors import InputError, NotFound
+from ledger.errors import EnvironmentProblem, InputError, NotFound
 from ledger.inputs import is_uuid
 from service.caller import Caller
 from service.core import (
@@ -40,6 +43,8 @@ from service.models import (
 if TYPE_CHECKING:
     from keys.signing import Signer
 
+log = structlog.get_logger("service")
+
 
 class ErasureCases(FacadeCore):
     """Erasure, its requests and review, and what proves it.
@@ -51,6 +56,35 @@ class ErasureCases(FacadeCore):
     its order: ADR 0040); :meth:`redact_atom`, :meth:`delete_atom`,
     :meth:`delete_artifact` and :meth:`build_pack` are the API's: a reason required, the
     tombstones' event ids, a pack as a verified zip."""
+
+    @contextmanager
+    def _erasing(self, caller: Caller) -> Iterator[None]:
+        """The block of a use case that can destroy data keys (hard redaction, deletion,
+        a request, a review's redaction, a sweep): signed for the caller's credential, as
+        :meth:`_acting`, then, when the block appended to the log, the home's erasure
+        journal brought up to it: the one place where the journal follows the erasures
+        (ADR 0045). Also after a block that stopped (an interrupted erasure may have
+        destroyed keys already), where a failure to write the journal is logged, not
+        raised over the erasure's own error."""
+        from governance.journal import refresh_journal
+
+        before = self.app.head_position()
+        done = False
+        try:
+            with self._acting(caller):
+                yield
+            done = True
+        finally:
+            if self.app.head_position() != before:
+                try:
+                    refresh_journal(self.app)
+                except Exception as e:
+                    if done:
+                        raise EnvironmentProblem(
+                            f"the erasure is recorded, but the erasure journal could not be "
+                            f"written: {e}", hint="run `ledger journal export FILE`, which "
+                            "writes it again and copies it out") from e
+                    log.warning("journal.not_refreshed", error=e.__class__.__name__)
 
     def file_request(self, caller: Caller, data: ErasureRequestIn) -> RequestStatus:
         """File a right-to-be-forgotten request: receipt logged with its deadlines. Its
@@ -118,7 +152,7 @@ class ErasureCases(FacadeCore):
                     f"the ledger changed since the plan was shown: it was {plan_digest}, it "
                     f"is {current} now; nothing was written",
                     hint="review the plan again and approve its new digest")
-        with self._acting(caller):
+        with self._erasing(caller):
             return _outcome(resume_request(self.app, self.proj, str(req.id),
                                            self._signing_key(caller)), self.app)
 
@@ -130,7 +164,7 @@ class ErasureCases(FacadeCore):
 
         aid = self._atom_id(caller, atom)
         key = self._signing_key(caller)
-        with self._acting(caller):
+        with self._erasing(caller) if mode == "hard" else self._acting(caller):
             if mode in ("soft", "archive"):
                 event = self.app.redact(aid, mode, reason, actor=key)
                 data: dict[str, Any] = {"atom_id": str(aid), "mode": mode, "event_ids": [event]}
@@ -165,7 +199,7 @@ class ErasureCases(FacadeCore):
         from governance.erasure import Targets, hard_erase
 
         aid = self._atom_id(caller, atom)
-        with self._acting(caller):
+        with self._erasing(caller):
             data = hard_erase(self.app, self.proj, Targets(atoms=[str(aid)]), mode="delete",
                               reason=reason, operator=self._signing_key(caller))
         return ErasureReport(report=data, atom_id=str(aid))
@@ -185,7 +219,7 @@ class ErasureCases(FacadeCore):
 
         target = artifact if caller.is_local else str(self._artifact_subject(caller,
                                                                              artifact)[0])
-        with self._acting(caller):
+        with self._erasing(caller):
             data = delete_artifact(self.app, self.proj, target, reason=reason,
                                    operator=self._signing_key(caller),
                                    flag_unsourced=flag_unsourced)
@@ -213,7 +247,7 @@ class ErasureCases(FacadeCore):
         from governance.requests import sla_hours
 
         ack_hours, completion_hours = sla_hours(self.app.policy())  # Persona §7 SLA in force
-        with self._acting(caller):
+        with self._erasing(caller):
             data = redact_user(self.app, self.proj, subject, reason=reason,
                                operator=self._signing_key(caller),
                                identifiers=list(identifiers), sessions=list(sessions),
@@ -228,7 +262,7 @@ class ErasureCases(FacadeCore):
         self._require_ledger_operator(caller)
         from governance.erasure import resume_request
 
-        with self._acting(caller):
+        with self._erasing(caller):
             data = resume_request(self.app, self.proj, request, self._signing_key(caller))
         return ErasureReport(report=data)
 
@@ -242,7 +276,7 @@ class ErasureCases(FacadeCore):
 
         aid = self._atom_id(caller, atom)
         key = self._signing_key(caller)
-        with self._acting(caller):
+        with self._erasing(caller) if action == "redact" else self._acting(caller):
             if action == "reanonymise":
                 if not text:
                     raise InputError("--action reanonymise needs --text with the new wording")
@@ -363,7 +397,7 @@ class ErasureCases(FacadeCore):
         from governance.sweep import sweep
 
         key = self._signing_key(caller)
-        with self._acting(caller):
+        with self._erasing(caller):
             return SweepReport(**sweep(self.app, self.proj, operator=key, dry_run=dry_run,
                                        progress=progress))
 
