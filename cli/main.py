@@ -21,6 +21,7 @@ import typer
 # these light modules only; every command imports what it uses inside its body (issue 15,
 # ADR 0026). tests/test_startup.py fails when a heavy module comes back up here.
 from cli.audit import register as register_audit
+from cli.backup import register as register_backup
 from cli.erasure import register as register_governance
 from cli.output import JsonOpt, out, verdict
 from cli.policy import register as register_policy
@@ -779,6 +780,7 @@ register_portability(cli, served)
 register_witness(cli, served)
 register_receipt(cli, served, audit_cli)
 register_server(cli, lambda: STATE.home)
+register_backup(cli, served, lambda: STATE.home)
 
 
 def _find_home() -> Path:

@@ -195,6 +195,52 @@ class KekEpoch(_Out):
     keys: int
 
 
+class BackupWritten(_Out):
+    """A backup written by `ledger backup` (governance/backup.py, ADR 0045): the folder,
+    the log it holds (size, root, time of its last event), the KEK epochs its keys are
+    wrapped under, each file with its digest, and what it leaves to pg_dump."""
+
+    backup: str
+    ledger_id: str
+    created_at: str
+    log: dict[str, Any]
+    kek: dict[str, Any]
+    files: list[dict[str, Any]]
+    with_keys: bool
+    event_store: dict[str, Any]
+    keystore: dict[str, Any]
+    journal: dict[str, Any]
+    notes: list[str]
+    warnings: list[str]
+
+
+class JournalExported(_Out):
+    """The erasure journal brought up to the log's head and copied out (`ledger journal
+    export`): its size (the checkpoint it covers), counts and file size; ``content`` is the
+    signed file itself (ids, positions and times only)."""
+
+    out: str | None
+    ledger_id: str
+    size: int
+    head_time: str | None
+    generated_at: str
+    keys: int
+    tombstones: int
+    batches: int
+    file_bytes: int
+    content: bytes
+
+
+class Restored(_Out):
+    """A home restored from a backup (`ledger restore`, governance/restore.py): the
+    restore's report whole (the backup and journal, the rollback if any, the erasures
+    re-applied, the new KEK epoch, the read models, the verification)."""
+
+    home: str
+    ledger_id: str
+    report: dict[str, Any]
+
+
 class PolicyRecorded(_Out):
     event_id: str
 

@@ -7,7 +7,7 @@ Every surface opens the layers here and nowhere else: the write side
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,7 +16,9 @@ from service.facade import MemoryService
 
 if TYPE_CHECKING:
     from ledger.home import Config
+    from ledger.progress import Steps
     from projections.service import Projections
+    from service.models import Restored
 
 
 def create_home(home: Path, db: str | None = None, keystore: str | None = None,
@@ -26,6 +28,24 @@ def create_home(home: Path, db: str | None = None, keystore: str | None = None,
     from ledger.application import LedgerApp
 
     return LedgerApp.initialize(home, db=db, keystore=keystore, kek=kek)
+
+
+def restore_home(backup: Path, home: Path, *, journals: Sequence[Path] = (),
+                 accept_rollback: bool = False, kek_from: str | None = None,
+                 keys_from: Path | None = None, kek: str | None = None,
+                 operator: str = "operator", progress: Steps | None = None) -> Restored:
+    """A new ledger home restored from a backup (``ledger restore``, ADR 0045): checked
+    whole before anything is written, made in a staging folder beside ``home`` and
+    renamed at the end, every erasure the journal names re-applied before the ledger opens
+    for use (governance/restore.py). Like :func:`create_home`, it exists before any
+    service can open it."""
+    from governance.restore import RestoreRequest, restore
+    from service.models import Restored
+
+    report = restore(RestoreRequest(backup, home, tuple(journals), accept_rollback, kek_from,
+                                    keys_from, kek, operator), progress)
+    return Restored(home=str(report["home"]), ledger_id=str(report["ledger_id"]),
+                    report=report)
 
 
 def open_service(home: Path | None = None) -> MemoryService:

@@ -29,9 +29,12 @@ def _walk(group: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str,
 
 
 LEAVES = dict(_walk(command()))
-# Commands that work on files and public keys alone, or on a witness's own home.
-NO_HOME = {("init",), ("verify-pack",), *(p for p in LEAVES if p[0] == "audit-tools"),
-           *(p for p in LEAVES if p[0] == "witness" and p[1] not in ("use", "forget"))}
+# Commands that work on files and public keys alone, or on a witness's own home, or make
+# a new home (init, restore).
+NO_HOME = {("init",), ("restore",), ("verify-pack",),
+           *(p for p in LEAVES if p[0] == "audit-tools"),
+           *(p for p in LEAVES if p[0] == "witness" and p[1] not in ("use", "forget",
+                                                                        "policy"))}
 VALUES = {"mode": "soft", "fmt": "konshus", "kind": "fact", "role": "operator",
           "action": "dismiss", "as_of": "2026-01-01", "operator": "operator", "query": "tea",
           "url": "http://127.0.0.1:9"}
