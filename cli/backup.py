@@ -181,6 +181,8 @@ def _restored_verdicts(r: dict[str, Any]) -> None:
                 f"events of the log are lost (their erasures are re-applied; the rest is "
                 f"not restored). The checkpoint carries {rb['cosignatures']} witness "
                 "cosignature(s): a witness will see this home's next checkpoint as a fork")
+    for warning in r.get("warnings") or []:
+        verdict(f"warning: {warning}")
     if r.get("could_come_back"):
         verdict(f"warning: --accept-rollback: {r['could_come_back']}")
     if r.get("open_batches"):

@@ -118,6 +118,36 @@ def register(cli: typer.Typer, served: Served) -> None:
         out({"url": used.url, "vkey": used.vkey}, as_json, used.vkey)
         sys.stderr.write(f"OK: checkpoints will be sent to {used.url}\n")
 
+    @app.command("policy")
+    def witness_policy(out_file: Annotated[Path | None, typer.Option(
+            "--out", help="Write the policy to this file (else print it).")] = None,
+            quorum: Annotated[str, typer.Option(
+                help="Cosignatures a checkpoint needs: all, any, a number of the witnesses, "
+                     "or none.")] = "all",
+            as_json: JsonOpt = False) -> None:
+        """Write the c2sp.org/tlog-policy that checks this ledger's checkpoints: its log key,
+        the witnesses it asks (`ledger witness use`) and a quorum of them, for
+        `verify-pack --policy` and `audit-tools verify-receipt --policy`.
+
+        Example: ledger witness policy --out witnesses.policy --quorum all --json
+        """
+        with served() as (svc, me):
+            made = svc.witness_policy(me, quorum)
+        if out_file is not None:
+            from keys.files import write_file
+            from ledger.errors import InputError
+
+            try:
+                write_file(out_file, made.policy)  # 0o644: a policy holds public keys only
+            except OSError as e:
+                raise InputError(f"cannot write {out_file}: {e}") from e
+        data = {**made.model_dump(), "out": None if out_file is None else str(out_file)}
+        out(data, as_json, made.policy if out_file is None else str(out_file))
+        from ledger.text import plural
+
+        sys.stderr.write(f"OK: policy of {plural(len(made.witnesses), 'witnesses')}"
+                         f"{f' written to {out_file}' if out_file else ''}; {made.quorum}\n")
+
     @app.command("forget")
     def witness_forget(key: Annotated[str, typer.Argument(help="The witness's vkey or URL.")],
                        as_json: JsonOpt = False) -> None:

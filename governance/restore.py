@@ -193,7 +193,8 @@ def open_backup(folder: Path) -> Backup:
         root_kid = str(manifest["ledger"]["root_kid"])
         int(manifest["log"]["size"])
         str(manifest["source"]["home"])
-        included = bool(manifest["event_store"]["included"])
+        included = bool(manifest["event_store"]["included"]) and \
+            bool(manifest["keystore"]["included"])
     except (KeyError, TypeError, ValueError):
         raise BackupInvalid(f"{what}: the manifest is not well formed") from None
     for name in listed:
@@ -216,8 +217,8 @@ def open_backup(folder: Path) -> Backup:
                                 "digest or size differs): the backup was altered or damaged")
     if not included:
         raise InputError(
-            f"{what} is of a ledger whose event store is in PostgreSQL; `ledger restore` "
-            "restores SQLite homes only; nothing was written",
+            f"{what} is of a ledger whose event store or keystore is in PostgreSQL; `ledger "
+            "restore` restores SQLite homes only; nothing was written",
             hint="restore the event store with pg_restore (docs/deploy.md); this backup "
                  "keeps the keystore, configuration, public keys and journal")
     try:
@@ -293,8 +294,16 @@ def plan_restore(req: RestoreRequest) -> Plan:
     sources, words = _sources(backup, req.kek_from, set(destroy))
     target = _target_spec(backup, home, req.kek)
     signers = _signers(backup, req.keys_from, req.operator)
+    warnings = []
+    witnesses = tomllib.loads((backup.folder / CONFIG).read_text(encoding="utf-8")).get(
+        "witnesses", [])
+    if witnesses and rollback is not None:
+        warnings.append(f"config.toml asks {len(witnesses)} witness(es) to cosign this "
+                        "ledger's checkpoints; they cosigned the source's longer log and will "
+                        "refuse a checkpoint of the restored one (a rollback is a fork to "
+                        "them): tell their operators, or `ledger witness forget` them")
     return Plan(backup, journal, journal_file, sources, words, target, signers, rollback,
-                come_back, destroy)
+                come_back, destroy, warnings)
 
 
 def _newest_journal(paths: tuple[Path, ...], backup: Backup
@@ -616,6 +625,7 @@ def _copy(plan: Plan, staging: Path, progress: Steps | None) -> None:
     copying), the private keys from where the plan found them; the configuration names
     the new home's files and KEK store."""
     from keys.files import make_dirs, write_private
+    from keys.kek import without_pin
     from keys.keyring import private_key_document
 
     folder = plan.backup.folder
@@ -639,7 +649,7 @@ def _copy(plan: Plan, staging: Path, progress: Steps | None) -> None:
     for section, key, value in (("storage", "events", EVENTS),
                                 ("storage", "keystore", KEYSTORE),
                                 ("storage", "projections", "projections.sqlite"),
-                                ("keys", "kek", plan.target_spec)):
+                                ("keys", "kek", without_pin(plan.target_spec))):
         text = set_toml(text, section, key, value)
     write_private(staging / CONFIG, text)
     for signer in plan.signers:
@@ -750,7 +760,7 @@ def _keystore(plan: Plan, staging: Path, progress: Steps | None) -> dict[str, An
             report(progress, "Re-wrapping data keys", done, todo)
 
         rewrapped = ks.rewrap(epoch, progress=step)
-        left = ks.keys_under([e for e in forgotten if e != epoch])
+        left = ks.keys_under([0, *(e for e in forgotten if e != epoch)])
         if left:
             raise EnvironmentProblem(f"{left} data keys are still wrapped under the source's "
                                      "epochs after re-wrapping; nothing was restored")
@@ -761,7 +771,7 @@ def _keystore(plan: Plan, staging: Path, progress: Steps | None) -> dict[str, An
         return {"epoch": epoch, "previous": previous, "store": target.spec,
                 "kind": target.kind, "rewrapped": rewrapped, "forgotten": forgotten,
                 "keys_destroyed": len(destroyed),
-                "keys_already_destroyed": len(plan.destroy) - len(destroyed)}
+                "keys_not_in_backup": len(plan.destroy) - len(destroyed)}
     finally:
         ks.close()
 

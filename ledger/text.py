@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 _IRREGULAR = {"memories": "memory", "entries": "entry", "batches": "batch",
-              "identities": "identity", "policies": "policy", "children": "child"}
+              "identities": "identity", "policies": "policy", "children": "child",
+              "witnesses": "witness"}
 
 
 def plural(count: int, noun: str) -> str:

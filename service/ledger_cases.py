@@ -33,6 +33,7 @@ from service.models import (
     RosterEntry,
     VerificationOut,
     WitnessForgotten,
+    WitnessPolicyOut,
     WitnessUsed,
 )
 
@@ -100,6 +101,22 @@ class LedgerCases(FacadeCore):
             raise NotFound(f"no witness {key!r} in config.toml")
         dataclasses.replace(config, witnesses=tuple(pairs)).write()
         return WitnessForgotten(removed=key)
+
+    def witness_policy(self, caller: Caller, quorum: str = "all") -> WitnessPolicyOut:
+        """A c2sp.org/tlog-policy for this ledger's checkpoints: the log's vkey, the
+        witnesses of config.toml and a quorum of them (``all``, ``any``, a number, or
+        ``none``), for `verify-pack --policy` and `verify-receipt --policy`."""
+        self._require(caller, "operator", "auditor")
+        from ledger.witness.policy import format_policy, parse_policy
+
+        about = (f"c2sp.org/tlog-policy for the checkpoints of {self.app.config.origin}: "
+                 "the witnesses it asks (ledger witness policy)")
+        vkey = self.app.log_vkey()
+        used = self.app.config.witnesses
+        text = format_policy(vkey, used, quorum, about)
+        return WitnessPolicyOut(policy=text, log=vkey,
+                                witnesses=[WitnessUsed(url=u, vkey=k) for u, k in used],
+                                quorum=parse_policy(text.encode()).describe())
 
     def verification(self, caller: Caller) -> VerificationOut:
         """`ledger verify --since` from the latest recorded checkpoint: the events after it

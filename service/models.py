@@ -271,6 +271,16 @@ class WitnessForgotten(_Out):
     removed: str = Field(description="The vkey or URL given.")
 
 
+class WitnessPolicyOut(_Out):
+    """A c2sp.org/tlog-policy file for this ledger's checkpoints (`ledger witness policy`):
+    its log key, the witnesses it asks and a quorum of them."""
+
+    policy: str = Field(description="The policy file's text.")
+    log: str = Field(description="The log's vkey (named by its origin).")
+    witnesses: list[WitnessUsed]
+    quorum: str = Field(description="The quorum, in words.")
+
+
 class AtomCorrectionIn(_In):
     text: str | None = Field(default=None, min_length=1, max_length=MAX_ATOM_TEXT)
     gist: str | None = Field(default=None, max_length=MAX_GIST)

@@ -30,6 +30,9 @@ from ledger.home import Config
 
 from .conftest import run_cli
 from .serving import issue, serving
+from .softhsm import PIN, TOKEN, SoftHsm, softhsm
+
+__all__ = ["softhsm"]  # a fixture imported for pytest, not unused
 
 MARK = f"zqmark{uuid.uuid4().hex[:10]}"
 ERASED = {"alpha": f"alpha fact {MARK}a", "gamma": f"gamma fact {MARK}g",
@@ -430,3 +433,37 @@ def test_the_journal_follows_every_erasure(src: Source) -> None:
     assert [b["batch_id"] for b in doc["batches"]] == [src.batch]
     assert doc["batches"][0]["request_id"] == src.request
     assert MARK not in path.read_text()
+
+
+# --------------------------------------------------------------------------- PKCS#11
+def test_a_home_whose_kek_is_in_a_token_restores_into_a_token_object_of_its_own(
+        tmp_path: Path, softhsm: SoftHsm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The backup's epoch is read from the source's token object, never written; the new
+    home's KEK is a new object the source can never use; no PIN lands in config.toml."""
+    monkeypatch.setenv("LEDGER_PKCS11_PIN", PIN)
+    source_uri = softhsm.uri(f"src-{tmp_path.name}", pin=None)
+    home = tmp_path / "home"
+    LedgerApp.initialize(home, kek=source_uri)
+    ok(home, "subject", "add", "u1")
+    gone = ok(home, "atom", "add", "--subject", "u1", "--text", ERASED["alpha"]).out.strip()
+    kept = ok(home, "atom", "add", "--subject", "u1", "--text", KEPT["beta"]).out.strip()
+    ok(home, "backup", str(tmp_path / "b"))
+    ok(home, "delete", gone, "--reason", "asked")
+    ok(home, "journal", "export", str(tmp_path / "j.json"))
+    journal = ("--journal", str(tmp_path / "j.json"))
+    r = run_cli("restore", str(tmp_path / "b"), "--home", str(tmp_path / "r0"), *journal,
+                "--kek", source_uri)
+    assert r.code == 2 and "source's KEK object" in r.err and not (tmp_path / "r0").exists()
+    module = source_uri.split("module-path=")[1].split("&")[0]
+    target = f"pkcs11:token={TOKEN}?module-path={module}&pin-value={PIN}"
+    new = tmp_path / "r"
+    r = run_cli("restore", str(tmp_path / "b"), "--home", str(new), *journal, "--kek", target,
+                "--json")
+    assert r.code == 0, r.err
+    config = (new / "config.toml").read_text()
+    assert "-restored-" in config and "pin-value" not in config and not (new / "kek").exists()
+    assert atom_text(new, kept) == KEPT["beta"]
+    assert json.loads(ok(new, "atom", "show", gone, "--json").out)["content_erased"]
+    assert atom_text(home, kept) == KEPT["beta"]  # the source's KEK is untouched
+    ok(new, "keys", "rotate-kek")  # and the restored home rotates in its own object
+    assert atom_text(new, kept) == KEPT["beta"] and atom_text(home, kept) == KEPT["beta"]

@@ -252,3 +252,62 @@ def test_misconfigured_witness_never_blocks_a_checkpoint(home: Path, tmp_path: P
     r = run_cli("--home", str(home), "checkpoint", "--witness", "http://127.0.0.1:9",
                 "--witness-key", "garbage+00000000+AAAA")
     assert r.code == 2 and "witness key for http://127.0.0.1:9" in r.err
+
+
+# ------------------------------------------------------------------ the policy, the report
+def test_witness_policy_command_writes_the_policy_the_pack_meets(erased: dict[str, Any],
+                                                                  tmp_path: Path) -> None:
+    """`ledger witness policy` writes a c2sp.org/tlog-policy from the witnesses in use (w0
+    and w1, which cosigned the erasure's checkpoints), and verify-pack meets it."""
+    app, pack, ws = erased["app"], erased["pack"], erased["ws"]
+    home = str(app.config.home)
+    path = tmp_path / "witnesses.policy"
+    r = run_cli("--home", home, "witness", "policy", "--out", str(path), "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    text = path.read_text(encoding="utf-8")
+    assert text == (
+        f"# c2sp.org/tlog-policy for the checkpoints of {app.config.origin}: the witnesses "
+        "it asks (ledger witness policy)\n"
+        f"log {app.log_vkey()}\n\n"
+        f"witness w0.example/witness {ws[0].vkey} {ws[0].url}\n"
+        f"witness w1.example/witness {ws[1].vkey} {ws[1].url}\n"
+        "group witnesses all w0.example/witness w1.example/witness\n"
+        "quorum witnesses\n")
+    assert doc == {"policy": text, "out": str(path), "log": app.log_vkey(),
+                   "witnesses": [{"url": w.url, "vkey": w.vkey} for w in ws[:2]],
+                   "quorum": "quorum: group witnesses needs 2 of w0.example/witness, "
+                             "w1.example/witness"}
+    assert r.err == (f"OK: policy of 2 witnesses written to {path}; quorum: group witnesses "
+                     "needs 2 of w0.example/witness, w1.example/witness\n")
+    assert path.stat().st_mode & 0o777 == 0o644
+    v = run_cli("verify-pack", str(pack), "--policy", str(path))
+    assert v.code == 0 and "needs 2 of w0.example/witness, w1.example/witness: met" in v.err
+    # Without --out the policy is printed; --quorum any / a number / none.
+    r = run_cli("--home", home, "witness", "policy", "--quorum", "any")
+    assert r.code == 0 and r.out.endswith(
+        "group witnesses any w0.example/witness w1.example/witness\nquorum witnesses\n")
+    assert r.err == ("OK: policy of 2 witnesses; quorum: group witnesses needs 1 of "
+                     "w0.example/witness, w1.example/witness\n")
+    r = run_cli("--home", home, "witness", "policy", "--quorum", "none")
+    assert r.code == 0 and r.out.endswith(f"{ws[1].url}\nquorum none\n")
+    for quorum, problem in (
+            ("3", "error: a quorum of 3 witnesses, but this ledger asks 2 witnesses\n"
+                  "hint: `ledger witness use` more witnesses, or lower --quorum\n"),
+            ("most", "error: quorum 'most' is not all, any, none or a number of witnesses\n")):
+        r = run_cli("--home", home, "witness", "policy", "--quorum", quorum, "--out",
+                    str(tmp_path / "not-written"))
+        assert (r.code, r.out, r.err) == (2, "", problem)
+        assert not (tmp_path / "not-written").exists()
+
+
+def test_witness_policy_of_a_ledger_that_asks_no_witness(home: Path) -> None:
+    r = run_cli("--home", str(home), "witness", "policy")
+    assert (r.code, r.out) == (2, "")
+    assert r.err == ("error: this ledger asks no witness, so no quorum of witnesses can be "
+                     "met\nhint: add one with `ledger witness use URL --key VKEY`, or write "
+                     "`--quorum none` for a policy that requires no cosignature\n")
+    r = run_cli("--home", str(home), "witness", "policy", "--quorum", "none")
+    assert r.code == 0 and r.out.endswith("\nquorum none\n")
+    assert r.err == "OK: policy of 0 witnesses; quorum none\n"
+

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ledger.checkpoint import parse_vkey
@@ -130,3 +131,54 @@ def parse_policy(data: bytes) -> Policy:
     if max(len(policy.logs), len(policy.witnesses), len(policy.groups)) > LIMIT:
         raise PolicyError(f"the policy lists more than {LIMIT} logs, witnesses or groups")
     return policy
+
+
+def format_policy(log_vkey: str, witnesses: Sequence[tuple[str, str]], quorum: str = "all",
+                  about: str = "") -> str:
+    """A tlog-policy for one log and the witnesses it asks: ``log_vkey`` (type 0x01, named
+    by its origin), ``witnesses`` as ``(url, vkey)``, and a quorum over them: ``all``,
+    ``any``, a number k (at least k of them) or ``none``. Each witness is named in the
+    policy by its key's name (``-2``, ``-3``... when two keys share one). One witness is
+    the quorum itself; several form the group ``witnesses``. The text parses with
+    :func:`parse_policy`; ``about`` is a comment line put first."""
+    parse_vkey(log_vkey)
+    n = len(witnesses)
+    if quorum == "none":
+        threshold = 0
+    elif quorum == "all":
+        threshold = n
+    elif quorum == "any":
+        threshold = 1
+    elif re.fullmatch(r"[1-9][0-9]{0,2}", quorum):
+        threshold = int(quorum)
+    else:
+        raise PolicyError(f"quorum {quorum!r} is not all, any, none or a number of witnesses")
+    if quorum != "none" and n == 0:
+        raise PolicyError("this ledger asks no witness, so no quorum of witnesses can be met",
+                          hint="add one with `ledger witness use URL --key VKEY`, or write "
+                               "`--quorum none` for a policy that requires no cosignature")
+    if threshold > n:
+        raise PolicyError(f"a quorum of {threshold} witnesses, but this ledger asks "
+                          f"{n} witness{'es' if n != 1 else ''}",
+                          hint="`ledger witness use` more witnesses, or lower --quorum")
+    lines = [f"# {about}"] if about else []
+    lines += [f"log {log_vkey}", ""]
+    names: list[str] = []
+    for url, vkey in witnesses:
+        base = parse_witness_vkey(vkey).name
+        name, k = base, 1
+        while name in names or name in ("none", "witnesses"):
+            k += 1
+            name = f"{base}-{k}"
+        names.append(name)
+        lines.append(f"witness {name} {vkey} {url}")
+    if quorum == "none":
+        lines.append("quorum none")
+    elif n == 1:
+        lines.append(f"quorum {names[0]}")
+    else:
+        k_text = "all" if threshold == n else "any" if threshold == 1 else str(threshold)
+        lines += [f"group witnesses {k_text} {' '.join(names)}", "quorum witnesses"]
+    text = "\n".join(lines) + "\n"
+    parse_policy(text.encode())  # what is written is a policy this module reads
+    return text
