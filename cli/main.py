@@ -588,8 +588,9 @@ def verify(
         extra_text = f" after checkpoint size {result['since']}; log extends it to size " \
                      f"{result['size']}"
     elif result.get("checkpoints"):
-        extra_text = "; extends checkpoint(s) of size " + ", ".join(
-            str(c["size"]) for c in result["checkpoints"])
+        from ledger.text import extends_words
+
+        extra_text = "; the log extends " + extends_words(result["checkpoints"])
     from ledger.text import plural
 
     verdict(f"OK: {plural(report.events, 'events')} verified{extra_text}; head seq "

@@ -73,6 +73,7 @@ from ledger.errors import (
 )
 from ledger.merkle import verify_consistency, verify_inclusion
 from ledger.progress import Steps, report
+from ledger.text import plural
 from ledger.transparency import b64, unb64, verify_with_roster
 from ledger.verification import EVERY, VERIFYING
 from ledger.verify import LogVerifier
@@ -315,7 +316,7 @@ def render_report(p: dict[str, Any]) -> str:
     req = p.get("request") or {}
     rows = "".join(
         f"<tr><td>{e(r['route'])}</td><td>{e(r['reach'])}</td><td>{r.get('items', '')}</td>"
-        f"<td>{e(str(r.get('checked_at', '')))}</td></tr>"
+        f"<td>{e(clock.for_people(r.get('checked_at')))}</td></tr>"
         for r in p.get("reach", {}).get("routes", []))
     scan = p.get("reach", {}).get("raw_scan", {})
     flagged_ids = p.get("reach", {}).get("flagged_for_review", [])
@@ -323,7 +324,7 @@ def render_report(p: dict[str, Any]) -> str:
     flagged = "".join(f"<li><code>{e(a)}</code></li>" for a in flagged_ids) + "".join(
         f"<li>artifact <code>{e(a)}</code></li>" for a in review_arts) or "<li>none</li>"
     timeline = "".join(
-        f"<tr><td>{e(label)}</td><td>{e(str(req.get(key) or '-'))}</td></tr>"
+        f"<tr><td>{e(label)}</td><td>{e(clock.for_people(req.get(key)))}</td></tr>"
         for label, key in (("received", "received_at"), ("acknowledged", "acknowledged_at"),
                            ("acknowledgment due", "ack_due"), ("completed", "completed_at"),
                            ("completion due", "complete_due")))
@@ -373,8 +374,8 @@ def _witness_html(p: dict[str, Any]) -> str:
 
     return (f"<h2>Witnesses</h2><p>Checkpoint before the erasure cosigned by: "
             f"{names(w['before'])}. Checkpoint after: {names(w['after'])}. "
-            f"{len(w['asked'])} witnesses asked; {len(w['proofs'])} offline proof files "
-            "(c2sp.org/tlog-proof).</p>")
+            f"{plural(len(w['asked']), 'witnesses')} asked; "
+            f"{plural(len(w['proofs']), 'offline proof files')} (c2sp.org/tlog-proof).</p>")
 
 
 # ----------------------------------------------------------------------------- verifying

@@ -34,3 +34,16 @@ def now() -> datetime:
 def format_instant(t: datetime) -> str:
     """The one timestamp form used in signed envelopes: UTC, microseconds, 'Z'."""
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def for_people(value: str | datetime | None) -> str:
+    """``2026-03-04 10:00 UTC``: an instant as a report for people shows it (one form for
+    every time on the page, whichever form it was stored in); ``-`` for none, and a value
+    that is not a time as it is."""
+    if not value:
+        return "-"
+    try:
+        t = parse_instant(value) if isinstance(value, str) else value.astimezone(UTC)
+    except ClockError:
+        return str(value)
+    return t.strftime("%Y-%m-%d %H:%M UTC")

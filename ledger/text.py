@@ -27,3 +27,29 @@ def event_lines(event_ids: list[str], verbose: bool | None = None) -> list[str]:
 
 
 __all__ = ["event_lines", "plural"]
+
+
+LATEST_RECORDED = "latest recorded checkpoint"
+"""The label ``ledger verify`` gives the ledger's own latest checkpoint (ledger/verification)."""
+
+
+def extends_words(checkpoints: list[dict[str, object]]) -> str:
+    """``ledger verify``'s checkpoints in words, each distinct one (size and root) once:
+    ``kept.checkpoint (size 15) and the latest recorded checkpoint (size 34)``, or
+    ``kept.checkpoint (size 34, the same as the latest recorded checkpoint)``. The
+    checkpoints are ``{"checkpoint": label, "size": n, "root": ...}``."""
+    groups: dict[tuple[object, object], list[str]] = {}
+    for c in checkpoints:
+        label = str(c["checkpoint"])
+        name = f"the {label}" if label == LATEST_RECORDED else label
+        names = groups.setdefault((c["size"], c.get("root")), [])
+        if name not in names:
+            names.append(name)
+    parts = []
+    for (size, _root), names in sorted(groups.items(), key=lambda g: int(str(g[0][0]))):
+        names.sort(key=lambda n: n == f"the {LATEST_RECORDED}")  # the files named first
+        same = f", the same as {' and '.join(names[1:])}" if len(names) > 1 else ""
+        parts.append(f"{names[0]} (size {size}{same})")
+    if len(parts) < 2:
+        return "".join(parts)
+    return ", ".join(parts[:-1]) + " and " + parts[-1]

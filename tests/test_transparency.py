@@ -221,3 +221,34 @@ def test_checkpoint_refused_without_an_authorized_log_key(home: Path) -> None:
     r = _h(home, "checkpoint")
     assert r.code == 2 and "may not sign checkpoints" in r.err
     assert Signer  # key material never leaves the home in these tests
+
+
+def test_verify_names_each_checkpoint_once_in_words(home: Path, tmp_path: Path) -> None:
+    """`ledger verify --checkpoint`: each distinct checkpoint once, by its name and size
+    (it said "extends checkpoint(s) of size 10, 10" for a kept file equal to the latest)."""
+    import re
+
+    _populate(home, 3)
+    kept = _kept_checkpoint(home, tmp_path)  # the latest recorded checkpoint, too
+    size = int(kept.read_text().splitlines()[1])
+
+    def head(n: int) -> str:
+        return rf"; head seq {n} at \d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{{6}}Z\n"
+
+    def said(*args: str) -> str:
+        r = _h(home, "verify", *args)
+        assert r.code == 0, r.err
+        return str(r.err)
+
+    assert re.fullmatch(re.escape(
+        f"OK: {size} events verified; the log extends {kept} (size {size}, the same as the "
+        "latest recorded checkpoint)") + head(size), said("--checkpoint", str(kept)))
+    _populate(home, 2)
+    assert _h(home, "checkpoint").code == 0
+    assert re.fullmatch(re.escape(
+        f"OK: {size + 2} events verified; the log extends {kept} (size {size}) and the latest "
+        f"recorded checkpoint (size {size + 2})") + head(size + 2),
+        said("--checkpoint", str(kept)))
+    assert re.fullmatch(re.escape(
+        f"OK: {size + 2} events verified; the log extends the latest recorded checkpoint "
+        f"(size {size + 2})") + head(size + 2), said())

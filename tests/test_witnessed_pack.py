@@ -311,3 +311,35 @@ def test_witness_policy_of_a_ledger_that_asks_no_witness(home: Path) -> None:
     assert r.code == 0 and r.out.endswith("\nquorum none\n")
     assert r.err == "OK: policy of 0 witnesses; quorum none\n"
 
+
+def _predicate(pack: Path) -> dict[str, Any]:
+    import base64
+
+    dsse = json.loads((pack / "statement.dsse.json").read_text())
+    return dict(json.loads(base64.b64decode(dsse["payload"]))["predicate"])
+
+
+def test_pack_report_counts_in_words_and_one_form_of_time(erased: dict[str, Any]) -> None:
+    """The report for people: "1 witness asked", not "1 witnesses"; every time in one form
+    (the request's times were stored with +00:00, its deadlines and the stores' checks with
+    Z and microseconds)."""
+    import re
+
+    from governance.pack import render_report
+
+    pack = erased["pack"]
+    report = (pack / "report.html").read_text()
+    assert ("<h2>Witnesses</h2><p>Checkpoint before the erasure cosigned by: "
+            "w0.example/witness, w1.example/witness. Checkpoint after: w0.example/witness, "
+            "w1.example/witness. 2 witnesses asked; 7 offline proof files "
+            "(c2sp.org/tlog-proof).</p>") in report
+    p = _predicate(pack)
+    req = p["request"]
+    assert req["received_at"].endswith("+00:00") and req["complete_due"].endswith("Z")
+    times = re.findall(r"<td>(\d{4}-\d\d-\d\d[^<]*)</td>", report)
+    assert len(times) == 5 + len(p["reach"]["routes"])
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", t) for t in times), times
+    assert "+00:00" not in report and not re.search(r"\d\dZ", report)
+    p["witnesses"]["asked"] = p["witnesses"]["asked"][:1]
+    p["witnesses"]["proofs"] = p["witnesses"]["proofs"][:1]
+    assert "1 witness asked; 1 offline proof file (c2sp.org/tlog-proof)." in render_report(p)
