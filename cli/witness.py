@@ -85,7 +85,8 @@ def register(cli: typer.Typer, served: Served) -> None:
             prefix: Annotated[str, typer.Option(help="Submission prefix path.")] = "",
             port_file: Annotated[Path | None, typer.Option(
                 help="Write the port listened on to this file.")] = None) -> None:
-        """Serve the tlog-witness API (POST <prefix>/add-checkpoint) until interrupted.
+        """Serve the tlog-witness API until interrupted: POST <prefix>/add-checkpoint, and
+        GET <prefix>/<sha256 of a log's origin, hex>/checkpoint (the latest it cosigned).
 
         Example: ledger witness serve --home /srv/witness --listen 127.0.0.1:8411
         """
