@@ -15,15 +15,15 @@ from typing import Annotated, Any
 import typer
 
 from cli.opener import Served
-from cli.output import JsonOpt, out, verdict
+from cli.output import JsonOpt, verdict
+from cli.output import out as emit
 
 
 def register(cli: typer.Typer, served: Served, home_of: Callable[[], Path | None]) -> None:
     @cli.command("backup")
     def backup_command(
-        folder: Annotated[Path, typer.Argument(
-            metavar="OUT", help="A new folder for the backup (refused if it exists and is "
-                                "not empty).")],
+        out: Annotated[Path, typer.Argument(
+            help="A new folder for the backup (refused if it exists and is not empty).")],
         with_keys: Annotated[bool, typer.Option(
             "--with-keys", help="Also copy the private signing keys and the KEK: the backup "
                                 "then stays decryptable after every KEK rotation (guard it "
@@ -45,10 +45,10 @@ def register(cli: typer.Typer, served: Served, home_of: Callable[[], Path | None
 
         with served(operator=operator) as (svc, me), \
                 progress.bar("Backing up", total=1, json=as_json) as bar:
-            done = svc.backup(me, folder, with_keys=with_keys, progress=bar.step)
+            done = svc.backup(me, out, with_keys=with_keys, progress=bar.step)
         data = done.model_dump()
         log = data["log"]
-        out(data, as_json, f"{done.backup}\n"
+        emit(data, as_json, f"{done.backup}\n"
             f"log: {log['size']} events, last at {log['head_time']}; KEK epoch "
             f"{done.kek['epoch']} ({done.kek['store']}); {len(done.files)} files; journal of "
             f"{done.journal['keys']} key destructions")
@@ -62,7 +62,7 @@ def register(cli: typer.Typer, served: Served, home_of: Callable[[], Path | None
     @cli.command("restore")
     def restore_command(
         backup: Annotated[Path, typer.Argument(
-            metavar="FROM", help="A backup folder written by `ledger backup`.")],
+            help="A backup folder written by `ledger backup`.")],
         journal: Annotated[list[Path] | None, typer.Option(
             "--journal", help="An erasure journal (`ledger journal export`); repeatable: the "
                               "newest is applied.")] = None,
@@ -87,7 +87,7 @@ def register(cli: typer.Typer, served: Served, home_of: Callable[[], Path | None
             help="The operator key that signs the re-applied erasures.")] = "operator",
         as_json: JsonOpt = False,
     ) -> None:
-        """Restore a backup into a new home (--home NEW): verify the manifest, apply the
+        """Restore BACKUP into a new home (--home NEW): verify the manifest, apply the
         newest erasure journal before the ledger opens (every key it names destroyed again,
         each missing tombstone re-recorded as a signed "erasure re-applied after restore"
         event), re-wrap every data key under a new KEK epoch of the new home, rebuild the
@@ -112,7 +112,7 @@ def register(cli: typer.Typer, served: Served, home_of: Callable[[], Path | None
                                 keys_from=keys_from, kek=kek, operator=operator,
                                 progress=bar.step)
         r = done.report
-        out(r, as_json, _restored_text(r))
+        emit(r, as_json, _restored_text(r))
         _restored_verdicts(r)
 
     journal_cli = typer.Typer(no_args_is_help=True, help="The erasure journal: the ids of "
@@ -122,9 +122,9 @@ def register(cli: typer.Typer, served: Served, home_of: Callable[[], Path | None
 
     @journal_cli.command("export")
     def journal_export(
-        file: Annotated[str, typer.Argument(
-            metavar="OUT", help="Where to write the signed journal (replaced whole if it is "
-                                "this ledger's journal); - for stdout.")],
+        out: Annotated[str, typer.Argument(
+            help="Where to write the signed journal (replaced whole if it is this ledger's "
+                 "journal); - for stdout.")],
         as_json: JsonOpt = False,
     ) -> None:
         """Bring the erasure journal up to the log's head and copy it out: to a second
@@ -135,16 +135,16 @@ def register(cli: typer.Typer, served: Served, home_of: Callable[[], Path | None
         """
         from ledger.errors import InputError
 
-        if file == "-" and as_json:
+        if out == "-" and as_json:
             raise InputError("--json and - both write to stdout: give a file with --json")
         with served() as (svc, me):
-            done = svc.export_journal(me, None if file == "-" else Path(file))
-        if file == "-":
+            done = svc.export_journal(me, None if out == "-" else Path(out))
+        if out == "-":
             sys.stdout.buffer.write(done.content)
             sys.stdout.flush()
         else:
             data = done.model_dump(exclude={"content"})
-            out(data, as_json, done.out)
+            emit(data, as_json, done.out)
         verdict(f"OK: erasure journal of ledger {done.ledger_id}: log size {done.size}, "
                 f"{done.keys} key destructions, {done.tombstones} tombstones, "
                 f"{done.file_bytes} bytes")
