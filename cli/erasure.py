@@ -305,6 +305,7 @@ def verify_pack_command(
 
     Example: ledger verify-pack pack.zip --root-key root.pub --policy witnesses.policy
     """
+    from governance.copies import copies_line
     from governance.pack import PackInvalid, verify_pack
     from governance.witnessed import summary
     from keys.keyring import read_public_key_file
@@ -328,9 +329,11 @@ def verify_pack_command(
     out(report.as_json(), as_json)
     trust = "the trusted root key" if root_key else "the pack's own root key (pin one with " \
                                                     "--root-key)"
+    copies = copies_line(report.copies)
     verdict(f"OK: pack verified against {trust}: {report.events} signed events, signers "
              f"{', '.join(report.signers)}{summary(report.witnesses)}; "
-             f"{plural(report.flagged_for_review, 'memories')} of others flagged for review")
+             f"{plural(report.flagged_for_review, 'memories')} of others flagged for review"
+             + (f"; {copies}" if copies else ""))
 
 
 __all__ = ["ConflictError", "register"]

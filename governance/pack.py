@@ -24,6 +24,7 @@ import html
 import io
 import json
 import os
+import re
 import shutil
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from governance.copies import (
+    NOT_COVERED_WORDS,
+    CopiesInvalid,
+    check_statement,
+    day,
+    evidence_rows,
+    fact_of,
+    group_words,
+    keystore_words,
+    overall_words,
+    summary,
+)
+from governance.copies import statement as copies_statement
 from governance.dsse import (
     PREDICATE_TYPE,
     STATEMENT_TYPE,
@@ -138,6 +152,9 @@ def build_pack(app: LedgerApp, batch_id: str, out: Path, make_zip: bool = False,
     rows = {(str(r.originator_id), r.originator_version): r for r in roster_rows}
     for r in batch_event_rows(app, ids, progress):
         rows[(str(r.originator_id), r.originator_version)] = r
+    # and what the copies statement rests on: the KEK epochs' events, the policy in force
+    for r in evidence_rows(app, list(rows.values())):
+        rows[(str(r.originator_id), r.originator_version)] = r
     opened = {k: envelope.open_state(r.state) for k, r in rows.items()}
     ordered = sorted(rows, key=lambda k: opened[k].envelope["seq"])
 
@@ -177,6 +194,8 @@ def build_pack(app: LedgerApp, batch_id: str, out: Path, make_zip: bool = False,
         files.update(proof_files)
         predicate = _predicate(app, batch, request, opened, ordered, before, after)
         predicate["witnesses"] = _witness_claims(app, before, after, sorted(proof_files))
+        predicate["copies"] = copies_statement([fact_of(rows[k].state) for k in ordered],
+                                               str(batch.id))
         problems = predicate_problems(predicate)
         if problems:  # a bug in _predicate or in what it reads, never the user's input
             raise RuntimeError(f"the Evidence Pack predicate does not match schemas/"
@@ -350,7 +369,7 @@ Reason: {e(p['batch']['reason'] or 'sealed, erased with the batch key')}. Target
 {rows}</table>
 <p>Raw scan of {scan.get('files', 0)} files owned by the ledger:
 <span class="{'ok' if not scan.get('hits') else 'bad'}">{len(scan.get('hits', []))} hits</span>.</p>
-<h2>Flagged for review</h2>
+{_copies_html(p)}<h2>Flagged for review</h2>
 <p>{len(flagged_ids)} memories of other subjects flagged <code>refers-to-erased</code>,
 {len(review_arts)} of their artifacts listed for review; none of them erased.</p>
 <ul>{flagged}</ul>
@@ -361,6 +380,37 @@ Reason: {e(p['batch']['reason'] or 'sealed, erased with the batch key')}. Target
 Verify offline: <code>ledger verify-pack PACK --root-key root.pub</code>.</p>
 </body></html>
 """
+
+
+def _copies_html(p: dict[str, Any]) -> str:
+    """The Copies section (absent in packs built before it): each copy of the erased keys
+    and from when none can be decrypted, in words (governance/copies.py)."""
+    c = p.get("copies")
+    if not c:
+        return ""
+    e = html.escape
+    cls = {"unrecoverable": "ok", "pending": "bad", "unbounded": "bad"}
+    rows = [("The live keystore", ' class="ok"', keystore_words(c))]
+    rows += [("Older copies of the keystore (backups, WAL segments, replicas, dumps): keys "
+              "wrapped under KEK epoch "
+              f"{g['kek_epoch']}" if g["kek_epoch"] else "Older copies of the keystore "
+              "(backups, WAL segments, replicas, dumps): keys that were not wrapped",
+              f' class="{"bad" if g["unwrapped_until"] else cls[g["state"]]}"',
+              group_words(g, p.get("generated_at"))) for g in c["older_copies"]]
+    rows += [(NOT_COVERED_WORDS[n["what"]][0].format(at=day(n["made_before"])), "",
+              NOT_COVERED_WORDS[n["what"]][1].format(at=day(n["made_before"])))
+             for n in c["not_covered"]]
+
+    def words(text: str) -> str:  # `ledger ...` as code
+        return re.sub(r"`([^`]+)`", r"<code>\1</code>", e(text))
+
+    body = "".join(f"<tr><td>{e(what)}</td><td{k}>{words(said)}</td></tr>\n"
+                   for what, k, said in rows)
+    return (f"<h2>Copies</h2>\n<p>Where copies of the erased memory's keys can be, and from "
+            f"when none of them can be decrypted (checked by <code>ledger verify-pack</code> "
+            f"against the signed key-rotation events, step 8).</p>\n"
+            f"<table><tr><th>copy</th><th>state</th></tr>\n{body}</table>\n"
+            f"<p class=\"{cls[c['state']]}\"><b>{words(overall_words(c))}</b></p>\n")
 
 
 def _witness_html(p: dict[str, Any]) -> str:
@@ -390,13 +440,14 @@ class PackReport:
     witnesses: dict[str, Any] = field(default_factory=dict)
     flagged_for_review: int = 0  # memories of others flagged refers-to-erased
     artifacts_for_review: int = 0
+    copies: dict[str, Any] | None = None  # copies.summary of the statement (step 8)
 
     def as_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "step": self.step, "reason": self.reason,
                 "signers": self.signers, "events": self.events, "targets": self.targets,
                 "witnesses": self.witnesses,
                 "flagged_for_review": self.flagged_for_review,
-                "artifacts_for_review": self.artifacts_for_review}
+                "artifacts_for_review": self.artifacts_for_review, "copies": self.copies}
 
 
 def verify_pack(folder: Path, root_public_key: bytes | None = None,
@@ -410,7 +461,7 @@ def verify_pack(folder: Path, root_public_key: bytes | None = None,
 def verify_pack_bytes(pack: Mapping[str, bytes], root_public_key: bytes | None = None,
                       policy: Any = None, progress: Steps | None = None) -> PackReport:
     """Verify a pack given as its files' bytes (name -> bytes, as :func:`read_pack` reads
-    them): docs/spec/evidence-pack.md, steps 1-7. Pure: no file, no network, no clock.
+    them): docs/spec/evidence-pack.md, steps 1-8. Pure: no file, no network, no clock.
     Raise :class:`PackInvalid` at the first failing step. ``progress(stage, done, total)``
     counts the events through steps 3 and 5 (ADR 0036)."""
     files = dict(pack)
@@ -507,11 +558,22 @@ def verify_pack_bytes(pack: Mapping[str, bytes], root_public_key: bytes | None =
 
     witnessing = verify_witnessing(files, predicate, events, v.leaves or [], before, after,
                                    policy)
+    # Steps 8.1-8.4: the copies statement is what the signed events support.
+    copies = predicate.get("copies")
+    if copies is not None:
+        try:
+            check_statement(copies, [fact_of(rec.state) for _doc, rec in events],
+                            predicate["batch"]["id"])
+        except CopiesInvalid as e:
+            raise PackInvalid(f"8.{e.step}", f"copies: {e}") from e
+        except (KeyError, TypeError, ValueError) as e:  # a signed event it cannot read
+            raise PackInvalid("8", f"copies: the statement's events do not read: {e!r}") from e
     reach = predicate["reach"]
     return PackReport(True, None, None, verified.signers, len(events),
                       {k: len(v) for k, v in predicate["targets"].items()}, witnessing,
                       len(reach["flagged_for_review"]),
-                      len(reach.get("flags", {}).get("artifacts_for_review", [])))
+                      len(reach.get("flags", {}).get("artifacts_for_review", [])),
+                      summary(copies, predicate["generated_at"]) if copies else None)
 
 
 def pack_time(predicate: dict[str, Any], records: Sequence[Any]) -> datetime:
