@@ -72,10 +72,11 @@ def register(cli: typer.Typer, served: Served, audit_cli: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Verify an erasure receipt offline: signature, checkpoint, tombstone proofs,
-        witnesses.
+        witnesses, and its statement on copies against the key-rotation events it carries.
 
         Example: ledger audit-tools verify-receipt receipt.json --policy witnesses.policy
         """
+        from governance.copies import copies_line
         from governance.receipt import ReceiptInvalid, verify_receipt
         from keys.keyring import read_public_key_file
         from ledger.errors import EXIT_VERIFY, InputError
@@ -106,6 +107,7 @@ def register(cli: typer.Typer, served: Served, audit_cli: typer.Typer) -> None:
             f"{report.checkpoint_size}; witnesses: "
             f"{', '.join(w.split('+', 1)[0] for w in report.witnesses) or 'none'}"
             + (f"; {report.policy}" if report.policy else "")
+            + (f"; {copies_line(report.copies)}" if report.copies else "")
             + ("; keys pinned: " + ", ".join(pinned) if pinned else
                "; keys taken from the receipt (pin them with --operator-key/--log-key)")
             + "\n")

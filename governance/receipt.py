@@ -43,7 +43,7 @@ _HEAD = struct.Struct(">Q16sQH")
 MAX_RECEIPT_BYTES = 4 << 20
 
 STEPS = {"R1": "form", "R2": "operator signature", "R3": "content", "R4": "checkpoint",
-         "R5": "tombstone proofs", "R6": "witnesses"}
+         "R5": "tombstone proofs", "R6": "witnesses", "R7": "copies"}
 
 
 class ReceiptInvalid(VerificationFailed):
@@ -71,7 +71,16 @@ def build_receipt(app: LedgerApp, request_id: str, operator: str = "operator") -
     batch = app.aggregate(UUID(req.batch_id))
     if not isinstance(batch, RedactionBatch):
         raise NotFound(f"batch {req.batch_id} of request {request_id} is not a redaction batch")
+    from governance import copies
+
     rows = batch_event_rows(app, list(batch.event_ids))
+    erasure = copies.erasure_rows(app, batch, req)
+    resting = copies.resting_rows(erasure, copies.evidence_rows(app, erasure), str(batch.id))
+    stated = copies.statement(copies.facts_of(r.state for r in resting), str(batch.id))
+    if not any(g["state"] == copies.PENDING for g in stated["older_copies"]):
+        # the policy and the log's first event date a pending rotation only: left out
+        resting = [r for r in resting if r.topic != copies.POLICY_SET
+                   and copies.fact_of(r.state).seq != 1]
     cp = app.checkpoint()
     entries = []
     for r in rows:
@@ -90,6 +99,18 @@ def build_receipt(app: LedgerApp, request_id: str, operator: str = "operator") -
             "proof": TlogProof(seq - 1, tuple(proof), cp.note).text().split("\n\n", 1)[0]
             + "\n",
         })
+    listed = {e["leaf"] for e in entries}
+    copy_events = []
+    for r in resting:
+        from ledger.leaf import leaf_of
+
+        opened = envelope.open_state(r.state)
+        seq = int(opened.envelope["seq"])
+        event: dict[str, Any] = {"state": base64.b64encode(r.state).decode()}
+        if base64.b64encode(leaf_of(r, opened)).decode() not in listed:  # else R5 proved it
+            event["proof"] = TlogProof(seq - 1, tuple(app.inclusion_proof(seq - 1, cp.size)),
+                                       cp.note).text().split("\n\n", 1)[0] + "\n"
+        copy_events.append(event)
     keys = [parse_witness_vkey(v) for _, v in app.config.witnesses]
     found = check_cosignatures(cp.note, keys).valid
     signer = app.signer(operator)
@@ -108,6 +129,7 @@ def build_receipt(app: LedgerApp, request_id: str, operator: str = "operator") -
         "operator": {"kid": signer.kid,
                      "public_key": base64.b64encode(signer.public_key).decode()},
         "issued_at": clock.format_instant(clock.now()),
+        "copies": {"batch": str(batch.id), "statement": stated, "events": copy_events},
     }
     payload = envelope.canonical(document)
     env = {"payloadType": PAYLOAD_TYPE, "payload": base64.b64encode(payload).decode(),
@@ -128,12 +150,14 @@ class ReceiptReport:
     witnesses: list[str] = field(default_factory=list)
     trusted: dict[str, bool] = field(default_factory=dict)
     policy: str | None = None
+    copies: dict[str, Any] | None = None  # governance.copies.summary (R7); None before it
 
     def as_json(self) -> dict[str, Any]:
         return {"ok": True, "request_id": self.request_id, "subject": self.subject,
                 "completed_at": self.completed_at, "erased": self.erased,
                 "tombstones": self.tombstones, "checkpoint_size": self.checkpoint_size,
-                "witnesses": self.witnesses, "trusted": self.trusted, "policy": self.policy}
+                "witnesses": self.witnesses, "trusted": self.trusted, "policy": self.policy,
+                "copies": self.copies}
 
 
 def _b64(text: Any, step: str, what: str) -> bytes:
@@ -270,13 +294,109 @@ def verify_receipt(data: bytes, operator_public_key: bytes | None = None,
             raise ReceiptInvalid("R6", f"witness quorum not met: {policy.describe()}; "
                                        f"cosigned by {', '.join(sorted(names)) or 'none'}")
         described = policy.describe() + ": met"
+    # R7. Copies: the statement is what the signed events it carries support.
+    summ = None
+    if "copies" in doc:
+        summ = _verify_copies(doc, items, ids, str(req["id"]), cp, note)
     return ReceiptReport(str(req["id"]), str(req["subject"]), str(req["completed_at"]),
                          counts, len(items), cp.size, sorted(valid),
                          {"operator_key": operator_public_key is not None,
-                          "log_key": log_vkey is not None}, described)
+                          "log_key": log_vkey is not None}, described, summ)
+
+
+def _verify_copies(doc: dict[str, Any], items: list[Any], ids: dict[str, list[str]],
+                   request_id: str, cp: Any, note: str) -> dict[str, Any]:
+    """Step R7: each event of ``copies.events`` is in the checkpoint (its own proof, or a
+    leaf R5 proved), of this ledger; the key destructions are the erased items' (every one
+    R5 listed), the request's and the batch's; the statement passes
+    governance/copies.py's checks on those events (docs/spec/evidence-pack.md 8.1-8.4)."""
+    from governance import copies
+    from ledger.leaf import leaf_of
+    from ledger.witness.wire import WireError, parse_tlog_proof
+
+    try:
+        section = doc["copies"]
+        batch_id, claimed = str(UUID(section["batch"])), section["statement"]
+        events = list(section["events"])
+        if not isinstance(claimed, dict):
+            raise TypeError("the statement is not an object")
+    except (KeyError, TypeError, ValueError) as e:
+        raise ReceiptInvalid("R7", f"malformed copies section: {e}") from e
+    proved = {str(item["leaf"]) for item in items}
+    facts = []
+    for n, event in enumerate(events, start=1):
+        try:
+            state = _b64(event["state"], "R7", f"copies event {n}")
+            opened = envelope.open_state(state)
+            env = opened.envelope
+            rec = _Stored(UUID(str(env["originator_id"])), int(env["version"]),
+                          str(env["topic"]), state)
+            leaf = leaf_of(rec, opened)
+        except (KeyError, TypeError, ValueError, envelope.EnvelopeError) as e:
+            if isinstance(e, ReceiptInvalid):
+                raise
+            raise ReceiptInvalid("R7", f"copies event {n}: {e}") from e
+        seq = int(env["seq"])
+        if env["ledger"] != doc["ledger"]["id"]:
+            raise ReceiptInvalid("R7", f"copies event {n} is of another ledger")
+        if "proof" in event:
+            try:
+                proof = parse_tlog_proof(str(event["proof"]) + "\n" + note)
+                if proof.index != seq - 1:
+                    raise ValueError(f"proof index {proof.index} is not leaf {seq - 1}")
+                verify_inclusion(leaf_hash(leaf), seq - 1, cp.size, list(proof.proof),
+                                 cp.root)
+            except (ValueError, WireError, VerificationFailed) as e:
+                raise ReceiptInvalid("R7", f"copies event {n} (seq {seq}): {e}") from e
+        elif base64.b64encode(leaf).decode() not in proved:
+            raise ReceiptInvalid("R7", f"copies event {n} (seq {seq}) has no inclusion proof")
+        facts.append(copies.fact_of(state))
+    destroyed = {f.event_id: f for f in facts if f.topic.endswith(copies.KEY_DESTROYED_SUFFIX)}
+    for item in items:
+        if item["topic"] in KEY_DESTROYED and item["event_id"] not in destroyed:
+            raise ReceiptInvalid("R7", f"the statement leaves out the key destruction "
+                                       f"{item['event_id']} of an erased item")
+    erased = {i for v in ids.values() for i in v}
+    for f in destroyed.values():
+        if f.originator_id not in erased | {request_id, batch_id}:
+            raise ReceiptInvalid("R7", f"key destruction {f.event_id} is not of this erasure")
+    try:
+        copies.check_statement(claimed, facts, batch_id)
+    except copies.CopiesInvalid as e:
+        raise ReceiptInvalid("R7", f"step {e.step}: {e}") from e
+    except (KeyError, TypeError, ValueError) as e:
+        raise ReceiptInvalid("R7", f"malformed statement: {e}") from e
+    return copies.summary(claimed, str(doc.get("issued_at")))
+
+
+@dataclass
+class _Stored:
+    originator_id: UUID
+    originator_version: int
+    topic: str
+    state: bytes
 
 
 # ----------------------------------------------------------------------------- for people
+def _copies_html(doc: dict[str, Any]) -> str:
+    """The receipt's word on copies: the date after which no copy of the key store can
+    decrypt what was erased (or that it is pending, or not bounded), and what it does not
+    cover. Empty for a receipt issued before copies were stated."""
+    section = doc.get("copies")
+    if not section:
+        return ""
+    from governance.copies import day, subject_words
+
+    e = html.escape
+    s = section["statement"]
+    outside = [n["made_before"] for n in s.get("not_covered", [])]
+    caveat = (f"<p>Not covered: copies of the ledger's search indexes and memory store that "
+              f"someone made outside the ledger before {e(day(max(outside)))}, and anything "
+              "taken out of the ledger before then (exports, an assistant's own records); "
+              "the operator is responsible for those.</p>\n" if outside else "")
+    return f"<h2>Copies</h2>\n<p>{e(subject_words(s))}</p>\n{caveat}"
+
+
 def render_html(data: bytes) -> str:
     """One printable page for the person who asked to be forgotten (no scripts, no network)."""
     env = json.loads(data)
@@ -309,9 +429,9 @@ received {e(str(req['received_at']))}). It was completed on
 <p>The keys that could decrypt them were destroyed. The erasure is recorded as
 {len(doc['tombstones'])} signed entries in the ledger's public log (checkpoint of size
 {e(size)}), {witnessed}.</p>
-<p>This receipt is signed by the operator and contains none of the erased content. Anyone
-can check it offline: <code>ledger audit-tools verify-receipt receipt.json</code>, or any
-DSSE verifier with the operator's public key.</p>
+{_copies_html(doc)}<p>This receipt is signed by the operator and contains none of the erased
+content. Anyone can check it offline: <code>ledger audit-tools verify-receipt
+receipt.json</code>, or any DSSE verifier with the operator's public key.</p>
 <h2>Erased items</h2><table>{ids}</table>
 <p style="font-size:8pt">Issued {e(doc['issued_at'])}; operator key
 <code>{e(doc['operator']['kid'])}</code>; log key <code>{e(doc['ledger']['log_vkey'])}</code>.
