@@ -10,7 +10,7 @@ call the facade (:class:`service.facade.MemoryService`) as the local operator, f
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -101,7 +101,7 @@ def requests_list(
         rows = [r.model_dump() for r in svc.list_requests(me) if r.overdue or not overdue]
     out(rows, as_json, "\n".join(
         f"{r['request_id']}  {r['status']:<14} due {r['complete_due']}  "
-        f"left {r['time_left'] or '-'}" for r in rows))
+        f"left {r['time_left'] or '-'}" + _copies(r) for r in rows))
     late = [r for r in rows if r["overdue"]]
     if late:
         verdict(f"{'FAIL' if overdue else 'WARN'}: {len(late)} erasure request(s) overdue: "
@@ -110,6 +110,17 @@ def requests_list(
             raise typer.Exit(EXIT_VERIFY)
     else:
         verdict("OK: none overdue" if overdue else f"OK: {len(rows)} request(s), none overdue")
+
+
+def _copies(row: dict[str, Any]) -> str:
+    """A completed request whose erasure older copies can still undo: ``  copies pending
+    until T3`` (completed for the live stores); nothing once they cannot."""
+    from governance.copies import UNRECOVERABLE, copies_line
+
+    copies = row.get("copies")
+    if not copies or copies["state"] == UNRECOVERABLE:
+        return ""
+    return f"  {copies_line(copies)}"
 
 
 def policy_check_command(as_json: JsonOpt = False) -> None:

@@ -10,6 +10,10 @@ operator-signed) is listed with its deadlines and its status at the command cloc
   overdue: the SLA is "complete within N hours", and N hours have passed).
 
 An unacknowledged request whose acknowledgment deadline has passed is ``ack_overdue``.
+A completed request also says what its erasure is worth in older copies of the keystore
+(``copies``, governance/copies.py): ``pending`` until the KEK rotation due at ``until``
+(copies made before the erasure can still be decrypted; the request is completed for the
+live stores), ``unrecoverable`` since ``until``, or ``unbounded`` (keys not wrapped).
 The deadlines were fixed at receipt from the SLA then in force (:func:`sla_hours`), so a
 later policy change does not move the deadline of a request already received.
 Identifiers the subject gave are never listed (they are personal and shredded on completion).
@@ -29,7 +33,8 @@ from ledger.domain import ErasureRequest
 if TYPE_CHECKING:
     from ledger.application import LedgerApp
 
-__all__ = ["format_left", "list_requests", "request_status", "sla_hours"]
+__all__ = ["copies_of", "format_left", "list_requests", "request_row", "request_status",
+           "sla_hours"]
 
 
 def sla_hours(policy: Mapping[str, Any] | None) -> tuple[float, float]:
@@ -56,8 +61,10 @@ def format_left(seconds: float) -> str:
     return f"{sign}{days}d {hours:02d}:{minutes:02d}:{secs:02d}"
 
 
-def request_status(req: Any, now: datetime) -> dict[str, Any]:
-    """The status row of one request at ``now`` (pure: no clock, no I/O)."""
+def request_status(req: Any, now: datetime, copies: Mapping[str, Any] | None = None
+                   ) -> dict[str, Any]:
+    """The status row of one request at ``now`` (pure: no clock, no I/O); ``copies``: the
+    summary of its erasure's copies statement (:func:`copies_of`), None until completed."""
     complete_due = _t(req.complete_due)
     ack_due = _t(req.ack_due)
     completed = _t(req.completed_at)
@@ -78,21 +85,48 @@ def request_status(req: Any, now: datetime) -> dict[str, Any]:
         "overdue": status == "overdue" or ack_overdue, "ack_overdue": ack_overdue,
         "seconds_left": None if left is None else round(left, 6),
         "time_left": None if left is None else format_left(left),
+        "copies": None if copies is None else dict(copies),
     }
+
+
+def copies_of(app: LedgerApp, req: Any, now: datetime, shared: list[Any] | None = None
+              ) -> dict[str, Any] | None:
+    """The copies summary of a completed request's erasure, from the signed events
+    (governance/copies.py); None while it is not completed. ``shared``: the events every
+    request's statement reads (:func:`governance.copies.shared_rows`), read once for a list."""
+    from governance.copies import statement_for_batch, summary
+    from ledger.domain import RedactionBatch
+
+    if req.completed_at is None or not req.batch_id:
+        return None
+    batch = app.aggregate(UUID(req.batch_id))
+    if not isinstance(batch, RedactionBatch) or batch.status != "closed":
+        return None
+    return summary(statement_for_batch(app, batch, req, shared), clock.format_instant(now))
+
+
+def request_row(app: LedgerApp, req: Any, now: datetime) -> dict[str, Any]:
+    """:func:`request_status` with the copies of its erasure."""
+    return request_status(req, now, copies_of(app, req, now))
 
 
 def list_requests(app: LedgerApp, now: datetime | None = None,
                   overdue_only: bool = False) -> list[dict[str, Any]]:
     """Every erasure request, oldest first, with its status at ``now`` (default: the
-    command clock)."""
+    command clock) and, once completed, the copies of its erasure."""
+    from governance.copies import shared_rows
+
     at = now or clock.now()
     received = app.notifications(start=1, limit=10**9,
                                  topics=[ErasureRequest.Created.TOPIC])
     rows = []
+    shared: list[Any] | None = None
     for n in received:
         req = app.aggregate(UUID(str(n.originator_id)))
         if isinstance(req, ErasureRequest):
-            rows.append(request_status(req, at))
+            if req.completed_at is not None and shared is None:
+                shared = shared_rows(app)
+            rows.append(request_status(req, at, copies_of(app, req, at, shared)))
     if overdue_only:
         rows = [r for r in rows if r["overdue"]]
     return rows

@@ -119,10 +119,10 @@ class ErasureCases(FacadeCore):
 
     def request_status(self, caller: Caller, request: str,
                        now: datetime | None = None) -> RequestStatus:
-        from governance.requests import request_status
+        from governance.requests import request_row
 
         req = self._request(caller, request)
-        return RequestStatus(**request_status(req, now or clock.now()))
+        return RequestStatus(**request_row(self.app, req, now or clock.now()))
 
     def plan_request(self, caller: Caller, request: str) -> ErasurePlanOut:
         """The dry run of a filed request: what its execution would erase and flag."""

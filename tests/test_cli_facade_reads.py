@@ -370,10 +370,19 @@ def test_policy_check_sweep_and_requests_print_what_the_layers_gave(
     assert _verdicts(r) == f"FAIL: 1 erasure request(s) overdue: {overdue[0]['request_id']}\n"
     r = _run(home, "requests", "list", code=0)
     assert r.out == "".join(f"{q['request_id']}  {q['status']:<14} due {q['complete_due']}  "
-                            f"left {q['time_left'] or '-'}\n" for q in requests)
+                            f"left {q['time_left'] or '-'}{_copies(q)}\n" for q in requests)
 
     done = next(q["request_id"] for q in requests if q["completed_at"])
     _receipt_is_written_as_before(home, tmp_path, done)
+
+
+def _copies(row: dict[str, Any]) -> str:
+    """What `requests list` adds to a completed request whose older copies are still
+    decryptable (governance/copies.py)."""
+    from governance.copies import UNRECOVERABLE, copies_line
+
+    copies = row["copies"]
+    return "" if not copies or copies["state"] == UNRECOVERABLE else f"  {copies_line(copies)}"
 
 
 def _receipt_is_written_as_before(home: Path, tmp_path: Path, request: str) -> None:

@@ -162,6 +162,7 @@ class Console:
         self.env.filters["when"] = _when
         self.env.filters["plural"] = _plural
         self.env.filters["left"] = _left
+        self.env.filters["copies"] = _copies
 
     # ------------------------------------------------------------------ plumbing
     def base(self, request: Request) -> str:
@@ -309,6 +310,22 @@ def _left(row: Mapping[str, Any]) -> str:
     if not left:
         return "-"
     return f"overdue by {left[1:]}" if str(left).startswith("-") else str(left)
+
+
+def _copies(summary: Mapping[str, Any] | None) -> str:
+    """What older copies of an erasure's keys are worth (a request's ``copies``, from
+    governance/copies.py's summary): ``copies pending until 2026-05-01 14:03 UTC``."""
+    if not summary:
+        return "-"
+    until = summary.get("until")
+    if summary["state"] == "unrecoverable":
+        return f"copies unrecoverable since {_when(until)}"
+    if summary["state"] == "pending":
+        if not until:
+            return "copies pending: no key rotation scheduled"
+        return f"copies pending until {_when(until)}" + (
+            " (rotation overdue)" if summary.get("rotation_overdue") else "")
+    return "copies not bounded: some were made before keys were wrapped"
 
 
 def _lines(value: Any) -> list[str]:
