@@ -71,9 +71,10 @@ def register(cli: typer.Typer, served: Served, home_of: Callable[[], Path | None
                                       "the erasures after it come back (the report says "
                                       "which log they are missing from).")] = False,
         kek_from: Annotated[str | None, typer.Option(
-            "--kek-from", help="Where the backup's KEK epoch lives (file:FOLDER or a pkcs11: "
-                               "URI); default: the source home's store as the manifest "
-                               "records it, or the backup's own if taken --with-keys.")]
+            "--kek-from", help="Where the backup's KEK epoch lives (file:FOLDER, relative "
+                               "to here, or a pkcs11: URI); default: the source home's "
+                               "store as the manifest records it, or the backup's own if "
+                               "taken --with-keys.")]
         = None,
         keys_from: Annotated[Path | None, typer.Option(
             "--keys-from", metavar="DIR", help="The folder of the ledger's private signing "
@@ -140,8 +141,7 @@ def register(cli: typer.Typer, served: Served, home_of: Callable[[], Path | None
         with served() as (svc, me):
             done = svc.export_journal(me, None if out == "-" else Path(out))
         if out == "-":
-            sys.stdout.buffer.write(done.content)
-            sys.stdout.flush()
+            sys.stdout.write(done.content.decode("utf-8"))  # canonical JSON text
         else:
             data = done.model_dump(exclude={"content"})
             emit(data, as_json, done.out)

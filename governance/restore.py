@@ -292,8 +292,12 @@ def plan_restore(req: RestoreRequest) -> Plan:
     destroy = sorted({*(k["key_id"] for k in journal.keys),
                       *(t["item_id"] for t in journal.tombstones)}) if journal else []
     sources, words = _sources(backup, req.kek_from, set(destroy))
-    target = _target_spec(backup, home, req.kek)
-    signers = _signers(backup, req.keys_from, req.operator)
+    try:
+        target = _target_spec(backup, home, req.kek)
+        signers = _signers(backup, req.keys_from, req.operator)
+    except BaseException:
+        _close_all(sources)
+        raise
     warnings = []
     witnesses = tomllib.loads((backup.folder / CONFIG).read_text(encoding="utf-8")).get(
         "witnesses", [])
@@ -397,7 +401,6 @@ def _sources(backup: Backup, kek_from: str | None, destroyed: set[str]
     """The KEK store of each epoch the backup's keys are wrapped under, opened read-only
     in effect (only ``unwrap`` is ever called on them), and one key of each epoch
     unwrapped, leaving aside keys the journal destroys (their epoch need not be reachable)."""
-    from keys.errors import KekUnavailable, KeystoreError
     from keys.kek import UNWRAPPED_EPOCH, FileKekStore, open_kek_store
 
     conn = sqlite3.connect(_read_only(backup.folder / KEYSTORE), uri=True)
@@ -437,6 +440,20 @@ def _sources(backup: Backup, kek_from: str | None, destroyed: set[str]
             stores[epoch] = FileKekStore(backup.folder / KEK, "file:kek")
         else:
             stores[epoch] = store(epochs.get(epoch, "file:kek"), backup.source_home)
+    try:
+        _sample(stores, samples, words)
+    except BaseException:
+        _close_all(stores)
+        raise
+    return stores, words
+
+
+def _sample(stores: dict[int, KekStore], samples: dict[int, tuple[str, bytes]],
+            words: str) -> None:
+    """One key of each epoch unwrapped: the KEK is reachable and is this backup's."""
+    from keys.errors import KekUnavailable, KeystoreError
+    from keys.kek import UNWRAPPED_EPOCH
+
     for epoch, (key_id, material) in sorted(samples.items()):
         if epoch == UNWRAPPED_EPOCH:
             continue
@@ -455,7 +472,6 @@ def _sources(backup: Backup, kek_from: str | None, destroyed: set[str]
                                      f"the backup's keys: {e}; nothing was written",
                                      hint="give the source's KEK store with --kek-from") \
                 from None
-    return stores, words
 
 
 def _target_spec(backup: Backup, home: Path, kek: str | None) -> str:
@@ -564,8 +580,7 @@ def restore(req: RestoreRequest, progress: Steps | None = None) -> dict[str, Any
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
     finally:
-        for source in {id(s): s for s in plan.sources.values()}.values():
-            source.close()
+        _close_all(plan.sources)
     log.info("restore.done", size=plan.backup.size, reapplied=len(out["reapplied"]),
              rollback=plan.rollback is not None)
     return {**out, "home": str(home)}
@@ -866,6 +881,11 @@ def _verify(plan: Plan, app: LedgerApp, progress: Steps | None) -> dict[str, Any
 
 
 # ----------------------------------------------------------------------------- helpers
+def _close_all(sources: dict[int, KekStore]) -> None:
+    for source in {id(s): s for s in sources.values()}.values():
+        source.close()
+
+
 def _read_only(path: Path) -> str:
     """An SQLite URI that reads ``path`` without writing anything (no lock, no side file):
     a backup is read as it is."""

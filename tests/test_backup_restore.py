@@ -372,6 +372,18 @@ def test_a_tampered_backup_or_foreign_journal_is_refused_and_nothing_written(
     (extra / "kek").mkdir()
     (extra / "kek" / "epoch-000001.kek").write_bytes(os.urandom(32))
     refused(extra, *journal, words="does not list")
+    # the manifest re-signed by a key the backup's roster does not know
+    from governance.backup import MANIFEST_TYPE, PAYLOAD_TYPE
+    from governance.signed_docs import read_document, sign_document
+    from keys.signing import Signer
+
+    resigned = copy("resigned")
+    doc = read_document((resigned / "manifest.json").read_bytes(), PAYLOAD_TYPE,
+                        MANIFEST_TYPE, "m").document
+    (resigned / "manifest.json").write_bytes(sign_document(
+        {**doc, "source": {**doc["source"], "home": "/elsewhere"}}, PAYLOAD_TYPE,
+        Signer.generate("operator")))
+    refused(resigned, *journal, words="not signed by an operator key")
     # a journal of another ledger, a journal altered by one byte
     other = tmp_path.parent / "other-home"
     LedgerApp.initialize(other)
@@ -433,6 +445,12 @@ def test_the_journal_follows_every_erasure(src: Source) -> None:
     assert [b["batch_id"] for b in doc["batches"]] == [src.batch]
     assert doc["batches"][0]["request_id"] == src.request
     assert MARK not in path.read_text()
+    r = ledger(src.home, "journal", "export", "-")  # to stdout: the signed file itself
+    assert r.code == 0 and json.loads(r.out)["payloadType"].endswith("erasure-journal.v1+json")
+    (src.root / "not-a-journal.txt").write_text("keep me")
+    r = ledger(src.home, "journal", "export", str(src.root / "not-a-journal.txt"))
+    assert r.code == 2 and (src.root / "not-a-journal.txt").read_text() == "keep me"
+    assert ledger(src.home, "journal", "export", str(src.journal)).code == 0  # its own: replaced
 
 
 # --------------------------------------------------------------------------- PKCS#11
