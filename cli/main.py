@@ -146,6 +146,13 @@ def init(
              "default file:kek, or LEDGER_KEK) or an RFC 7512 URI "
              "'pkcs11:token=T;object=O?module-path=/usr/lib/softhsm/libsofthsm2.so"
              "&pin-source=file:/etc/ledger/pin' (docs/deploy.md).")] = None,
+    controller: Annotated[str | None, typer.Option(
+        help="The data controller's name, shown on receipts and certificates "
+             "(config.toml [controller]).")] = None,
+    contact: Annotated[str | None, typer.Option(
+        help="The controller's contact for data-protection matters.")] = None,
+    locale: Annotated[str, typer.Option(
+        help="Default language of documents for people: en or es.")] = "en",
     as_json: JsonOpt = False,
 ) -> None:
     """Create a ledger home: keys, config, event store, keystore, signed key roster.
@@ -156,7 +163,11 @@ def init(
     from service.root import create_home
 
     home = STATE.home or Path.cwd() / HOME_DIRNAME
-    cfg = create_home(home, db=db, keystore=keystore, kek=kek)
+    if locale not in ("en", "es"):
+        raise InputError(f"--locale {locale!r} is not a language of this ledger's documents",
+                         hint="use en or es")
+    cfg = create_home(home, db=db, keystore=keystore, kek=kek, controller=controller,
+                      contact=contact, locale=locale)
     out({"home": str(home), "ledger_id": cfg.ledger_id, "origin": cfg.origin,
          "root_kid": cfg.root_kid, "backend": "postgresql" if cfg.events.is_postgres else "sqlite"},
         as_json, str(home))

@@ -418,7 +418,8 @@ class LedgerApp(Application[UUID]):
     # ------------------------------------------------------------------ bootstrap
     @classmethod
     def initialize(cls, home: Path, db: str | None = None, keystore: str | None = None,
-                   kek: str | None = None) -> Config:
+                   kek: str | None = None, controller: str | None = None,
+                   contact: str | None = None, locale: str = "en") -> Config:
         """Create a new ledger home: keys, config, stores, the first KEK epoch and the signed
         key roster. ``kek``: where the key-encryption keys live (default ``LEDGER_KEK``,
         else ``file:kek``, a folder of the home that ``ledger backup`` never copies)."""
@@ -449,6 +450,7 @@ class LedgerApp(Application[UUID]):
                 keystore=StorageURL(keystore or "keystore.sqlite", home),
                 projections=StorageURL(db or "projections.sqlite", home),
                 kek=without_pin(named_kek_spec(kek, ledger_id)),
+                controller=controller, contact=contact, locale=locale,
             )
             config.write()
             app = cls(config)

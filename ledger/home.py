@@ -136,6 +136,14 @@ class Config:
     kek: str | None = None
     """Where the key-encryption keys live (``[keys] kek``: ``file:kek``, a ``pkcs11:`` URI;
     keys/kek.py). None: a ledger made before wrapping, until its first rotation."""
+    controller: str | None = None
+    """The data controller's name (``[controller] name``): who answers to data subjects and
+    auditors in receipts and certificates. None: unset (documents say so)."""
+    contact: str | None = None
+    """The controller's contact for data-protection matters (``[controller] contact``)."""
+    locale: str = "en"
+    """The default language of documents for people (``[controller] locale``: en, es), used
+    where a subject registered no locale of their own."""
 
     @classmethod
     def load(cls, home: Path) -> Config:
@@ -151,6 +159,9 @@ class Config:
                 witnesses=tuple((str(w["url"]), str(w["vkey"]))
                                 for w in doc.get("witnesses", [])),
                 kek=doc.get("keys", {}).get("kek"),
+                controller=doc.get("controller", {}).get("name"),
+                contact=doc.get("controller", {}).get("contact"),
+                locale=str(doc.get("controller", {}).get("locale") or "en"),
             )
         except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as e:
             raise EnvironmentProblem(
@@ -181,6 +192,12 @@ class Config:
                       "# or an RFC 7512 pkcs11: URI. Never back the KEK up with the data",
                       "# (docs/deploy.md).",
                       f"kek = {_toml_value(self.kek)}", ""]
+        if self.controller or self.contact or self.locale != "en":
+            lines += ["[controller]",
+                      "# Who answers for this memory (receipts, certificates of erasure).",
+                      *([f"name = {_toml_value(self.controller)}"] if self.controller else []),
+                      *([f"contact = {_toml_value(self.contact)}"] if self.contact else []),
+                      f"locale = {_toml_value(self.locale)}", ""]
         for url, vkey in self.witnesses:
             lines += ["# A witness asked to cosign every checkpoint (c2sp.org/tlog-witness).",
                       "[[witnesses]]", f"url = {_toml_value(url)}",

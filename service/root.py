@@ -22,12 +22,14 @@ if TYPE_CHECKING:
 
 
 def create_home(home: Path, db: str | None = None, keystore: str | None = None,
-                kek: str | None = None) -> Config:
+                kek: str | None = None, controller: str | None = None,
+                contact: str | None = None, locale: str = "en") -> Config:
     """A new ledger home (``ledger init``): keys, config, event store, keystore, the first
     KEK epoch and the signed key roster. It exists before any service can open it."""
     from ledger.application import LedgerApp
 
-    return LedgerApp.initialize(home, db=db, keystore=keystore, kek=kek)
+    return LedgerApp.initialize(home, db=db, keystore=keystore, kek=kek,
+                                controller=controller, contact=contact, locale=locale)
 
 
 def restore_home(backup: Path, home: Path, *, journals: Sequence[Path] = (),
