@@ -86,6 +86,9 @@ class Source:
 def src(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Source]:
     for name in ("LEDGER_HOME", "LEDGER_NOW", "LEDGER_FAULT"):
         os.environ.pop(name, None)
+    # these tests look at KEK files: the homes keep theirs in kek/ also under
+    # LEDGER_TEST_KEK=softhsm (tests/conftest.py), which sets LEDGER_KEK for the session
+    kek_env = os.environ.pop("LEDGER_KEK", None)
     root = tmp_path_factory.mktemp("copies")
     home = root / "home"
     LedgerApp.initialize(home)
@@ -112,6 +115,8 @@ def src(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Source]:
     (root / "restores").mkdir()
     yield Source(root, home, backup, root / "journal.json", root / "pack",
                  root / "receipt.json", atoms, done["request_id"], done["batch_id"])
+    if kek_env is not None:
+        os.environ["LEDGER_KEK"] = kek_env
 
 
 def restore(src: Source, new: Path, *extra: str) -> Any:
@@ -286,7 +291,9 @@ def _decrypt_with_everything(backup: Path, home: Path, atom_id: str) -> str | No
     return None
 
 
-def test_an_old_backup_decrypts_an_erased_atom_until_the_kek_rotates(tmp_path: Path) -> None:
+def test_an_old_backup_decrypts_an_erased_atom_until_the_kek_rotates(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LEDGER_KEK", raising=False)  # the KEK in a file: the window test
     home = tmp_path / "home"
     LedgerApp.initialize(home)
     ok(home, "subject", "add", "u1")
@@ -342,7 +349,8 @@ def test_a_restore_killed_at_any_step_completes_when_run_again(src: Source, poin
 
 # --------------------------------------------------------------------------- refusals
 def test_a_tampered_backup_or_foreign_journal_is_refused_and_nothing_written(
-        src: Source, tmp_path: Path) -> None:
+        src: Source, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LEDGER_KEK", raising=False)
     import shutil
 
     def refused(backup: Path, *extra: str, code: int = 2, words: str = "") -> None:
