@@ -408,16 +408,20 @@ class DataKeyStore:
         if self.is_sqlite:
             return
         prep = self.engine.dialect.identifier_preparer
-        with self.engine.begin() as conn:
-            for table, column in ((self.keys, "key_material"), (self.notes, "nonce"),
-                                  (self.notes, "ct")):
-                name = prep.format_table(table)
-                target = conn.exec_driver_sql(
-                    "SELECT attstattarget FROM pg_attribute WHERE attrelid = "
-                    "%s::regclass AND attname = %s", (name, column)).scalar()
-                if target != 0:
-                    conn.exec_driver_sql(f'ALTER TABLE {name} ALTER COLUMN "{column}" '
-                                         "SET STATISTICS 0")
+        for table, column in ((self.keys, "key_material"), (self.notes, "nonce"),
+                              (self.notes, "ct")):
+            name = prep.format_table(table)
+            try:
+                with self.engine.begin() as conn:
+                    target = conn.exec_driver_sql(
+                        "SELECT attstattarget FROM pg_attribute WHERE attrelid = "
+                        "%s::regclass AND attname = %s", (name, column)).scalar()
+                    if target != 0:
+                        conn.exec_driver_sql(f'ALTER TABLE {name} ALTER COLUMN "{column}" '
+                                             "SET STATISTICS 0")
+            except sa.exc.DBAPIError as e:  # a role that does not own the table: go on
+                log.warning("keystore.statistics_kept", table=name, column=column,
+                            error=e.orig.__class__.__name__ if e.orig else "DBAPIError")
 
     def _why_missing(self, key_id: str) -> str:
         at = self.destroyed_at(key_id)
