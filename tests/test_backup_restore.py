@@ -493,3 +493,40 @@ def test_a_home_whose_kek_is_in_a_token_restores_into_a_token_object_of_its_own(
     assert atom_text(home, kept) == KEPT["beta"]  # the source's KEK is untouched
     ok(new, "keys", "rotate-kek")  # and the restored home rotates in its own object
     assert atom_text(new, kept) == KEPT["beta"] and atom_text(home, kept) == KEPT["beta"]
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+def test_a_postgresql_home_is_backed_up_and_its_event_store_left_to_pg_dump(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What lives in the home goes in; the manifest says the event store is pg_dump's (no
+    password), and `ledger restore` refuses it, writing nothing (the dump and its restore
+    are tests/test_copies_postgres.py's)."""
+    from sqlalchemy.engine import make_url
+
+    from .conftest import PG_URL, drop_schema
+
+    monkeypatch.delenv("LEDGER_KEK", raising=False)
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    home = tmp_path / "home"
+    LedgerApp.initialize(home, db=f"{PG_URL}?schema={schema}")
+    try:
+        ok(home, "subject", "add", "u1")
+        ok(home, "atom", "add", "--subject", "u1", "--text", KEPT["beta"])
+        r = ledger(home, "backup", str(tmp_path / "b"), "--json")
+        assert r.code == 0 and "pg_dump" in r.err, r.err
+        done = json.loads(r.out)
+        assert not done["event_store"]["included"] and done["event_store"]["schema"] == schema
+        assert "pg_dump" in done["event_store"]["how"] and done["keystore"]["included"]
+        names = {f["path"] for f in done["files"]}
+        assert "keystore.sqlite" in names and "events.sqlite" not in names
+        manifest = (tmp_path / "b" / "manifest.json").read_bytes()
+        password = make_url(PG_URL).password
+        assert not password or password.encode() not in base64.b64decode(
+            json.loads(manifest)["payload"])
+        before = tree_digest(tmp_path)
+        r = run_cli("restore", str(tmp_path / "b"), "--home", str(tmp_path / "r"),
+                    "--accept-rollback")
+        assert r.code == 2 and "PostgreSQL" in r.err and "pg_restore" in r.err
+        assert tree_digest(tmp_path) == before
+    finally:
+        drop_schema(schema)
