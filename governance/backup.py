@@ -102,6 +102,10 @@ def take_backup(app: LedgerApp, out: Path, *, operator: str, with_keys: bool = F
         raise InputError(f"{out} already exists and is not an empty folder; nothing was "
                          "written", hint="give a new folder for each backup")
     config = app.config
+    home = config.home.resolve()
+    if out.resolve() == home or home in out.resolve().parents:
+        raise InputError(f"{out} is inside the home it would back up; nothing was written",
+                         hint="keep backups on another disk, away from the home")
     signer = app.signer(operator)
     try:
         app.roster().state.holds(signer.kid, ("operator",), clock.now())

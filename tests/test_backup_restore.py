@@ -431,6 +431,8 @@ def test_backup_holds_no_plaintext_no_kek_no_private_key_unless_asked(src: Sourc
     assert not any(KEPT["beta"].encode() in (src.backup / n).read_bytes() for n in names)
     r = ledger(src.home, "backup", str(src.backup))  # refused: not empty, nothing written
     assert r.code == 2 and "not an empty folder" in r.err
+    r = ledger(src.home, "backup", str(src.home / "backups" / "b"))
+    assert r.code == 2 and "inside the home" in r.err and not (src.home / "backups").exists()
     r = ledger(src.home, "backup", str(tmp_path / "full"), "--with-keys", "--json")
     assert r.code == 0 and "warning:" in r.err and "destroy it" in r.err
     full = {p.relative_to(tmp_path / "full").as_posix() for p in (tmp_path / "full").rglob("*")
