@@ -210,11 +210,13 @@ def _copy_store(url: StorageURL, dst: Path, module: ModuleType, what: str) -> di
 
         u = make_url(url.raw)
         where = f"postgresql://{u.host or '127.0.0.1'}:{u.port or 5432}/{u.database}"
+        skip = f" --exclude-table '{url.schema}.proj_*'" if what == "event store" else ""
         return {"what": what, "included": False, "backend": "postgresql",
                 "database": where, "schema": url.schema,
-                "how": f"pg_dump --format=custom --schema={url.schema} '{where}', taken "
-                       "before `ledger backup`, so that every event it holds has its data "
-                       "key in this backup's keystore (docs/deploy.md)"}
+                "how": f"pg_dump --dbname '{where}' --schema {url.schema}{skip} (never the "
+                       "read models, proj_*: they hold plaintext), taken before `ledger "
+                       "backup`, so that every event it holds has its data key in this "
+                       "backup's keystore (docs/deploy.md)"}
     try:
         src = module.connect(str(url.sqlite_path))
     except Exception as e:
