@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_HOME ?= demo-ledger
 
-.PHONY: demo serve-demo test test-hsm test-fast lint bench startup clean
+.PHONY: demo serve-demo test test-hsm test-fast lint bench startup clean i18n
 
 # The runtime alone (what `make demo` and a user of the CLI need) ...
 $(VENV)/.runtime: pyproject.toml
@@ -47,6 +47,17 @@ test-hsm: $(VENV)/.dev
 # among them: no Chromium needed. Under 3 minutes on 2 cores (README "Set up").
 test-fast: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow"
+
+# The message template of documents for people, extracted again from the code; then
+# each governance/locale/<lang>/LC_MESSAGES/messages.po gets the new ids to translate
+# (governance/i18n.py says how to add a language; tests/test_receipt_people.py checks).
+I18N_SOURCES := governance/i18n.py governance/receipt.py governance/copies.py
+i18n: $(VENV)/.runtime
+	$(BIN)/pybabel extract --no-default-keywords -k _ -k ngettext:1,2 --no-location \
+	  --omit-header --sort-output --width 88 -o governance/locale/messages.pot $(I18N_SOURCES)
+	for po in governance/locale/*/LC_MESSAGES/messages.po; do \
+	  $(BIN)/pybabel update --no-fuzzy-matching --ignore-obsolete \
+	    --width 88 -i governance/locale/messages.pot -o $$po -l $$(basename $$(dirname $$(dirname $$po))); done
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check cli ledger keys rawfiles projections governance service server tests benchmarks

@@ -152,7 +152,8 @@ def init(
     contact: Annotated[str | None, typer.Option(
         help="The controller's contact for data-protection matters.")] = None,
     locale: Annotated[str, typer.Option(
-        help="Default language of documents for people: en or es.")] = "en",
+        help="Default language of documents for people (en, es: governance/locale/).")]
+    = "en",
     as_json: JsonOpt = False,
 ) -> None:
     """Create a ledger home: keys, config, event store, keystore, signed key roster.
@@ -163,9 +164,11 @@ def init(
     from service.root import create_home
 
     home = STATE.home or Path.cwd() / HOME_DIRNAME
-    if locale not in ("en", "es"):
+    from governance.i18n import languages
+
+    if locale not in languages():  # a catalogue per language (governance/locale/)
         raise InputError(f"--locale {locale!r} is not a language of this ledger's documents",
-                         hint="use en or es")
+                         hint=f"use one of: {', '.join(languages())}")
     cfg = create_home(home, db=db, keystore=keystore, kek=kek, controller=controller,
                       contact=contact, locale=locale)
     out({"home": str(home), "ledger_id": cfg.ledger_id, "origin": cfg.origin,

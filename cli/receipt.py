@@ -28,21 +28,30 @@ def register(cli: typer.Typer, served: Served, audit_cli: typer.Typer) -> None:
             "--html", help="Also write the one-page HTML for the person.")] = None,
         signer: Annotated[str, typer.Option("--as", help="Operator key that signs.")]
         = "operator",
+        locale: Annotated[str | None, typer.Option(
+            help="Language of the page for the person (en, es); default: the subject's "
+                 "locale, else the ledger's ([controller] locale).")] = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Write the erasure receipt for the data subject: what was erased (count and ids),
         when, and the tombstones' inclusion proofs against a witnessed checkpoint; signed by
-        the operator, no memory content.
+        the operator, no memory content. The page (--html) is written for the person, in
+        their language, with the controller's name (`ledger init --controller`).
 
-        Example: ledger receipt 3f2a... --out receipt.json --html receipt.html
+        Example: ledger receipt 3f2a... --out receipt.json --html receipt.html --locale es
         """
+        from governance.i18n import languages
         from ledger.errors import InputError
 
+        if locale is not None and locale.replace("_", "-").split("-")[0] not in languages():
+            raise InputError(f"--locale {locale!r} has no catalogue",
+                             hint=f"use one of: {', '.join(languages())}")
         for path in (out, html_out):
             if path is not None and path.exists():
                 raise InputError(f"{path} already exists", hint="choose a new file name")
         with served(operator=signer) as (svc, me):
-            receipt = svc.erasure_receipt(me, request, html=html_out is not None)
+            receipt = svc.erasure_receipt(me, request, html=html_out is not None,
+                                          locale=locale)
         data = receipt.content
         try:
             out.write_bytes(data)
@@ -79,6 +88,7 @@ def register(cli: typer.Typer, served: Served, audit_cli: typer.Typer) -> None:
         from governance.copies import copies_line
         from governance.receipt import ReceiptInvalid, verify_receipt
         from keys.keyring import read_public_key_file
+        from ledger.clock import for_people
         from ledger.errors import EXIT_VERIFY, InputError
         from ledger.text import plural
         from ledger.witness.policy import parse_policy
@@ -101,13 +111,18 @@ def register(cli: typer.Typer, served: Served, audit_cli: typer.Typer) -> None:
             sys.stdout.write(json.dumps(report.as_json(), indent=2, sort_keys=True) + "\n")
         counts = ", ".join(plural(n, k) for k, n in report.erased.items())
         pinned = [k for k, v in report.trusted.items() if v]
+        copies = report.copies and {  # the verdict is read by people: times as they read them
+            **report.copies, "until": report.copies["until"] and for_people(
+                report.copies["until"]), "unwrapped_until": report.copies["unwrapped_until"]
+            and for_people(report.copies["unwrapped_until"])}
         sys.stderr.write(
             f"OK: receipt for request {report.request_id} verified: erased {counts} by "
-            f"{report.completed_at}; {report.tombstones} tombstones in the log of size "
+            f"{for_people(report.completed_at)}; "
+            f"{plural(report.tombstones, 'tombstones')} in the log of size "
             f"{report.checkpoint_size}; witnesses: "
             f"{', '.join(w.split('+', 1)[0] for w in report.witnesses) or 'none'}"
             + (f"; {report.policy}" if report.policy else "")
-            + (f"; {copies_line(report.copies)}" if report.copies else "")
+            + (f"; {copies_line(copies)}" if copies else "")
             + ("; keys pinned: " + ", ".join(pinned) if pinned else
                "; keys taken from the receipt (pin them with --operator-key/--log-key)")
             + "\n")

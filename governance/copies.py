@@ -33,6 +33,7 @@ from uuid import UUID
 from ledger import clock, envelope, policy_rules
 
 if TYPE_CHECKING:
+    from governance.i18n import Words
     from ledger.application import LedgerApp
 
 KEY_DESTROYED_SUFFIX = ".data-key-destroyed.v1"
@@ -403,29 +404,38 @@ def keystore_words(s: Mapping[str, Any]) -> str:
             "sealed the reason and the identifiers given).")
 
 
-def subject_words(s: Mapping[str, Any]) -> str:
-    """The statement for the person who asked to be forgotten (the receipt)."""
+def subject_words(s: Mapping[str, Any], w: Words | None = None,
+                  controller: str | None = None) -> str:
+    """The statement for the person who asked to be forgotten (the receipt), in the
+    language of ``w`` (governance/i18n.py; English by default), dates written for people;
+    ``controller``: who the person can ask (the controller's name)."""
+    if w is None:
+        from governance.i18n import Words
+
+        w = Words("en")
+    who = controller or w._("the organisation that kept this memory")
     if s["state"] == UNRECOVERABLE:
-        return ("Copies of the ledger's key store made before the erasure (backups, "
-                "database logs, replicas) held the keys only locked under a key-encryption "
-                f"key. That key was destroyed too: since {day(s['until'])}, no copy of the "
-                "key store anywhere can decrypt what was erased.")
+        return w._("Copies of the key store made before the erasure (backups, database "
+                   "logs, replicas) held the keys only locked under a key-encryption key. "
+                   "That key was destroyed too: since %(date)s, no copy of the key store "
+                   "anywhere can decrypt what was erased.", date=w.when(s["until"]))
     if s["state"] == PENDING:
         if s["until"]:
-            return ("Copies of the ledger's key store made before the erasure (backups, "
-                    "database logs, replicas) still hold the keys, locked under a "
-                    "key-encryption key that the operator's next key rotation destroys. "
-                    f"It is due on {day(s['until'])}: after that date, no copy of the key "
-                    "store anywhere can decrypt what was erased. A receipt issued after the "
-                    "rotation states the date it happened.")
-        return ("Copies of the ledger's key store made before the erasure (backups, database "
-                "logs, replicas) still hold the keys, locked under a key-encryption key "
-                "that stays until the operator rotates it. No rotation is scheduled, so "
-                "there is no date yet after which no copy can decrypt what was erased; ask "
-                "the operator for a new receipt after the next rotation.")
-    return ("Some copies of the ledger made before the erasure hold keys as they were, not "
-            "locked: no key rotation can reach them, so they can decrypt what was erased "
-            "for as long as they are kept. Ask the operator how long backups are kept.")
+            return w._("Copies of the key store made before the erasure (backups, database "
+                       "logs, replicas) still hold the keys, locked under a key-encryption "
+                       "key that the next key rotation destroys. It is due on %(date)s: "
+                       "after that date, no copy of the key store anywhere can decrypt what "
+                       "was erased. A receipt issued after the rotation states the date it "
+                       "happened.", date=w.when(s["until"]))
+        return w._("Copies of the key store made before the erasure (backups, database logs, "
+                   "replicas) still hold the keys, locked under a key-encryption key that "
+                   "stays until it is rotated. No rotation is scheduled, so there is no date "
+                   "yet after which no copy can decrypt what was erased; ask %(controller)s "
+                   "for a new receipt after the next rotation.", controller=who)
+    return w._("Some copies of the ledger made before the erasure hold keys as they were, "
+               "not locked: no key rotation can reach them, so they can decrypt what was "
+               "erased for as long as they are kept. Ask %(controller)s how long backups are "
+               "kept.", controller=who)
 
 
 # ----------------------------------------------------------------------------- checking

@@ -30,6 +30,7 @@ from ledger.leaf import LEAF_DOMAIN
 from ledger.merkle import leaf_hash, verify_inclusion
 
 if TYPE_CHECKING:
+    from governance.i18n import Words
     from ledger.application import LedgerApp
 
 PAYLOAD_TYPE = "application/vnd.memory-ledger.erasure-receipt.v1+json"
@@ -53,8 +54,13 @@ class ReceiptInvalid(VerificationFailed):
 
 
 # ----------------------------------------------------------------------------- building
-def build_receipt(app: LedgerApp, request_id: str, operator: str = "operator") -> bytes:
-    """The receipt file of a completed erasure request, against a fresh witnessed checkpoint."""
+def build_receipt(app: LedgerApp, request_id: str, operator: str = "operator",
+                  locale: str | None = None) -> bytes:
+    """The receipt file of a completed erasure request, against a fresh witnessed checkpoint.
+
+    ``locale``: the language of the page for the person (en, es); default: the subject's
+    own locale, else the ledger's ``[controller] locale``. It is recorded in the signed
+    document as a presentation hint only: no verification step reads it."""
     from governance.pack import batch_event_rows
     from ledger.domain import ErasureRequest, RedactionBatch
     from ledger.witness.cosign import check_cosignatures, parse_witness_vkey
@@ -114,11 +120,16 @@ def build_receipt(app: LedgerApp, request_id: str, operator: str = "operator") -
     keys = [parse_witness_vkey(v) for _, v in app.config.witnesses]
     found = check_cosignatures(cp.note, keys).valid
     signer = app.signer(operator)
+    from governance.i18n import negotiate
+
+    lang = negotiate(locale, _subject_locale(app, req.subject_id), app.config.locale)
     erased = {kind: {"count": len(ids), "ids": sorted(ids)}
               for kind, ids in sorted(batch.targets.items())}
     document = {
         "type": RECEIPT_TYPE,
         "ledger": {"id": app.ledger_id, "origin": app.config.origin, "log_vkey": app.log_vkey()},
+        "controller": {"name": app.config.controller, "contact": app.config.contact},
+        "locale": lang,
         "request": {"id": str(req.id), "subject": req.subject_ref,
                     "legal_basis": req.legal_basis, "received_at": req.received_at,
                     "completed_at": req.completed_at},
@@ -136,6 +147,18 @@ def build_receipt(app: LedgerApp, request_id: str, operator: str = "operator") -
            "signatures": [{"keyid": signer.kid, "sig": base64.b64encode(
                signer.sign(envelope.pae(PAYLOAD_TYPE, payload))).decode()}]}
     return envelope.canonical(env) + b"\n"
+
+
+def _subject_locale(app: LedgerApp, subject_id: str | None) -> str | None:
+    """The locale the subject registered (not a personal field: it outlives the erasure),
+    None when unknown."""
+    from ledger.domain import Subject
+
+    try:
+        subject = app.aggregate(UUID(str(subject_id)))
+    except Exception:  # an unknown or unreadable subject: the ledger's default then
+        return None
+    return subject.locale if isinstance(subject, Subject) else None
 
 
 # ----------------------------------------------------------------------------- verifying
@@ -378,62 +401,118 @@ class _Stored:
 
 
 # ----------------------------------------------------------------------------- for people
-def _copies_html(doc: dict[str, Any]) -> str:
+def _copies_html(doc: dict[str, Any], w: Words, controller: str) -> str:
     """The receipt's word on copies: the date after which no copy of the key store can
     decrypt what was erased (or that it is pending, or not bounded), and what it does not
     cover. Empty for a receipt issued before copies were stated."""
     section = doc.get("copies")
     if not section:
         return ""
-    from governance.copies import day, subject_words
+    from governance.copies import subject_words
 
     e = html.escape
     s = section["statement"]
     outside = [n["made_before"] for n in s.get("not_covered", [])]
-    caveat = (f"<p>Not covered: copies of the ledger's search indexes and memory store that "
-              f"someone made outside the ledger before {e(day(max(outside)))}, and anything "
-              "taken out of the ledger before then (exports, an assistant's own records); "
-              "the operator is responsible for those.</p>\n" if outside else "")
-    return f"<h2>Copies</h2>\n<p>{e(subject_words(s))}</p>\n{caveat}"
+    caveat = ""
+    if outside:
+        said = w._("Not covered: copies of the search indexes and of the memory store that "
+                   "someone made outside the ledger before %(date)s, and anything taken out "
+                   "of the ledger before then (exports, an assistant's own records); "
+                   "%(controller)s is responsible for those.",
+                   date=w.when(max(outside)), controller=controller)
+        caveat = f"<p>{e(said)}</p>\n"
+    title = w._("Backups and other copies")
+    return (f"<h2>{e(title)}</h2>\n"
+            f"<p>{e(subject_words(s, w, controller))}</p>\n{caveat}")
 
 
-def render_html(data: bytes) -> str:
-    """One printable page for the person who asked to be forgotten (no scripts, no network)."""
+def render_html(data: bytes, locale: str | None = None) -> str:
+    """One printable page for the person who asked to be forgotten (no scripts, no
+    network), in ``locale`` or else the language the receipt names (English by default).
+    Presentation only: the signed JSON is the receipt, whatever the page's language."""
+    from governance.i18n import words
+
     env = json.loads(data)
     doc = json.loads(base64.b64decode(env["payload"]))
+    w = words(locale, doc.get("locale"))
     e = html.escape
     req, erased = doc["request"], doc["erased"]
-    labels = {"atoms": "memories", "artifacts": "source documents (chats, notes)",
-              "subjects": "profile (name, details)"}
-    one = {"atoms": "memory", "artifacts": "source document (chat, note)"}
-    what = "".join(f"<li>{v['count']} "
-                   f"{e(one.get(k, labels.get(k, k)) if v['count'] == 1 else labels.get(k, k))}"
-                   "</li>" for k, v in erased.items())
-    ids = "".join(f"<tr><td>{e(labels.get(k, k))}</td><td><code>{e(i)}</code></td></tr>"
-                  for k, v in erased.items() for i in v["ids"])
-    names = ", ".join(e(w["witness"].split("+", 1)[0]) for w in doc["witnesses"])
-    witnessed = (f"cosigned by {names}, independent witnesses who check that the log is "
-                 "never rewritten") if names else "not cosigned by an independent witness"
-    size = doc["checkpoint"].split("\n")[1]
+    named = (doc.get("controller") or {}).get("name")
+    contact = (doc.get("controller") or {}).get("contact")
+    controller = named or w._("the organisation that kept this memory")
+    what = {
+        "atoms": lambda n: w.ngettext(
+            "%(num)d memory: something an AI assistant remembered about you",
+            "%(num)d memories: things an AI assistant remembered about you", n),
+        "artifacts": lambda n: w.ngettext(
+            "%(num)d source document (a chat, a note) that memories were drawn from",
+            "%(num)d source documents (chats, notes) that memories were drawn from", n),
+        "subjects": lambda n: w.ngettext(
+            "your profile (your name and details)", "%(num)d profiles (names and details)",
+            n),
+    }
+    label = {"atoms": w._("memory"), "artifacts": w._("source document"),
+             "subjects": w._("profile")}
+    order = sorted(erased, key=lambda k: (list(what).index(k) if k in what else 9, k))
+    items = "".join(f"<li>{e(what[k](erased[k]['count']) if k in what else k)}</li>"
+                    for k in order if erased[k]["count"])
+    ids = "".join(f"<tr><td>{e(label.get(k, k))}</td><td><code>{e(i)}</code></td></tr>"
+                  for k in order for i in erased[k]["ids"])
+    names = ", ".join(c["witness"].split("+", 1)[0] for c in doc["witnesses"])
+    witnessed = (w._("Independent witnesses (%(names)s) have checked that this log was never "
+                     "rewritten.", names=names) if names else
+                 w._("No independent witness has cosigned this log yet."))
+    basis = req.get("legal_basis")
+    intro = [
+        w._("You asked %(controller)s to erase the data it held about you. Your request was "
+            "received on %(received)s and completed on %(completed)s.",
+            controller=controller, received=w.when(req["received_at"]),
+            completed=w.when(req["completed_at"])),
+        w._("Your reference: %(ref)s. Request number: %(request)s.",
+            ref=str(req["subject"]), request=str(req["id"])),
+        *([w._("Legal basis given: %(basis)s.", basis=basis)] if basis else []),
+    ]
+    log = w.ngettext(
+        "The erasure is recorded as %(num)d signed entry in the ledger's log, which cannot "
+        "be altered without it being noticed.",
+        "The erasure is recorded as %(num)d signed entries in the ledger's log, which cannot "
+        "be altered without it being noticed.", len(doc["tombstones"]))
+    ask = [w._("Questions about this receipt: %(contact)s.", contact=contact)] if contact else []
+    keys = w._("The keys that could decrypt it were destroyed, so no one, %(controller)s "
+               "included, can read it from the ledger any more.", controller=controller)
+    check = w._("This receipt is signed with the operator key of %(controller)s and contains "
+                "none of the erased data. Anyone can check it offline, without asking "
+                "%(controller)s, with this command or with any DSSE verifier and the "
+                "operator's public key:", controller=controller)
+    t = {"title": w._("Erasure receipt %(request)s", request=req["id"]),
+         "h1": w._("Your erasure receipt"), "what": w._("What was erased:"),
+         "how": w._("How to check this receipt"),
+         "file": w._("What is checked is the signed file receipt.json; this page only "
+                     "presents it."),
+         "items": w._("Erased items"), "issued": w._("Issued on %(issued)s.",
+                                                      issued=w.when(doc["issued_at"])),
+         "operator": w._("Operator key"), "log": w._("log key")}
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Erasure receipt {e(req['id'])}</title>
+<html lang="{e(w.lang)}"><head><meta charset="utf-8">
+<title>{e(t["title"])}</title>
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
 <style>body{{font-family:system-ui,sans-serif;max-width:44rem;margin:1.5rem auto;color:#222;
-font-size:11pt}}td{{padding:.1rem .5rem;font-size:9pt}}code{{font-size:8.5pt}}
+font-size:11pt;line-height:1.45;padding:0 1rem}}h1{{font-size:1.5rem}}h2{{font-size:1.1rem;
+margin-top:1.4rem}}td{{padding:.1rem .5rem;font-size:9pt;vertical-align:top}}
+code,pre{{font-size:8.5pt}}pre{{background:#f4f4f4;padding:.4rem .6rem;overflow-wrap:anywhere;
+white-space:pre-wrap}}.small{{font-size:8.5pt;color:#444}}.small code{{overflow-wrap:anywhere}}
 @page{{size:A4;margin:1.5cm}}</style></head><body>
-<h1>Your erasure receipt</h1>
-<p>You asked <b>{e(doc['ledger']['origin'])}</b> to forget you (request
-<code>{e(req['id'])}</code>, your reference <code>{e(str(req['subject']))}</code>,
-received {e(str(req['received_at']))}). It was completed on
-<b>{e(str(req['completed_at']))}</b>. Erased:</p><ul>{what}</ul>
-<p>The keys that could decrypt them were destroyed. The erasure is recorded as
-{len(doc['tombstones'])} signed entries in the ledger's public log (checkpoint of size
-{e(size)}), {witnessed}.</p>
-{_copies_html(doc)}<p>This receipt is signed by the operator and contains none of the erased
-content. Anyone can check it offline: <code>ledger audit-tools verify-receipt
-receipt.json</code>, or any DSSE verifier with the operator's public key.</p>
-<h2>Erased items</h2><table>{ids}</table>
-<p style="font-size:8pt">Issued {e(doc['issued_at'])}; operator key
-<code>{e(doc['operator']['kid'])}</code>; log key <code>{e(doc['ledger']['log_vkey'])}</code>.
-</p></body></html>
+<h1>{e(t["h1"])}</h1>
+{"".join(f"<p>{e(p)}</p>" for p in intro)}
+<p>{e(t["what"])}</p><ul>{items}</ul>
+<p>{e(keys)} {e(log)} {e(witnessed)}</p>
+{_copies_html(doc, w, controller)}<h2>{e(t["how"])}</h2>
+<p>{e(check)}</p>
+<pre><code>ledger audit-tools verify-receipt receipt.json</code></pre>
+<p>{e(t["file"])}</p>
+<h2>{e(t["items"])}</h2><table>{ids}</table>
+<p class="small">{e(t["issued"])} {" ".join(e(a) for a in ask)}<br>
+{e(t["operator"])} <code>{e(doc['operator']['kid'])}</code>;
+{e(t["log"])} <code>{e(doc['ledger']['log_vkey'])}</code>.</p>
+</body></html>
 """

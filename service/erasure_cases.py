@@ -374,10 +374,11 @@ class ErasureCases(FacadeCore):
         countersign(folder, self.pack_signer(caller))
         return PackCountersigned(pack=str(folder), signed_by=self._signing_key(caller))
 
-    def erasure_receipt(self, caller: Caller, request: str, html: bool = False
-                        ) -> ErasureReceipt:
+    def erasure_receipt(self, caller: Caller, request: str, html: bool = False,
+                        locale: str | None = None) -> ErasureReceipt:
         """The signed receipt of a completed erasure request for the data subject, signed
-        with the caller's operator key (no memory content), and its HTML page if asked."""
+        with the caller's operator key (no memory content), and its HTML page if asked,
+        in ``locale`` (default: the subject's, else the ledger's; governance/i18n.py)."""
         self._require(caller, "operator")
         from governance.receipt import build_receipt, render_html
 
@@ -385,7 +386,7 @@ class ErasureCases(FacadeCore):
             request = str(self._request(caller, request).id)
         key = self._signing_key(caller)
         with self._acting(caller):
-            data = build_receipt(self.app, request, operator=key)
+            data = build_receipt(self.app, request, operator=key, locale=locale)
         return ErasureReceipt(request_id=request, content=data,
                               html=render_html(data) if html else None)
 

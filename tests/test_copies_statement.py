@@ -36,10 +36,12 @@ from governance.copies import (
     statement,
 )
 from governance.dsse import sign_envelope
+from governance.i18n import Words
 from governance.pack import PackInvalid, verify_pack
 from governance.receipt import PAYLOAD_TYPE, ReceiptInvalid, verify_receipt
 from ledger import clock, envelope
 from ledger.application import LedgerApp
+from ledger.clock import for_people
 from ledger.home import Config
 
 from .conftest import run_cli
@@ -224,8 +226,7 @@ def test_pending_until_the_rotation_then_unrecoverable_everywhere(
     data, html = receipt(home, c, mine["request_id"], "receipt-before")
     assert verify_receipt(data).copies == {"state": "pending", "until": due,
                                            "unwrapped_until": None, "rotation_overdue": False}
-    assert f"It is due on {datetime.fromisoformat(due.replace('Z', '+00:00')):%Y-%m-%d %H:%M}" \
-        in text_of(html)
+    assert f"It is due on {Words('en').when(due)}" in text_of(html)  # March 4, 2026 at 10:00 UTC
 
     rotated_at = c.tick()
     ok("keys", "rotate-kek")
@@ -251,7 +252,7 @@ def test_pending_until_the_rotation_then_unrecoverable_everywhere(
     assert (verify_receipt(data).copies or {})["state"] == "unrecoverable"
     assert "no copy of the key store anywhere can decrypt" in text_of(html)
     r = run_cli("audit-tools", "verify-receipt", str(home.parent / "receipt-after.json"))
-    assert r.code == 0 and f"copies unrecoverable since {rotated_at}" in r.err
+    assert r.code == 0 and f"copies unrecoverable since {for_people(rotated_at)}" in r.err
 
 
 def test_without_kek_rotation_days_no_rotation_is_scheduled(
