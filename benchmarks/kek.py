@@ -98,13 +98,17 @@ def fill(app: LedgerApp, n: int, progress: Progress) -> None:
         progress("Filling the keystore", done, n)
 
 
-def keystore_rows(home: Path) -> list[tuple[str, bytes, int]]:
-    db = sqlite3.connect(home / "keystore.sqlite")
-    try:
-        return [(str(k), bytes(w), int(e))
-                for k, w, e in db.execute("SELECT key_id, key_material, epoch FROM data_keys")]
-    finally:
-        db.close()
+def keystore_rows(app: LedgerApp) -> list[tuple[str, bytes, int]]:
+    """Every row of the keystore, read through the ledger's own engine: one SQLite file
+    must never be opened through two SQLite libraries in one process (keys/datakeys.py
+    ``store_sqlite``: closing one drops the other's locks; a run that read it with the
+    standard library's module here saw 'database disk image is malformed')."""
+    with app.datakeys.engine.connect() as conn:
+        cur = conn.connection.cursor()
+        cur.execute("SELECT key_id, key_material, epoch FROM data_keys")
+        rows = [(str(k), bytes(w), int(e)) for k, w, e in cur.fetchall()]
+        cur.close()
+    return rows
 
 
 def raw_rewrap(rows: list[tuple[str, bytes, int]], old: bytes, new_epoch: int) -> float:
@@ -128,7 +132,7 @@ def rotation(tmp: Path, n: int) -> dict[str, Any]:
     app = LedgerApp(Config.load(home))
     try:
         fill(app, n, progress)
-        rows = keystore_rows(home)
+        rows = keystore_rows(app)
         old = (home / "kek" / "epoch-000001.kek").read_bytes()
         raw_rewrap(rows[:2000], old, 2)  # warm up
         raw_before = raw_rewrap(rows, old, 2)

@@ -10,10 +10,13 @@ what PostgreSQL cannot promise (WAL archives, replicas, backups).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pickle
 import sqlite3
+import subprocess
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -127,8 +130,69 @@ def _wal(cur: Any, busy_errors: tuple[type[Exception], ...] = (sqlite3.Operation
             time.sleep(0.02)
 
 
-REWRAP_BATCH = 5000
-"""Data keys re-wrapped per transaction by a KEK rotation."""
+REWRAP_BATCH = 20000
+"""Data keys re-wrapped per transaction by a KEK rotation (benchmarks/kek.py: the rate
+stops growing past about 20,000; a batch is a few MB of memory)."""
+WRITER_MIN_KEYS = 50000
+
+
+class _Writer:
+    """The rotation's writer process on an SQLite keystore (keys/rewrap_writer.py): one
+    batch in flight while the next is re-wrapped."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self.process = process
+        self.in_flight = False
+
+    @classmethod
+    def start(cls, store: DataKeyStore) -> _Writer:
+        import sys
+
+        module = store_sqlite().__name__.split(".")[0]
+        process = subprocess.Popen(  # noqa: S603 (this interpreter, our own module)
+            [sys.executable, "-m", "keys.rewrap_writer", str(store.engine.url.database),
+             module, str(BUSY_TIMEOUT_S * 1000)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+        return cls(process)
+
+    def write(self, params: list[tuple[Any, ...]]) -> None:
+        assert self.process.stdin is not None
+        try:
+            pickle.dump(params, self.process.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise KeystoreError("the keystore's rewrap writer process ended; run the "
+                                "rotation again (it resumes)") from None
+        self.in_flight = True
+
+    def written(self) -> int:
+        """Wait for the batch in flight (0 when none); raise if the writer failed."""
+        if not self.in_flight:
+            return 0
+        self.in_flight = False
+        assert self.process.stdout is not None
+        try:
+            status, value = pickle.load(self.process.stdout)  # noqa: S301 (our own child)
+        except EOFError:
+            raise KeystoreError("the keystore's rewrap writer process ended; run the "
+                                "rotation again (it resumes)") from None
+        if status != "ok":
+            raise KeystoreError(f"re-wrapped keys could not be written: {value}; run the "
+                                "rotation again (it resumes)")
+        return int(value)
+
+    def stop(self) -> None:
+        with contextlib.suppress(BrokenPipeError, OSError):
+            assert self.process.stdin is not None
+            pickle.dump(None, self.process.stdin)
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
 
 
 class DataKeyStore:
@@ -332,48 +396,77 @@ class DataKeyStore:
 
         SQLite takes the rows in the file's order (``rowid``), so that a batch rewrites a
         run of neighbouring pages: in key order, each batch of random key ids rewrote
-        most of the table's pages (benchmarks/kek.py: 0.07-0.14 of the raw AES-GCM rate
-        at 10^5 and 3x10^5 keys, against 0.30-0.35 now). The update names the key id too:
-        a VACUUM by another process may renumber the rowids between the read and the
-        write."""
+        most of the table's pages (benchmarks/kek.py measures the rate against the raw
+        AES-GCM rate). The update names the key id and the old epoch too: a VACUUM by
+        another process may renumber the rowids between the read and the write, and an
+        erasure may delete a row meanwhile (then nothing is updated for it). Writing a
+        batch on a thread while the next is re-wrapped was tried and was slower: both
+        sides take the GIL for every row (sqlite3 binds each row's parameters under it,
+        and AES-GCM holds it)."""
         batch = batch or REWRAP_BATCH
-        moved = 0
         target = self.keks.store_of(epoch, self.epoch_stores())
         table = self.engine.dialect.identifier_preparer.format_table(self.keys)
-        ph = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
         sqlite = self.is_sqlite
+        ph = "?" if sqlite else "%s"
         pos = "rowid" if sqlite else "key_id"
         after: int | str = 0 if sqlite else ""
         select = (f"SELECT {pos}, key_id, key_material, epoch FROM {table} "  # noqa: S608
                   f"WHERE {pos} > {ph} AND epoch <> {ph} ORDER BY {pos} LIMIT {ph}")
         update = (f"UPDATE {table} SET key_material = ?, epoch = ? "  # noqa: S608 (own table)
                   "WHERE rowid = ? AND key_id = ? AND epoch = ?") if sqlite else self._rewrap_sql
-        while True:
-            with self.engine.connect() as conn:
-                cur = conn.connection.cursor()  # plain tuples: rows cost more than the read
-                cur.execute(select, (after, epoch, batch))
-                rows = cur.fetchall()
-                cur.close()
-            if not rows:
-                return moved
-            after = rows[-1][0]
-            ids = [r[1] for r in rows]
-            old = {int(r[3] or 0) for r in rows}
-            if len(old) == 1 and UNWRAPPED_EPOCH not in old:  # one epoch: in order, no dict
-                (source,) = old
-                plain = self.keks.store_of(source, self.epoch_stores()).unwrap(
-                    source, [(r[1], bytes(r[2])) for r in rows])
-            else:
-                by_id = self._unwrap_rows([r[1:] for r in rows])
-                plain = [by_id[i] for i in ids]
-            wrapped = target.wrap(epoch, list(zip(ids, plain, strict=True)))
-            with self.engine.begin() as conn:
-                conn.exec_driver_sql(update, [
-                    (w, epoch, r[0], r[1], r[3]) if sqlite else (w, epoch, r[1], r[3])
-                    for r, w in zip(rows, wrapped, strict=True)])
-            moved += len(rows)
-            if progress is not None:
-                progress(len(rows))
+        moved = 0
+        writer = _Writer.start(self) if sqlite and self._worth_a_writer(epoch) else None
+        try:
+            while True:
+                with self.engine.connect() as conn:
+                    cur = conn.connection.cursor()  # plain tuples: cheaper than rows
+                    cur.execute(select, (after, epoch, batch))
+                    rows = cur.fetchall()
+                    cur.close()
+                if rows:
+                    after = rows[-1][0]
+                    wrapped = target.wrap(epoch, list(zip(
+                        (r[1] for r in rows), self._unwrap_in_order(rows), strict=True)))
+                    params = [(w, epoch, r[0], r[1], r[3]) if sqlite else
+                              (w, epoch, r[1], r[3]) for r, w in zip(rows, wrapped, strict=True)]
+                if writer is not None:  # the batch before, written meanwhile
+                    done = writer.written()
+                    if done:
+                        moved += done
+                        if progress is not None:
+                            progress(done)
+                    if not rows:
+                        return moved
+                    writer.write(params)
+                    continue
+                if not rows:
+                    return moved
+                with self.engine.begin() as conn:
+                    conn.exec_driver_sql(update, params)
+                moved += len(rows)
+                if progress is not None:
+                    progress(len(rows))
+        finally:
+            if writer is not None:
+                writer.stop()
+
+    def _worth_a_writer(self, epoch: int) -> bool:
+        """A writer process (keys/rewrap_writer.py) pays for its start-up from about
+        :data:`WRITER_MIN_KEYS` keys to re-wrap on."""
+        with self.engine.connect() as conn:
+            n = conn.execute(sa.select(sa.func.count()).select_from(self.keys)
+                             .where(self.keys.c.epoch != epoch)).scalar() or 0
+        return int(n) >= WRITER_MIN_KEYS
+
+    def _unwrap_in_order(self, rows: Sequence[Any]) -> list[bytes]:
+        """The data keys of rows ``(pos, key_id, stored bytes, epoch)``, in their order."""
+        old = {int(r[3] or 0) for r in rows}
+        if len(old) == 1 and UNWRAPPED_EPOCH not in old:  # one epoch: in order, no dict
+            (source,) = old
+            return self.keks.store_of(source, self.epoch_stores()).unwrap(
+                source, [(r[1], bytes(r[2])) for r in rows])
+        by_id = self._unwrap_rows([r[1:] for r in rows])
+        return [by_id[r[1]] for r in rows]
 
     def retire(self, epoch: int, at: datetime) -> None:
         """Destroy the KEK of a ``retiring`` epoch that no row is wrapped under any more,

@@ -91,7 +91,16 @@ def test_data_keys_are_stored_wrapped_never_as_they_are(filled: Path) -> None:
             assert not any(k in data for k in plain.values()), path.name
 
 
-def test_rotation_rewraps_every_key_and_destroys_the_old_kek(filled: Path) -> None:
+@pytest.mark.parametrize("writer", [False, True])
+def test_rotation_rewraps_every_key_and_destroys_the_old_kek(
+        filled: Path, writer: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In one process, and with the writer process (keys/rewrap_writer.py) that a large
+    keystore gets."""
+    from keys import datakeys
+
+    if writer:
+        monkeypatch.setattr(datakeys, "WRITER_MIN_KEYS", 1)
+        monkeypatch.setattr(datakeys, "REWRAP_BATCH", 3)
     before_texts = texts(filled)
     before = rows(filled)
     result = run_cli("keys", "rotate-kek", "--json")
@@ -137,11 +146,13 @@ def test_a_wrapped_key_moved_to_another_key_id_does_not_open(filled: Path) -> No
         store.unwrap(e1, [(k2, w1)])
 
 
-def _crash(home: Path, point: str) -> subprocess.CompletedProcess[str]:
+def _crash(home: Path, point: str, writer: bool = False) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "LEDGER_FAULT": point, "LEDGER_HOME": str(home),
            "LEDGER_LOG_LEVEL": "warning"}
     env.pop("LEDGER_NOW", None)
-    return subprocess.run([sys.executable, "-c", CHILD, "keys", "rotate-kek"], env=env,
+    child = CHILD.replace("d.REWRAP_BATCH = 4;", "d.REWRAP_BATCH = 4; d.WRITER_MIN_KEYS = 1;") \
+        if writer else CHILD
+    return subprocess.run([sys.executable, "-c", child, "keys", "rotate-kek"], env=env,
                           capture_output=True, text=True, timeout=300, check=False)
 
 
@@ -154,11 +165,13 @@ def _no_key_under_a_destroyed_kek(home: Path) -> None:
 POINTS = [p.replace(":N", ":5") for p in STEPS]
 
 
-@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize(("point", "writer"), [
+    *((p, False) for p in POINTS),
+    ("rewrapped:5", True), ("rewrapped:9", True)])  # the writer process has a batch in flight
 def test_rotation_killed_at_each_step_completes_when_run_again(
-        filled: Path, point: str) -> None:
+        filled: Path, point: str, writer: bool) -> None:
     before = texts(filled)
-    killed = _crash(filled, point)
+    killed = _crash(filled, point, writer)
     assert killed.returncode == -9, (point, killed.returncode, killed.stderr[-600:])
     _no_key_under_a_destroyed_kek(filled)
     assert texts(filled) == before  # nothing lost while half rotated
