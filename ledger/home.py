@@ -203,4 +203,37 @@ class Config:
                       "[[witnesses]]", f"url = {_toml_value(url)}",
                       f"vkey = {_toml_value(vkey)}", ""]
         path = self.home / CONFIG
-        write_private(path, "\n".join(lines), replace=True)  # renamed whole: never half
+        kept = _other_tables(path)
+        write_private(path, "\n".join(lines) + kept, replace=True)  # renamed whole: never half
+
+
+MANAGED_TABLES = frozenset({"ledger", "storage", "keys", "controller", "witnesses"})
+"""The tables of config.toml that :meth:`Config.write` writes; every other table (such
+as ``[projections]``, the embedder's settings) is kept as it was, comments and all."""
+
+
+def _other_tables(path: Path) -> str:
+    """The text of the tables of ``path`` that Config does not manage, as they are."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ""
+    kept: list[str] = []
+    keep = False
+    pending: list[str] = []  # comment lines just above a table header belong to it
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("["):
+            name = stripped.strip("[]").split(".")[0].strip().strip('"')
+            keep = name not in MANAGED_TABLES
+            if keep:
+                kept += [*pending, line]
+            pending = []
+        elif stripped.startswith("#") or not stripped:
+            pending.append(line)  # goes with what follows: this table's line or the next
+        elif keep:
+            kept += [*pending, line]
+            pending = []
+        else:
+            pending = []
+    return ("\n".join(kept).rstrip() + "\n") if kept else ""

@@ -301,3 +301,17 @@ def test_a_token_that_refuses_is_an_environment_error_that_writes_nothing(
         assert result.code == 3, (args, result.err)
         assert "0000" not in result.err
     assert snapshot(filled) == state
+
+
+def test_rewriting_config_keeps_the_tables_it_does_not_manage(filled: Path) -> None:
+    """`rotate-kek --to` rewrites config.toml: the embedder's [projections] table (and its
+    comment) stays as the operator wrote it."""
+    path = filled / "config.toml"
+    path.write_text(path.read_text("utf-8") + '\n# the embedder\n[projections]\n'
+                    'embedder = "hash"\n', "utf-8")
+    assert run_cli("keys", "rotate-kek", "--to", "file:kek2").code == 0
+    assert run_cli("keys", "rotate-kek").code == 0
+    text = path.read_text("utf-8")
+    assert text.count('# the embedder\n[projections]\nembedder = "hash"\n') == 1
+    assert 'kek = "file:kek2"' in text
+    assert Config.load(filled).kek == "file:kek2"
