@@ -22,6 +22,7 @@ import typer
 # ADR 0026). tests/test_startup.py fails when a heavy module comes back up here.
 from cli.audit import register as register_audit
 from cli.backup import register as register_backup
+from cli.certificate import register as register_certificate
 from cli.erasure import register as register_governance
 from cli.output import JsonOpt, out, verdict
 from cli.policy import register as register_policy
@@ -794,6 +795,7 @@ register_audit(cli, _audit_report)
 register_portability(cli, served)
 register_witness(cli, served)
 register_receipt(cli, served, audit_cli)
+register_certificate(cli, served, audit_cli)
 register_server(cli, lambda: STATE.home)
 register_backup(cli, served, lambda: STATE.home)
 

@@ -22,6 +22,7 @@ thread its own service, or serialises calls (``server/``).
 
 from __future__ import annotations
 
+from service.certificate_cases import CertificateCases
 from service.copies_cases import CopiesCases
 from service.core import ATOM_CONTENT, FacadeCore, Forbidden
 from service.erasure_cases import ErasureCases
@@ -29,12 +30,13 @@ from service.ledger_cases import LedgerCases
 from service.memory_cases import MemoryCases
 
 
-class MemoryService(MemoryCases, ErasureCases, LedgerCases, CopiesCases):
+class MemoryService(MemoryCases, ErasureCases, LedgerCases, CopiesCases, CertificateCases):
     """Every use case of one ledger, scoped by the caller (module docstring): the memory
     use cases (``service/memory_cases.py``), erasure and its proof
-    (``service/erasure_cases.py``), the ledger-wide ones (``service/ledger_cases.py``) and
-    backups and the erasure journal (``service/copies_cases.py``), on the scope and
-    plumbing of :class:`service.core.FacadeCore`."""
+    (``service/erasure_cases.py``), the ledger-wide ones (``service/ledger_cases.py``),
+    backups and the erasure journal (``service/copies_cases.py``) and the certificate of
+    erasure (``service/certificate_cases.py``), on the scope and plumbing of
+    :class:`service.core.FacadeCore`."""
 
 
 __all__ = ["ATOM_CONTENT", "FacadeCore", "Forbidden", "MemoryService"]

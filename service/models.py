@@ -617,3 +617,33 @@ class ErasureReceipt(_Out):
     request_id: str
     content: bytes
     html: str | None = None
+
+
+class CertificateOut(_Out):
+    """A certificate of erasure (ADR 0046): its signed statement (the file an auditor
+    verifies), the PDF and HTML renderings of it, the Evidence Pack it rests on as a zip
+    when the certificate built that pack itself, and the check of all of it."""
+
+    batch_id: str
+    statement: bytes = Field(description="The signed statement: canonical JSON of a DSSE "
+                                         "envelope, then a newline.")
+    pdf: bytes
+    html: str
+    pack_zip: bytes | None = Field(default=None, description="The Evidence Pack it rests "
+                                                             "on, when built for it.")
+    pack_digest: str = Field(description="SHA-256 of the pack's signed statement (hex).")
+    document: dict[str, Any] = Field(description="The signed document, without its roster.")
+    verification: dict[str, Any]
+
+
+class CertificateWritten(_Out):
+    """A certificate written to files (`ledger certificate BATCH --out cert.pdf`)."""
+
+    certificate: str = Field(description="The PDF.")
+    statement: str = Field(description="The signed statement (JSON), beside the PDF.")
+    html: str | None = None
+    pack: str = Field(description="The Evidence Pack it rests on: the one given, or the zip "
+                                  "written beside the PDF.")
+    pack_digest: str
+    document: dict[str, Any]
+    verification: dict[str, Any]

@@ -53,7 +53,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger import clock
 from ledger.errors import LedgerError, NotFound
-from server.console.sessions import Pack, Session, SessionStore
+from server.console.sessions import Certificate, Pack, Session, SessionStore
 from service import oversight as usecases
 from service.caller import Caller
 from service.facade import Forbidden, MemoryService
@@ -473,12 +473,15 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
         routes = await c.backend.read(lambda svc: usecases.routes(svc, caller))
         pid = request.query_params.get("pack")
         pack = s.packs.get(pid) if pid else None
+        cid = request.query_params.get("certificate")
+        certificate = s.certificates.get(cid) if cid else None
         st = detail.status
         return c.render(request, "request.html", session=s, caller=caller,
                         title=f"Request {rid[:8]}" + (" (overdue)" if st.status == "overdue"
                                                       else ""),
                         nav="requests", d=detail, st=st.model_dump(), plan=detail.plan,
                         batch=detail.batch, routes=routes, pack=pack, pack_id=pid,
+                        certificate=certificate, certificate_id=cid,
                         bar=_deadline_bar(st.model_dump()))
 
     @c.page(roles=("operator",), post=True)
@@ -516,6 +519,38 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
                                "that built them)", hint="build it again")
         return Response(pack.content, media_type="application/zip", headers={
             "content-disposition": f'attachment; filename="{pack.filename}"'})
+
+    @c.page(roles=("operator",), post=True)
+    async def issue_certificate(request: Request, s: Session, caller: Caller,
+                                form: FormData) -> Response:
+        rid = request.path_params["rid"]
+        batch = await c.backend.read(lambda svc: usecases.batch_of_request(svc, caller, rid))
+        out = await c.backend.write(lambda svc: svc.certificate(caller, batch["batch_id"]))
+        name = f"certificate-of-erasure-{out.batch_id}"
+        files = {"pdf": (f"{name}.pdf", "application/pdf", out.pdf),
+                 "json": (f"{name}.json", "application/json", out.statement),
+                 "html": (f"{name}.html", "text/html; charset=utf-8", out.html.encode())}
+        if out.pack_zip is not None:
+            files["pack"] = (f"evidence-pack-{out.batch_id}.zip", "application/zip",
+                             out.pack_zip)
+        people = out.document["people"]["countersigned_by"]
+        cid = s.keep_certificate(Certificate(out.batch_id, files, {
+            **out.verification, "countersigned_by": [p["name"] for p in people]}))
+        log.info("console.certificate_issued", batch_id=out.batch_id,
+                 ok=out.verification.get("ok"), credential_id=caller.credential_id)
+        return c.redirect(request, f"/requests/{rid}", certificate=cid)
+
+    @c.page(roles=("operator",))
+    async def download_certificate(request: Request, s: Session, caller: Caller
+                                   ) -> Response:
+        cert = s.certificates.get(request.path_params["cid"])
+        kind = request.path_params["kind"]
+        if cert is None or kind not in cert.files:
+            raise Refused(404, "no such certificate file in this session (certificates are "
+                               "kept for the session that issued them)", hint="issue it again")
+        filename, media, data = cert.files[kind]
+        return Response(data, media_type=media, headers={
+            "content-disposition": f'attachment; filename="{filename}"'})
 
     # -------------------------------------------------------------- review queue
     async def _review(request: Request, s: Session, caller: Caller,
@@ -638,6 +673,8 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
         Route("/requests/{rid}/execute", execute, methods=["POST"]),
         Route("/requests/{rid}/evidence-pack", build_pack, methods=["POST"]),
         Route("/packs/{pid}", download_pack, methods=["GET"]),
+        Route("/requests/{rid}/certificate", issue_certificate, methods=["POST"]),
+        Route("/certificates/{cid}/{kind}", download_certificate, methods=["GET"]),
         Route("/review", review_page, methods=["GET"]),
         Route("/review/{atom}/reveal", reveal, methods=["POST"]),
         Route("/review/{atom}/resolve", resolve, methods=["POST"]),

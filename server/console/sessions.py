@@ -4,7 +4,8 @@ The browser holds one random id (256 bits, ``secrets.token_urlsafe``) in an Http
 SameSite=Strict cookie scoped to the console's path; everything else stays here: the
 caller's bearer token (re-checked against the token store on every request, so a revoked
 or expired token ends the session at its next request), the synchronizer CSRF token, the
-times that bound the session, and the Evidence Packs built in it, waiting for download.
+times that bound the session, and the Evidence Packs and certificates of erasure built in
+it, waiting for download.
 
 Nothing is derived from the client: an id this process did not issue is ignored (a
 pre-set cookie is never adopted), and signing in always issues a new id and discards the
@@ -47,6 +48,18 @@ class Pack:
 
 
 @dataclass
+class Certificate:
+    """A certificate of erasure issued in this session, its files waiting for download
+    (ADR 0046): the PDF, the signed statement, the HTML page and the Evidence Pack it
+    rests on."""
+
+    batch_id: str
+    files: dict[str, tuple[str, str, bytes]] = field(repr=False)
+    """kind (``pdf``, ``json``, ``html``, ``pack``) -> (file name, media type, bytes)."""
+    verification: dict[str, object]
+
+
+@dataclass
 class Session:
     """One signed-in (or, before sign-in, anonymous) browser session."""
 
@@ -59,6 +72,8 @@ class Session:
     role: str | None = None
     packs: OrderedDict[str, Pack] = field(default_factory=OrderedDict, repr=False)
     reveals: OrderedDict[str, Any] = field(default_factory=OrderedDict, repr=False)
+    certificates: OrderedDict[str, Certificate] = field(default_factory=OrderedDict,
+                                                        repr=False)
     flash: list[str] = field(default_factory=list)
 
     @property
@@ -76,6 +91,13 @@ class Session:
             self.packs.popitem(last=False)
         return pid
 
+    def keep_certificate(self, certificate: Certificate) -> str:
+        """Keep an issued certificate's files for download; its download id (random)."""
+        cid = secrets.token_urlsafe(16)
+        self.certificates[cid] = certificate
+        while len(self.certificates) > MAX_PACKS_PER_SESSION:
+            self.certificates.popitem(last=False)
+        return cid
 
     def keep_reveal(self, shown: Any) -> str:
         """Keep revealed content for the one page that shows it (popped there); its id."""
@@ -150,6 +172,7 @@ class SessionStore:
             self._by_id.pop(session.sid, None)
         session.token = None
         session.packs.clear()
+        session.certificates.clear()
         session.reveals.clear()
 
     def end_credential(self, credential_id: str) -> int:
@@ -159,6 +182,7 @@ class SessionStore:
             for sid in gone:
                 self._by_id[sid].token = None
                 self._by_id[sid].packs.clear()
+                self._by_id[sid].certificates.clear()
                 self._by_id[sid].reveals.clear()
                 del self._by_id[sid]
         return len(gone)
