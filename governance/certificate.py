@@ -502,9 +502,9 @@ def title(doc: Mapping[str, Any]) -> str:
 def lead(doc: Mapping[str, Any]) -> str:
     controller = doc["controller"]["name"] or "The controller"
     req = doc["request"]
-    what = (f"the personal data held for the data subject of request `{req['id']}`"
-            if req else f"the items of redaction batch `{doc['batch']['id']}`")
-    return (f"{controller} states that {what} was erased from the memory ledger "
+    what = (f"the personal data held for the data subject of request `{req['id']}` was"
+            if req else f"the items of redaction batch `{doc['batch']['id']}` were")
+    return (f"{controller} states that {what} erased from the memory ledger "
             f"`{doc['ledger']['origin']}` by cryptographic erase, and that the erasure was "
             f"verified as set out below. Issued on {when(doc['issued_at'])}.")
 
@@ -536,8 +536,9 @@ def sections(doc: Mapping[str, Any]) -> list[Section]:
         Row("Ledger", f"`{doc['ledger']['origin']}` (ledger id `{doc['ledger']['id']}`)"),
     ])]
     if req is None:
-        out.append(Section("Request", [Row("Reference", "none: this erasure was an operator's "
-                                                        "act, not a data subject's request"),
+        out.append(Section("Request", [Row("Reference", "none: this erasure was not made for a "
+                                                        "data subject's request (an operator's "
+                                                        "or an application's deletion)"),
                                        Row("Data subject", "none named")]))
     else:
         due, done = req["complete_due"], req["completed_at"]
@@ -573,7 +574,8 @@ def sections(doc: Mapping[str, Any]) -> list[Section]:
     out.append(Section("Destroyed", [
         Row("Items", items or "none"),
         Row("Data keys", f"{doc['destroyed']['keys']} destroyed: one per item, and the "
-                         "erasure's own (its request's and batch's)"),
+                         + ("erasure's own (its request's and batch's)" if req else
+                            "batch's own")),
     ]))
     scan = v["raw_scan"]
     steps = ", ".join(f"{s} ({PACK_STEPS.get(s, s)})" for s in v["pack_steps"])
