@@ -33,7 +33,7 @@ from sqlalchemy.pool import NullPool
 from keys import aead
 from keys.aead import new_data_key
 from keys.errors import DataKeyUnavailable, KeystoreBlocked, KeystoreError
-from keys.kek import UNWRAPPED_EPOCH, KekRing
+from keys.kek import UNWRAPPED_EPOCH, FileKekStore, KekRing, KekStore
 from rawfiles.bytescan import ByteMatcher
 from rawfiles.sqlitepages import scrub_pages, write_transaction
 
@@ -425,8 +425,7 @@ class DataKeyStore:
                     cur.close()
                 if rows:
                     after = rows[-1][0]
-                    wrapped = target.wrap(epoch, list(zip(
-                        (r[1] for r in rows), self._unwrap_in_order(rows), strict=True)))
+                    wrapped = self._rewrapped(rows, epoch, target)
                     params = [(w, epoch, r[0], r[1], r[3]) if sqlite else
                               (w, epoch, r[1], r[3]) for r, w in zip(rows, wrapped, strict=True)]
                 if writer is not None:  # the batch before, written meanwhile
@@ -457,6 +456,19 @@ class DataKeyStore:
             n = conn.execute(sa.select(sa.func.count()).select_from(self.keys)
                              .where(self.keys.c.epoch != epoch)).scalar() or 0
         return int(n) >= WRITER_MIN_KEYS
+
+    def _rewrapped(self, rows: Sequence[Any], epoch: int, target: KekStore) -> list[bytes]:
+        """Rows ``(pos, key_id, stored bytes, epoch)`` wrapped under ``epoch``: in one pass
+        when they share an epoch in the target's own store (``rewrap``), else unwrapped
+        from each epoch's store and wrapped in the target's."""
+        old = {int(r[3] or 0) for r in rows}
+        if len(old) == 1 and isinstance(target, FileKekStore):
+            (source,) = old
+            if source != UNWRAPPED_EPOCH and \
+                    self.keks.store_of(source, self.epoch_stores()) is target:
+                return target.rewrap(source, epoch, [(r[1], bytes(r[2])) for r in rows])
+        return list(target.wrap(epoch, list(zip(
+            (r[1] for r in rows), self._unwrap_in_order(rows), strict=True))))
 
     def _unwrap_in_order(self, rows: Sequence[Any]) -> list[bytes]:
         """The data keys of rows ``(pos, key_id, stored bytes, epoch)``, in their order."""

@@ -171,6 +171,28 @@ class FileKekStore:
                 ) from None
         return out
 
+    def rewrap(self, old: int, new: int, items: list[tuple[str, bytes]]) -> list[bytes]:
+        """:meth:`unwrap` under ``old`` and :meth:`wrap` under ``new`` in one pass, for a
+        rotation within this store (the plain data keys live only inside the loop)."""
+        dec, enc = self._cipher(old).decrypt, self._cipher(new).encrypt
+        nonces = os.urandom(NONCE_BYTES * len(items))
+        was, now = b"\x00" + str(old).encode(), b"\x00" + str(new).encode()
+        out = []
+        for i, (key_id, wrapped) in enumerate(items):
+            if len(wrapped) != WRAPPED_BYTES or wrapped[0] != 1:
+                _check_form(key_id, wrapped)
+            kid = AAD_PREFIX + key_id.encode()
+            try:
+                dek = dec(wrapped[1:13], wrapped[13:], kid + was)
+            except InvalidTag:
+                raise KeystoreError(
+                    f"the wrapped data key {key_id} does not open under the KEK of epoch "
+                    f"{old}: the keystore row was altered or belongs to another ledger"
+                ) from None
+            nonce = nonces[i * NONCE_BYTES:(i + 1) * NONCE_BYTES]
+            out.append(WRAP_VERSION + nonce + enc(nonce, dek, kid + now))
+        return out
+
     def destroy(self, epoch: int) -> None:
         self._ciphers.pop(epoch, None)
         path = self.path(epoch)

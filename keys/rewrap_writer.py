@@ -36,6 +36,7 @@ def serve(path: str, module: str, busy_ms: int, inp: IO[bytes], out: IO[bytes]) 
     try:
         db.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
         db.execute("PRAGMA secure_delete=ON")
+        db.execute("PRAGMA cache_size=-65536")  # 64 MiB: the table's inner pages stay in it
         while True:
             try:
                 rows = pickle.load(inp)  # noqa: S301 (our own parent, over a private pipe)
