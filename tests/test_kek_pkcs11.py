@@ -237,27 +237,43 @@ def test_threads_share_one_store(store: Pkcs11KekStore) -> None:
     assert errors == []
 
 
-def test_a_forked_child_opens_its_own_session(store: Pkcs11KekStore) -> None:
+FORK_CHILD = """
+import os, sys
+from keys.kek_pkcs11 import Pkcs11KekStore
+store = Pkcs11KekStore.from_uri(sys.argv[1])
+store.create(1)
+[w] = store.wrap(1, [("dk", b"d" * 32)])
+parents = store._session
+assert parents is not None
+pid = os.fork()
+if pid == 0:  # the forked child: only an exit code
+    code = 1
+    try:
+        opened = store.unwrap(1, [("dk", w)]) == [b"d" * 32]
+        fresh = store._session is not None and store._session is not parents
+        code = 0 if opened and fresh else 2
+    finally:
+        os._exit(code)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+assert store.unwrap(1, [("dk", w)]) == [b"d" * 32]  # the parent's session still works
+store.close()
+"""
+
+
+def test_a_forked_child_opens_its_own_session(pkcs11_uri: str) -> None:
     """PKCS#11 sessions do not cross a fork (PKCS#11 2.40 section 6.7.7): the child
     initialises the module anew, logs in again in a session of its own, and unwraps what
     the parent wrapped. SoftHSM2 would let the child use the parent's session; an HSM's
-    module need not, so the test looks at the session itself."""
-    store.create(1)
-    [w] = store.wrap(1, [("dk", b"d" * 32)])
-    parents = store._session
-    assert parents is not None
-    pid = os.fork()
-    if pid == 0:  # the child: no pytest here, only an exit code
-        code = 1
-        try:
-            opened = store.unwrap(1, [("dk", w)]) == [b"d" * 32]
-            fresh = store._session is not None and store._session is not parents
-            code = 0 if opened and fresh else 2
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert store.unwrap(1, [("dk", w)]) == [b"d" * 32]  # the parent's session still works
+    module need not, so the test looks at the session itself. It forks in a process of
+    its own: a pytest worker has threads, and a fork of a threaded process may inherit a
+    lock another thread held (it failed so under load)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", FORK_CHILD, pkcs11_uri], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 # -- the token's refusals ------------------------------------------------------------------
