@@ -640,8 +640,12 @@ def _kind_order(kind: str) -> int:
 def _others(memories: int, artifacts: int) -> str:
     if not memories and not artifacts:
         return "No memory or source document of another person mentions the subject."
-    return (f"{_count(memories, 'atoms')} and {_count(artifacts, 'artifacts')} of other "
-            "people mention the subject: flagged for review, none of them erased")
+    parts = ([_count(memories, "atoms")] if memories else []) + \
+        ([_count(artifacts, "artifacts")] if artifacts else [])
+    one = memories + artifacts == 1
+    return (f"{' and '.join(parts)} of {'another person' if one else 'other people'} "
+            f"{'mentions' if one else 'mention'} the subject: flagged for review, "
+            f"{'not' if one else 'none of them'} erased.")
 
 
 def _copies_section(c: Mapping[str, Any] | None) -> Section:
@@ -651,9 +655,9 @@ def _copies_section(c: Mapping[str, Any] | None) -> Section:
     rows = [Row("Live keystore", f"{c['keystore']['keys']} data keys destroyed on "
                                  f"{when(c['keystore']['destroyed_at'])}")]
     for g in c["older_copies"]:
-        held = (f"hold {g['keys']} of these keys wrapped under the KEK of epoch "
+        held = (f"hold these {g['keys']} keys wrapped under the KEK of epoch "
                 f"{g['kek_epoch']}" if g["kek_epoch"] else
-                f"hold {g['keys']} of these keys unwrapped")
+                f"hold these {g['keys']} keys unwrapped")
         if g["state"] == "unrecoverable":
             said = (f"unrecoverable since {when(g['until'])}, when the last KEK that could "
                     "unwrap them was destroyed")
@@ -668,19 +672,19 @@ def _copies_section(c: Mapping[str, Any] | None) -> Section:
                      "and no rotation reaches those")
         rows.append(Row("Older copies", f"Backups, WAL segments, replicas and dumps made "
                                         f"before {when(g['destroyed_at'])} {held}: {said}."))
-    overall = {"unrecoverable": f"unrecoverable since {when(c['until'])}: no copy of the "
-                                "keystore, wherever it is kept, can decrypt the erased items",
-               "pending": (f"pending until {when(c['until'])}: after the rotation, no copy "
-                           "can decrypt the erased items" if c["until"] else
-                           "pending, with no rotation scheduled: no date bounds the older "
-                           "copies yet"),
-               "unbounded": "not bounded: some copies hold keys unwrapped"}[c["state"]]
+    overall = {"unrecoverable": f"Unrecoverable since {when(c['until'])}: no copy of the "
+                                "keystore, wherever it is kept, can decrypt the erased items.",
+               "pending": (f"Pending until {when(c['until'])}: after the rotation, no copy "
+                           "can decrypt the erased items." if c["until"] else
+                           "Pending, with no rotation scheduled: no date bounds the older "
+                           "copies yet."),
+               "unbounded": "Not bounded: some copies hold keys unwrapped."}[c["state"]]
     rows.append(Row("Conclusion", overall))
     outside = [n["made_before"] for n in c["not_covered"]]
     if outside:
         rows.append(Row("Not covered", f"Copies of the read models made outside the ledger "
                                        f"before {when(max(outside))}, and data taken out of "
-                                       "the ledger (exports, an assistant's own logs)"))
+                                       "the ledger (exports, an assistant's own logs)."))
     return Section("Copies", rows)
 
 
