@@ -34,7 +34,8 @@ class Caller:
     (operators only; the CLI's ``--operator``). ``writer_key``: the key that signs its
     memory writes (subjects, artifacts, atoms; the CLI's ``--as``); None: the home's
     writer key. ``credential_id`` names the credential in audit records and logs (a token
-    id, never its secret; ``local`` for the CLI).
+    id, never its secret; ``local`` for the CLI); ``name``: what people call it (a token's
+    name, shown by the console), None when it has none.
     """
 
     credential_id: str
@@ -44,6 +45,7 @@ class Caller:
     signing_key: str | None = None
     expires_at: datetime | None = None
     writer_key: str | None = None
+    name: str | None = None
 
     def stored_ref(self, ref: str) -> str:
         """The ref as stored in the log: namespaced by the caller's tenant."""

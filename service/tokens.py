@@ -107,7 +107,7 @@ class TokenRecord:
         return Caller(credential_id=self.token_id, role=self.role,
                       subjects=None if self.subjects is None else frozenset(self.subjects),
                       tenant=self.tenant, signing_key=self.signing_key,
-                      expires_at=self.expires_at)
+                      expires_at=self.expires_at, name=self.name)
 
     def to_json(self, now: datetime | None = None) -> dict[str, Any]:
         """Everything ``ledger tokens list --json`` shows: never a secret or a hash."""

@@ -473,6 +473,9 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
         routes = await c.backend.read(lambda svc: usecases.routes(svc, caller))
         pid = request.query_params.get("pack")
         pack = s.packs.get(pid) if pid else None
+        if pack is None and detail.batch is not None:  # the newest built in this session
+            pid, pack = next(((k, p) for k, p in reversed(s.packs.items())
+                              if p.batch_id == detail.batch["batch_id"]), (None, None))
         cid = request.query_params.get("certificate")
         certificate = s.certificates.get(cid) if cid else None
         st = detail.status
@@ -706,16 +709,34 @@ def _ref(svc: MemoryService, caller: Caller, subject_id: str) -> str | None:
 
 def _deadline_bar(st: Mapping[str, Any]) -> dict[str, Any] | None:
     """Where now (or completion) stands between receipt and the completion deadline, for
-    the request page's timeline bar (an SVG drawn by the template)."""
+    the request page's timeline bar (an SVG drawn by the template): the elapsed part is at
+    least a few pixels wide (an erasure done in minutes of a 30-day deadline still shows),
+    received, completion (or now) and the deadline are each marked and labelled, and
+    ``words`` says it for people."""
     try:
         received = clock.parse_instant(st["received_at"])
         due = clock.parse_instant(st["complete_due"])
     except (KeyError, TypeError, LedgerError):
         return None
-    end = clock.parse_instant(st["completed_at"]) if st.get("completed_at") else clock.now()
+    done = bool(st.get("completed_at"))
+    end = clock.parse_instant(st["completed_at"]) if done else clock.now()
     span = max((due - received).total_seconds(), 1.0)
     elapsed = max((end - received).total_seconds(), 0.0)
     scale = max(span, elapsed) * 1.05
-    return {"due_x": round(600 * span / scale, 1), "end_x": round(600 * elapsed / scale, 1),
-            "late": elapsed > span, "done": bool(st.get("completed_at")),
-            "hours": round(elapsed / 3600, 1), "deadline_hours": round(span / 3600, 1)}
+    due_x, end_x = round(600 * span / scale, 1), round(600 * elapsed / scale, 1)
+    hours, deadline = round(elapsed / 3600, 1), round(span / 3600, 1)
+    late = elapsed > span
+    if done:
+        words = (f"Completed {hours} h after receipt, "
+                 + (f"{round(hours - deadline, 1)} h after" if late else "within")
+                 + f" its {deadline} h deadline.")
+    else:
+        words = (f"Open for {hours} h since receipt: "
+                 + (f"overdue by {round(hours - deadline, 1)} h of its {deadline} h deadline."
+                    if late else f"{round(deadline - hours, 1)} h left of its {deadline} h "
+                                 "deadline."))
+    return {"due_x": due_x, "end_x": end_x, "fill_w": max(end_x, 3.0), "late": late,
+            "done": done, "hours": hours, "deadline_hours": deadline,
+            "end_label": "completed" if done else "now",
+            "end_anchor": "start" if end_x < 60 else "end" if end_x > 540 else "middle",
+            "due_label_y": 54 if due_x > 90 else 10, "words": words}
