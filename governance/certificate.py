@@ -701,8 +701,8 @@ code{font:8.5pt "DejaVu Sans Mono",monospace;overflow-wrap:break-word}
 .meta{color:#444;font-size:8.5pt}
 table.summary{background:#eef1f6;border:1px solid #8a94a6;margin:.4rem 0 .2rem}
 table.summary th{font-size:8.5pt;font-weight:400;color:#333;width:25%}
-table.summary td{font-weight:400}.passed{color:#1f6f3a;font-weight:700}
-.failed{color:#b00020;font-weight:700}
+table.summary td{font-weight:400}table.summary td.passed{color:#1f6f3a;font-weight:700}
+table.summary td.failed{color:#b00020;font-weight:700}
 @page{size:A4;margin:1.6cm}"""
 
 
