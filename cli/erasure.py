@@ -288,8 +288,10 @@ def evidence_pack_command(
             raise InputError(f"{target!r} is not a batch id") from None
         with progress.bar("Building the pack", total=1, json=as_json) as bar:
             written = svc.write_pack(me, target, out_dir, make_zip=make_zip, progress=bar.step)
-    out(written.model_dump(), as_json, written.pack)
-    verdict(f"OK: evidence pack written to {written.pack}")
+    out(written.model_dump(), as_json,
+        written.pack + (f"\n{written.zip}" if written.zip else ""))
+    verdict(f"OK: evidence pack written to {written.pack}"
+            + (f" and {written.zip}" if written.zip else ""))
 
 
 def verify_pack_command(

@@ -353,7 +353,7 @@ def render_report(p: dict[str, Any]) -> str:
         due = datetime.fromisoformat(req["complete_due"].replace("Z", "+00:00"))
         on_time = "within the deadline" if done <= due else "AFTER the deadline"
     targets = p.get("targets", {})
-    counts = ", ".join(f"{len(v)} {k}" for k, v in targets.items())
+    counts = ", ".join(plural(len(v), k) for k, v in targets.items())
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Evidence Pack {e(p['batch']['id'])}</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;color:#222}}
@@ -370,7 +370,7 @@ Reason: {e(p['batch']['reason'] or 'sealed, erased with the batch key')}. Target
 <p>Raw scan of {scan.get('files', 0)} files owned by the ledger:
 <span class="{'ok' if not scan.get('hits') else 'bad'}">{len(scan.get('hits', []))} hits</span>.</p>
 {_copies_html(p)}<h2>Flagged for review</h2>
-<p>{len(flagged_ids)} memories of other subjects flagged <code>refers-to-erased</code>,
+<p>{plural(len(flagged_ids), 'memories')} of other subjects flagged <code>refers-to-erased</code>,
 {len(review_arts)} of their artifacts listed for review; none of them erased.</p>
 <ul>{flagged}</ul>
 {_witness_html(p)}

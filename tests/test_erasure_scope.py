@@ -264,7 +264,7 @@ def test_pack_counts_flags(app: LedgerApp, proj: Projections, tmp_path: Path) ->
     assert predicate["reach"]["flagged_for_review"] == [ids["lunch"]]
     assert predicate["reach"]["flags"] == {"count": 1, "artifacts_for_review": []}
     html = (pack / "report.html").read_text()
-    assert "1 memories of other subjects flagged" in html and ids["lunch"] in html
+    assert "1 memory of other subjects flagged" in html and ids["lunch"] in html
     assert "Miller" not in html
     r = run_cli("verify-pack", str(pack), "--json")
     assert r.code == 0 and json.loads(r.out)["flagged_for_review"] == 1
