@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from ledger.verify import Failure
 
 __all__ = ["REPORT_VERSION", "VERIFY_SCOPES", "Period", "build_report", "category",
-           "parse_period", "policy_history", "policy_rule"]
+           "evidence_note", "parse_period", "policy_history", "policy_rule"]
 
 REPORT_VERSION = 1
 READING = "Reading the period's events"
@@ -83,6 +83,27 @@ KEY_DESTROYED = {Atom.DataKeyDestroyed.TOPIC: "atom",
 REDACTION_MODES = ("soft", "archive", "hard", "delete")
 _SWEEP = re.compile(r"sweep|expir|archiv")
 _PACK = re.compile(r"evidence|pack")
+
+
+def evidence_note(closed: int, events: int) -> str:
+    """Where the evidence of the report's erasures is, and how an Evidence Pack of it is
+    built and checked (ADR 0048: building a pack appends nothing to the log)."""
+    from ledger.text import plural
+
+    if not closed:
+        found = "No erasure was closed in this report, so there is no erasure evidence to pack."
+    else:
+        found = (f"The evidence of every closed erasure is in the signed log itself: "
+                 f"{closed} closed redaction {'batch' if closed == 1 else 'batches'} in "
+                 f"this report, with "
+                 f"{plural(events, 'signed events')} (tombstones and key destructions).")
+    return (f"{found} An Evidence Pack copies a batch's evidence, with its proofs, for "
+            "someone outside to check offline. Building a pack appends nothing to the log "
+            "(ADR 0048), so packs are not counted here; the ledger keeps no copy of them: a "
+            "pack is wherever it was written (`ledger evidence-pack BATCH --out DIR`) or "
+            "downloaded (the console's request page), and can be built again from the log at "
+            "any time. Check a pack offline with `ledger verify-pack DIR --root-key "
+            "root.pub`.")
 
 
 # ----------------------------------------------------------------------------- reading
@@ -247,7 +268,8 @@ def _governance(app: LedgerApp) -> tuple[dict[str, dict[str, Any]], dict[str, di
         oid, ts, p, topic = env["originator_id"], env["timestamp"], env["payload"], env["topic"]
         if topic == ErasureRequest.Created.TOPIC:
             requests[oid] = {
-                "request_id": oid, "subject_id": p.get("subject_id"), "received_at": ts,
+                "request_id": oid, "subject_id": p.get("subject_id"),
+                "subject_ref": p.get("subject_ref"), "received_at": ts,
                 "received_by": env["kid"], "ack_due": format_time(p.get("ack_due")),
                 "acknowledged_at": None, "complete_due": format_time(p.get("complete_due")),
                 "completed_at": None, "batch_id": None}
@@ -569,10 +591,11 @@ def build_report(app: LedgerApp, period: Period, subject: str | None = None,
     for r in req_rows:
         if r["overdue"]:
             findings.append(f"erasure request {r['request_id']} is overdue: completion was due "
-                            f"{r['complete_due']} and it is not completed")
+                            f"{clock.for_people(r['complete_due'])} and it is not completed")
         elif r["status"] == "completed-late":
             findings.append(f"erasure request {r['request_id']} was completed late "
-                            f"({r['completed_at']}, due {r['complete_due']})")
+                            f"({clock.for_people(r['completed_at'])}, due "
+                            f"{clock.for_people(r['complete_due'])})")
     verification = _verification(app, verify, first_seq, last_position, period, progress)
     if verification["ok"] is False:
         findings.append(f"verification failed: {verification['failure']['reason']}")
@@ -623,10 +646,10 @@ def build_report(app: LedgerApp, period: Period, subject: str | None = None,
             "recorded": bool(packs), "events": sum(packs.values()),
             "by_topic": dict(sorted(packs.items())),
             "closed_batches": closed_batches,
-            "note": ("" if packs else
-                     "the log holds no record of evidence packs (building a pack appends no "
-                     "event), so packs built in the period cannot be listed; each closed batch "
-                     "can have one built with `ledger evidence-pack BATCH`")},
+            "evidence_events": sum(b["event_ids"] for b in batch_rows
+                                   if b["status"] == "closed"),
+            "note": evidence_note(closed_batches, sum(b["event_ids"] for b in batch_rows
+                                                      if b["status"] == "closed"))},
         "sweeps": {"events": sum(sweeps.values()), "by_topic": dict(sorted(sweeps.items()))},
         "policy_archiving": {"events": sum(policy_archived.values()),
                              "by_rule": dict(sorted(policy_archived.items()))},

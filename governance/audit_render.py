@@ -18,7 +18,9 @@ from typing import Any
 
 from governance.audit import CATEGORIES
 from governance.audit_period import event_time as _time
+from ledger.clock import for_people
 from ledger.errors import InputError
+from ledger.text import plural
 
 __all__ = ["FORMATS", "render", "render_html", "render_html_body", "render_json",
            "render_text", "write_atomic"]
@@ -78,6 +80,14 @@ def _period_label(r: dict[str, Any]) -> str:
     p = r["period"]
     end = "]" if p["to_inclusive"] else ")"
     return f"[{p['from'] or 'start of the log'}, {p['to']}{end}"
+
+
+def _period_words(r: dict[str, Any]) -> str:
+    """The period as people read it: ``from the start of the log to 2026-03-05 10:00 UTC``."""
+    p = r["period"]
+    start = for_people(p["from"]) if p["from"] else "the start of the log"
+    end = for_people(p["to"]) + ("" if p["to_inclusive"] else " (excluded)")
+    return f"from {start} to {end}"
 
 
 def render_text(r: dict[str, Any]) -> str:
@@ -158,9 +168,10 @@ def render_text(r: dict[str, Any]) -> str:
     lines.append(f"ERASURE REQUESTS: {e['count']} ({e['completed']} completed, "
                  f"{e['completed_late']} completed late, {e['open']} open, "
                  f"{e['overdue']} OVERDUE)")
-    lines += _table(["request", "subject", "received", "ack due", "complete due", "completed",
-                     "hours", "deadline h", "status"],
-                    [(x["request_id"], x["subject_id"], x["received_at"], x["ack_due"],
+    lines += _table(["request", "subject", "subject id", "received", "ack due", "complete due",
+                     "completed", "hours", "deadline h", "status"],
+                    [(x["request_id"], x.get("subject_ref"), x["subject_id"], x["received_at"],
+                      x["ack_due"],
                       x["complete_due"], x["completed_at"],
                       x["hours_taken"] if x["hours_taken"] is not None else x["hours_open"],
                       x["deadline_hours"], x["status"].upper() if x["overdue"]
@@ -222,6 +233,10 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}
 code{font-size:.8rem}svg{max-width:100%;height:auto}
 .scroll{overflow-x:auto;max-width:100%}
 .legend span{display:inline-block;margin-right:1rem;font-size:.8rem}
+td small{display:block;color:#4a5568;font-size:.75rem;white-space:nowrap}
+td code{white-space:nowrap}
+td.ref{overflow-wrap:anywhere;max-width:14rem}
+p.cmd code{overflow-wrap:anywhere}
 .legend svg{margin-right:.3rem;vertical-align:middle}
 """
 
@@ -253,6 +268,18 @@ def _n(value: Any, *path: str | int, tag: str = "td") -> str:
 
 def _t(value: Any) -> str:
     return f"<td>{html.escape('-' if value is None else str(value))}</td>"
+
+
+def _when(value: Any) -> str:
+    """A time cell as people read it (``2026-03-04 10:00 UTC``); the JSON keeps the instant."""
+    return f"<td>{html.escape(for_people(value))}</td>"
+
+
+def _counted_words(n: int, noun: str, *path: str | int) -> str:
+    """``3 atoms`` / ``1 atom``, the number tied to its place in the JSON report."""
+    *first, last = noun.split(" ")
+    word = " ".join([*first, plural(n, last).split(" ", 1)[1]])
+    return f"{_n(n, *path, tag='span')} {html.escape(word)}"
 
 
 def _tile(label: str, value: Any, *path: str | int, state: str = "") -> str:
@@ -404,6 +431,73 @@ def _turnaround_svg(r: dict[str, Any]) -> str:
     return "".join(parts) + f'<div class="legend">{legend}</div>'
 
 
+def _request_row(i: int, x: dict[str, Any]) -> str:
+    """One erasure request for the page: the subject by its reference, times as people read
+    them, each deadline under the moment it bounds, the hours tied to the JSON report."""
+    ref, sid = x.get("subject_ref"), str(x["subject_id"])
+    subject = (f'<td class="ref" title="subject {html.escape(sid)}">'
+               + (f"{html.escape(str(ref))}<small>{html.escape(sid[:8])}…</small>" if ref
+                  else f"<code>{html.escape(sid)}</code>") + "</td>")
+
+    def bounded(at: Any, due: Any) -> str:
+        return (f"<td>{html.escape(for_people(at) if at else 'not yet')}"
+                f"<small>due {html.escape(for_people(due))}</small></td>")
+
+    key, said = (("hours_taken", "taken") if x["hours_taken"] is not None
+                 else ("hours_open", "open for"))
+    taken = f"{said} {_n(x[key], 'erasure_requests', 'items', i, key, tag='span')} h"
+    if x["deadline_hours"] is not None:
+        taken += (" of " + _n(x["deadline_hours"], "erasure_requests", "items", i,
+                              "deadline_hours", tag="span") + " h")
+    return (f"<tr><td><code>{html.escape(x['request_id'])}</code></td>{subject}"
+            f"{_when(x['received_at'])}{bounded(x['acknowledged_at'], x['ack_due'])}"
+            f"{bounded(x['completed_at'], x['complete_due'])}<td>{taken}</td>"
+            f'<td class="{"fail" if x["overdue"] else ""}" data-json-pointer="'
+            f'{_pointer("erasure_requests", "items", i, "status")}">'
+            f"{html.escape(x['status'])}</td></tr>")
+
+
+def _evidence_html(r: dict[str, Any]) -> list[str]:
+    """Where the evidence of the report's erasures is and how to hand it over (ADR 0048:
+    packs leave no record in the log, so the section never reads as if there were none)."""
+    ep, v = r["evidence_packs"], r["verification"]
+    closed = [(i, x) for i, x in enumerate(r["batches"]["items"]) if x["status"] == "closed"]
+    out = ["<h2>Evidence packs</h2>"]
+    if ep["recorded"]:
+        out.append(f"<p>{_n(ep['events'], 'evidence_packs', 'events', tag='span')} pack "
+                   "events recorded in the period.</p>")
+    if not closed:
+        out.append("<p>No erasure was closed in this report, so there is no erasure "
+                   "evidence to pack.</p>")
+    else:
+        checked = ("checked by the verification above" if v["ok"] else
+                   "not verified in this report (see Verification)")
+        batches = _counted_words(ep["closed_batches"], "closed batches", "evidence_packs",
+                                 "closed_batches")
+        events = _counted_words(ep["evidence_events"], "signed events", "evidence_packs",
+                                "evidence_events")
+        out.append(f"<p><strong>The evidence is in the log.</strong> Each closed erasure "
+                   f"left its signed tombstones and key destructions in the log, {checked}: "
+                   f"{batches} with {events}.</p>")
+        out.append("<table><tr><th>batch</th><th>request</th><th>closed</th>"
+                   "<th>signed events</th></tr>" + "".join(
+                       f"<tr><td><code>{html.escape(x['batch_id'])}</code></td>"
+                       f"<td><code>{html.escape(str(x['request_id'] or '-'))}</code></td>"
+                       f"{_when(x['closed_at'])}"
+                       f"{_n(x['event_ids'], 'batches', 'items', i, 'event_ids')}</tr>"
+                       for i, x in closed) + "</table>")
+        out.append('<p class="cmd">To hand one over, build its Evidence Pack: '
+                   "<code>ledger evidence-pack BATCH --out DIR</code>, or <em>Build the "
+                   "Evidence Pack</em> on the console's request page. A pack holds these "
+                   "events with their inclusion proofs, signed; whoever receives it checks it "
+                   "offline with <code>ledger verify-pack DIR --root-key root.pub</code>.</p>")
+    out.append('<p class="muted">Packs are not counted here: building one appends nothing '
+               "to the log (ADR 0048), and the ledger keeps no copy of a pack. A pack is "
+               "wherever it was written or downloaded, and can be built again from the log "
+               "at any time, with the same evidence.</p>")
+    return out
+
+
 def render_html(r: dict[str, Any]) -> str:
     """One self-contained page: inline CSS and SVG, no script, nothing fetched."""
     return "\n".join([
@@ -411,7 +505,7 @@ def render_html(r: dict[str, Any]) -> str:
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "style-src 'unsafe-inline'; img-src data:\">",
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>Memory audit report {html.escape(_period_label(r))}</title>",
+        f"<title>Memory audit report, {html.escape(_period_words(r))}</title>",
         f"<style>{_CSS}</style></head><body>",
         "<h1>Memory audit report</h1>", render_html_body(r), "</body></html>"]) + "\n"
 
@@ -441,7 +535,8 @@ def render_html_body(r: dict[str, Any], level: int = 2) -> str:
     a, v, e = r["activity"], r["verification"], r["erasure_requests"]
     out: list[str] = [
         f'<p class="muted">Ledger <code>{html.escape(r["ledger_id"])}</code> · period '
-        f"{html.escape(_period_label(r))} · generated {html.escape(r['generated_at'])}<br>"
+        f"{html.escape(_period_words(r))} · generated "
+        f"{html.escape(for_people(r['generated_at']))}<br>"
         f"{html.escape(r['scope_note'])}"
         + (f" · subject <code>{html.escape(r['subject']['subject_id'])}</code>"
            if r["subject"] else "") + "</p>",
@@ -478,7 +573,7 @@ def render_html_body(r: dict[str, Any], level: int = 2) -> str:
         out.append(f'<p>Status: <span class="{cls}" data-json-pointer="/verification/status">'
                    f"{html.escape(v['status'])}</span> (scope {html.escape(v['scope'])}); head "
                    f"seq {_n(v['head_seq'], 'verification', 'head_seq', tag='span')} at "
-                   f"{html.escape(str(v['head_time']))}.</p>")
+                   f"{html.escape(for_people(v['head_time']))}.</p>")
         if v.get("note"):
             out.append(f'<p class="muted">{html.escape(v["note"])}</p>')
         if v["failure"]:
@@ -520,23 +615,33 @@ def render_html_body(r: dict[str, Any], level: int = 2) -> str:
     # kinds
     out.append("<h2>Creations, retrievals, rehearsals, redactions</h2><table>"
                "<tr><th>kind</th><th>audit flag</th><th>figures</th></tr>")
-    for key, fields in (("creations", ("atoms", "artifacts", "subjects", "total")),
-                        ("retrievals", ("events", "atoms", "sessions")),
-                        ("rehearsals", ("events", "atoms"))):
+    for key in ("creations", "retrievals", "rehearsals"):
         s = r[key]
-        figures = (" ".join(f"{f} {_n(s[f], key, f, tag='span')}" for f in fields)
-                   if s["reported"] else html.escape(s["note"]))
+        if not s["reported"]:
+            figures = html.escape(s["note"])
+        elif key == "creations":
+            figures = (", ".join(_counted_words(s[f], f, key, f)
+                                 for f in ("atoms", "artifacts", "subjects"))
+                       + f"; {_n(s['total'], key, 'total', tag='span')} in all")
+        elif key == "retrievals":
+            figures = (f"{_counted_words(s['events'], 'recall events', key, 'events')} on "
+                       f"{_counted_words(s['atoms'], 'atoms', key, 'atoms')} in "
+                       f"{_counted_words(s['sessions'], 'sessions', key, 'sessions')}")
+        else:
+            figures = (f"{_counted_words(s['events'], 'events', key, 'events')} on "
+                       f"{_counted_words(s['atoms'], 'atoms', key, 'atoms')}")
         out.append(f"<tr>{_t(key)}{_t(s['audit_flag'])}<td>{figures}</td></tr>")
     s = r["redactions"]
     if s["reported"]:
-        figures = " ".join(f"{m} {_n(n, 'redactions', 'by_mode', m, tag='span')}"
-                           for m, n in s["by_mode"].items())
-        figures += "; unredactions " + _n(s["unredactions"], "redactions", "unredactions",
-                                          tag="span")
-        figures += "; artifact deletions " + _n(s["artifact_deletions"], "redactions",
-                                                "artifact_deletions", tag="span")
-        figures += "; data keys destroyed " + " ".join(
-            f"{k} {_n(n, 'redactions', 'data_keys_destroyed', k, tag='span')}"
+        figures = "by mode: " + ", ".join(
+            f"{_n(n, 'redactions', 'by_mode', m, tag='span')} {html.escape(m)}"
+            for m, n in s["by_mode"].items())
+        figures += "; " + _counted_words(s["unredactions"], "unredactions", "redactions",
+                                         "unredactions")
+        figures += "; " + _counted_words(s["artifact_deletions"], "artifact deletions",
+                                         "redactions", "artifact_deletions")
+        figures += "; data keys destroyed: " + ", ".join(
+            _counted_words(n, f"{k} keys", "redactions", "data_keys_destroyed", k)
             for k, n in s["data_keys_destroyed"].items())
     else:
         figures = html.escape(s["note"])
@@ -550,40 +655,33 @@ def render_html_body(r: dict[str, Any], level: int = 2) -> str:
                f"completed late, {_n(e['open'], 'erasure_requests', 'open', tag='span')} open, "
                f"{_n(e['overdue'], 'erasure_requests', 'overdue', tag='span')} overdue.</p>")
     out.append(_turnaround_svg(r))
-    out.append("<table><tr><th>request</th><th>subject</th><th>received</th><th>ack due</th>"
-               "<th>acknowledged</th><th>complete due</th><th>completed</th><th>hours taken"
-               "</th><th>hours open</th><th>deadline (h)</th><th>status</th></tr>")
+    out.append("<table><tr><th>request</th><th>subject</th><th>received</th>"
+               "<th>acknowledged</th><th>completed</th><th>time taken</th><th>status</th>"
+               "</tr>")
     for i, x in enumerate(e["items"]):
-        out.append(
-            f"<tr>{_t(x['request_id'])}{_t(x['subject_id'])}{_t(x['received_at'])}"
-            f"{_t(x['ack_due'])}{_t(x['acknowledged_at'])}{_t(x['complete_due'])}"
-            f"{_t(x['completed_at'])}"
-            f"{_n(x['hours_taken'], 'erasure_requests', 'items', i, 'hours_taken')}"
-            f"{_n(x['hours_open'], 'erasure_requests', 'items', i, 'hours_open')}"
-            f"{_n(x['deadline_hours'], 'erasure_requests', 'items', i, 'deadline_hours')}"
-            f'<td class="{"fail" if x["overdue"] else ""}" data-json-pointer="'
-            f'{_pointer("erasure_requests", "items", i, "status")}">'
-            f"{html.escape(x['status'])}</td></tr>")
+        out.append(_request_row(i, x))
     out.append("</table>")
     b = r["batches"]
     out.append(f"<h2>Redaction batches</h2><p>Batches: "
                f"{_n(b['count'], 'batches', 'count', tag='span')}; "
                f"{_n(b['closed'], 'batches', 'closed', tag='span')} closed.</p>")
     out.append("<table><tr><th>batch</th><th>mode</th><th>request</th><th>opened</th>"
-               "<th>approved by</th><th>closed</th><th>atoms</th><th>artifacts</th>"
-               "<th>subjects</th><th>events</th><th>status</th></tr>")
+               "<th>approved by</th><th>closed</th><th>targets</th><th>events</th>"
+               "<th>status</th></tr>")
     for i, x in enumerate(b["items"]):
+        req = x["request_id"]
+        targets = ", ".join(_counted_words(x["targets"][k], k, "batches", "items", i,
+                                           "targets", k)
+                            for k in ("atoms", "artifacts", "subjects"))
         out.append(
-            f"<tr>{_t(x['batch_id'])}{_t(x['mode'])}{_t(x['request_id'])}{_t(x['opened_at'])}"
-            f"{_t(x['approved_by_name'] or x['approved_by'])}{_t(x['closed_at'])}"
-            + "".join(_n(x["targets"][k], "batches", "items", i, "targets", k)
-                      for k in ("atoms", "artifacts", "subjects"))
-            + f"{_n(x['event_ids'], 'batches', 'items', i, 'event_ids')}{_t(x['status'])}</tr>")
+            f"<tr><td><code>{html.escape(x['batch_id'])}</code></td>{_t(x['mode'])}"
+            + (f'<td title="{html.escape(req)}"><code>{html.escape(req[:8])}…</code></td>'
+               if req else _t(None))
+            + f"{_when(x['opened_at'])}{_t(x['approved_by_name'] or x['approved_by'])}"
+            f"{_when(x['closed_at'])}<td>{targets}</td>"
+            f"{_n(x['event_ids'], 'batches', 'items', i, 'event_ids')}{_t(x['status'])}</tr>")
     out.append("</table>")
-    ep = r["evidence_packs"]
-    out.append("<h2>Evidence packs</h2>")
-    out.append(f"<p>{_n(ep['events'], 'evidence_packs', 'events', tag='span')} recorded. "
-               f"{html.escape(ep['note'])}</p>")
+    out += _evidence_html(r)
     out += _counted(r, "sweeps", "Sweeps (expiry, archive)", "by_topic", "topic")
     out += _counted(r, "policy_archiving", "Policy archiving (memoryPolicy rules at creation)",
                     "by_rule", "rule")
@@ -593,7 +691,8 @@ def render_html_body(r: dict[str, Any], level: int = 2) -> str:
     inf = pol["in_force"]
     out.append("<h2>Policy</h2>")
     out.append("<p>In force at the end of the period: " + (
-        f"<code>{html.escape(inf['event_id'])}</code> set {html.escape(inf['set_at'])} by "
+        f"<code>{html.escape(inf['event_id'])}</code> set "
+        f"{html.escape(for_people(inf['set_at']))} by "
         f"{html.escape(str(inf['signer_name'] or inf['signer']))}" if inf else "none")
         + "</p>")
     out.append("<p>Audit flags: " + ", ".join(
@@ -603,7 +702,7 @@ def render_html_body(r: dict[str, Any], level: int = 2) -> str:
     out.append(f"<p>Changes in the period: {len(pol['changes'])}</p>")
     if pol["changes"]:
         out.append("<table><tr><th>event</th><th>set at</th><th>signer</th></tr>" + "".join(
-            f"<tr>{_t(c['event_id'])}{_t(c['set_at'])}{_t(c['signer_name'] or c['signer'])}"
+            f"<tr>{_t(c['event_id'])}{_when(c['set_at'])}{_t(c['signer_name'] or c['signer'])}"
             "</tr>" for c in pol["changes"]) + "</table>")
     k = r["key_roster"]
     out.append(f"<h2>Key roster</h2><p>"
@@ -613,7 +712,7 @@ def render_html_body(r: dict[str, Any], level: int = 2) -> str:
     if k["items"]:
         out.append("<table><tr><th>at</th><th>change</th><th>key id</th><th>name</th>"
                    "<th>role</th></tr>" + "".join(
-                       f"<tr>{_t(x['at'])}{_t(x['change'])}{_t(x['kid'])}{_t(x['name'])}"
+                       f"<tr>{_when(x['at'])}{_t(x['change'])}{_t(x['kid'])}{_t(x['name'])}"
                        f"{_t(x['role'])}</tr>" for x in k["items"]) + "</table>")
     out.append('<p class="muted">Ids and counts only: this report holds no memory content. '
                "Produced by <code>ledger audit</code>.</p>")
