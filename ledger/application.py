@@ -1186,6 +1186,56 @@ class LedgerApp(Application[UUID]):
         log.info("batch.closed", batch_id=str(batch_id))
         return ids
 
+    def end_partial(self, operator: str, batch_id: UUID, request_id: UUID | None,
+                    event_ids: list[str], reach: dict[str, Any],
+                    reasons: list[dict[str, Any]]) -> list[str]:
+        """Record that a run of the batch ended without erasing all its targets (ADR
+        0047): ``batch.ended-partial`` (what it did and reached, why it stopped short) and,
+        for a request, ``request.ended-partial``, in one commit. Nothing is destroyed or
+        closed here: the batch's and the request's own keys stay for the resume."""
+        with self.writing(self.signer(operator), OPERATOR) as at:
+            batch: Any = self.repository.get(batch_id)
+            if batch.status in ("executed", "closed"):
+                raise ConflictError(f"batch {batch_id} is {batch.status}; it cannot end partial")
+            batch.trigger_event(RedactionBatch.EndedPartial, timestamp=at,
+                                event_ids=event_ids, reach=reach, reasons=reasons)
+            aggs: list[Any] = [batch]
+            if request_id is not None:
+                req: Any = self.repository.get(request_id)
+                req.trigger_event(ErasureRequest.EndedPartial, timestamp=at,
+                                  batch_id=str(batch_id), reasons=reasons)
+                aggs.append(req)
+            ids = self.commit(*aggs)
+        log.info("batch.ended_partial", batch_id=str(batch_id),
+                 reasons=[r.get("code") for r in reasons])
+        return ids
+
+    def reject_request(self, operator: str, request_id: UUID, code: str, reason: str
+                       ) -> list[str]:
+        """Refuse an erasure request that no erasure has started for (ADR 0047): a signed
+        ``request.rejected`` (code, the operator's words in clear) and the request's own
+        key destroyed (its sealed reason and identifiers), in one commit."""
+        with self.writing(self.signer(operator), OPERATOR) as at:
+            req: Any = self.repository.get(request_id)
+            if not isinstance(req, ErasureRequest):
+                raise NotFound(f"{request_id} is not an erasure request")
+            if getattr(req, "rejected_at", None) is not None:
+                raise ConflictError(f"request {request_id} was already rejected at "
+                                    f"{req.rejected_at}")
+            if req.completed_at is not None or req.batch_id is not None:
+                raise ConflictError(
+                    f"request {request_id} has an erasure (batch {req.batch_id}); only a "
+                    "request no erasure has started for can be rejected",
+                    hint="a started erasure is finished with `ledger requests resume`")
+            req.trigger_event(ErasureRequest.Rejected, timestamp=at, code=code,
+                              reason=reason, operator=operator,
+                              credential=self.acting_credential)
+            self._destroy_own_key(req, ErasureRequest.DataKeyDestroyed, "request rejected",
+                                  at)
+            ids = self.commit(req)
+        log.info("request.rejected", request_id=str(request_id), code=code)
+        return ids
+
     def _destroy_own_key(self, agg: Any, event: Any, reason: str, at: datetime) -> None:
         """Destroy the data key of a request or batch (if it ever had one) and record it."""
         kid = str(agg.id)

@@ -25,6 +25,12 @@ WRITER = ("writer",)
 WRITER_OR_OPERATOR = ("writer", "operator")
 OPERATOR = ("operator",)
 REDACTION_MODES = ("soft", "archive", "hard", "delete")
+REJECTION_CODES = ("identity-not-verified", "manifestly-unfounded", "excessive",
+                   "legal-exemption", "withdrawn", "duplicate", "other")
+"""Why an erasure request was rejected (``request.rejected``; ADR 0047): the identity of
+the person could not be verified, the request is manifestly unfounded or excessive (GDPR
+Art. 12(5)), an exemption applies (Art. 17(3)), the subject withdrew it, it repeats an
+open request, or another reason the operator's words give."""
 STATUS_BY_MODE = {"soft": "soft-redacted", "archive": "archived", "hard": "hard-redacted",
                   "delete": "deleted"}
 
@@ -633,6 +639,45 @@ class ErasureRequest(Aggregate, _Erasable, _Copyable):
             aggregate.batch_id = self.batch_id
             aggregate.event_ids = list(self.event_ids)
 
+    class EndedPartial(Event):
+        """A run of the request's erasure ended without erasing all it was asked to (ADR
+        0047): ``reasons`` say what is left and why, in ids, route names and hold ids
+        only (see ``governance/partial.py``). The request stays open (not completed, its
+        deadline still running); ``ledger requests resume`` continues the same batch, and
+        its completion keeps this record. Signed in the same commit as the batch's
+        ``batch.ended-partial``."""
+
+        TOPIC = "memory-ledger:request.ended-partial.v1"
+        batch_id: str
+        reasons: list[dict[str, Any]]
+
+        def apply(self, aggregate: Any) -> None:
+            at = self.timestamp.isoformat()
+            aggregate.partial_at = at
+            aggregate.batch_id = self.batch_id
+            aggregate.partial_reasons = [dict(r) for r in self.reasons]
+            aggregate.partials = [*getattr(aggregate, "partials", ()), {
+                "event_id": f"{self.originator_id}/{self.originator_version}", "at": at,
+                "reasons": [dict(r) for r in self.reasons]}]
+
+    class Rejected(Event):
+        """The request is refused and closed, never executed (ADR 0047): ``code`` from
+        :data:`REJECTION_CODES`, ``reason`` in the operator's words, in clear (it is shown
+        in the request register: never personal data), ``operator`` the key that decided.
+        The request's own data key (its reason and identifiers) is destroyed in the same
+        commit."""
+
+        TOPIC = "memory-ledger:request.rejected.v1"
+        code: str
+        reason: str
+        operator: str
+        credential: str | None = None
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.rejected_at = self.timestamp.isoformat()
+            aggregate.rejection = {"code": self.code, "reason": self.reason,
+                                   "operator": self.operator}
+
     class DataKeyDestroyed(DataKeyDestroyedMixin, Event):
         TOPIC = "memory-ledger:request.data-key-destroyed.v1"
         SIGNER_ROLES = OPERATOR
@@ -650,6 +695,13 @@ class ErasureRequest(Aggregate, _Erasable, _Copyable):
         batch_id: str | None
         request_id: str | None
         original: dict[str, Any]
+
+    # set by EndedPartial and Rejected (class defaults: requests older than them)
+    partial_at: str | None = None
+    partial_reasons: list[dict[str, Any]] | None = None
+    partials: list[dict[str, Any]] | tuple[()] = ()
+    rejected_at: str | None = None
+    rejection: dict[str, str] | None = None
 
     def __init__(self) -> None:
         self.acknowledged_at: str | None = None
@@ -735,6 +787,28 @@ class RedactionBatch(Aggregate, _Erasable, _Copyable):
             aggregate.event_ids = list(self.event_ids)
             aggregate.reach = self.reach
 
+    class EndedPartial(Event):
+        """A run of the erasure ended without erasing all the approved targets (ADR 0047):
+        a read-model route's store unreachable after retries, items under a legal hold.
+        ``event_ids``: what it did (key destructions, the tombstones of the items it
+        finished, review flags), ``reach``: the routes it purged and probed, those it could
+        not (``not-checked``) and the raw scan, ``reasons``: why it stopped short, ids only.
+        The batch stays open (its key and sealed needles kept for the resume, which reruns
+        the purge, probes and scan); keys destroyed stay destroyed."""
+
+        TOPIC = "memory-ledger:batch.ended-partial.v1"
+        event_ids: list[str]
+        reach: dict[str, Any]
+        reasons: list[dict[str, Any]]
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.status = "partial"
+            aggregate.event_ids = list(self.event_ids)
+            aggregate.reach = self.reach
+            aggregate.partials = [*getattr(aggregate, "partials", ()), {
+                "event_id": f"{self.originator_id}/{self.originator_version}",
+                "at": self.timestamp.isoformat(), "reasons": [dict(r) for r in self.reasons]}]
+
     class Closed(Event):
         TOPIC = "memory-ledger:batch.closed.v1"
         outcome: str
@@ -742,6 +816,8 @@ class RedactionBatch(Aggregate, _Erasable, _Copyable):
         def apply(self, aggregate: Any) -> None:
             aggregate.status = "closed"
             aggregate.outcome = self.outcome
+
+    partials: list[dict[str, Any]] | tuple[()] = ()  # set by EndedPartial
 
     def __init__(self) -> None:
         self.approved_by: str | None = None
