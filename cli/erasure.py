@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cli.opener import Served
-from cli.output import JsonOpt, out, verdict
+from cli.output import JsonOpt, out, partial_verdict, verdict
 from ledger.errors import EXIT_VERIFY, ConflictError, InputError
 from ledger.text import event_lines, plural
 
@@ -65,6 +65,7 @@ def redact_command(
         done = svc.redact(me, atom, mode, reason)
     data = done.report
     out(data, as_json, "\n".join(event_lines(data["event_ids"])))
+    partial_verdict(data, f"the hard redaction of atom {done.atom_id}")
     verdict(f"OK: atom {done.atom_id} {mode}-redacted")
 
 
@@ -84,6 +85,7 @@ def delete_command(atom: str, reason: ReasonOpt, operator: OperatorOpt = "operat
         done = svc.erase_atom(me, atom, reason)
     data = done.report
     out(data, as_json, "\n".join(event_lines(data["event_ids"])))
+    partial_verdict(data, f"the deletion of atom {done.atom_id}")
     verdict(f"OK: atom {done.atom_id} deleted; batch {data['batch_id']}")
 
 
@@ -101,6 +103,7 @@ def artifact_delete_command(
         data = svc.erase_artifact(me, artifact, reason, flag_unsourced=flag_unsourced).report
     c = data["cascade"]
     out(data, as_json, "\n".join(event_lines(data["event_ids"])))
+    partial_verdict(data, "the artifact's deletion")
     verdict(f"OK: artifact deleted; {plural(len(c['deleted_atoms']), 'atoms')} deleted, "
              f"{len(c['kept_atoms'])} kept with other sources, "
              f"{len(c['flagged_unsourced'])} flagged unsourced")
@@ -183,6 +186,7 @@ def redact_user_command(
                                      for a in data["flag_for_review"]),
                                    *(f"review artifact {a}" for a in
                                      data.get("review_artifacts", []))]))
+    partial_verdict(data, f"the erasure of request {data['request_id']}")
     again = "; resumed an interrupted run" if data.get("resumed") else ""
     plan_note = f"; plan {data['plan_digest']}" if data.get("plan_digest") else ""
     verdict(f"OK: erased {counts}; {plural(flagged, 'memories')} of others flagged for "
@@ -218,6 +222,11 @@ def _plan_text(data: dict[str, Any]) -> str:
     for s in data.get("sessions", []):
         lines.append(f"session {s['session_id']}: {s['atoms_of_subject']} atoms of the "
                      f"subject, {s['flagged_atoms_of_others']} of others flagged")
+    for h in data.get("held", []):  # ADR 0047: approved, kept while the hold lasts
+        lines.append(f"kept under legal hold {h['hold']} ({h['reason']}): "
+                     f"{plural(len(h['atoms']), 'atoms')}, "
+                     f"{plural(len(h['artifacts']), 'artifacts')}, "
+                     f"{plural(len(h['subjects']), 'subject records')}")
     lines.append(f"plan {data['plan_digest']}")
     return "\n".join(lines)
 
@@ -332,6 +341,13 @@ def verify_pack_command(
     trust = "the trusted root key" if root_key else "the pack's own root key (pin one with " \
                                                     "--root-key)"
     copies = copies_line(report.copies)
+    if report.outcome == "partial":  # authentic evidence of an erasure that did not finish
+        from governance.partial import partial_line
+
+        verdict(f"PARTIAL: pack verified against {trust}: {report.events} signed events, "
+                f"signers {', '.join(report.signers)}; it proves a PARTIAL erasure, not a "
+                f"complete one: {partial_line(report.partial_reasons)}")
+        raise typer.Exit(EXIT_VERIFY)
     verdict(f"OK: pack verified against {trust}: {report.events} signed events, signers "
              f"{', '.join(report.signers)}{summary(report.witnesses)}; "
              f"{plural(report.flagged_for_review, 'memories')} of others flagged for review"

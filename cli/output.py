@@ -24,3 +24,20 @@ def out(data: Any, as_json: bool, text: str | None = None) -> None:
 
 def verdict(message: str) -> None:
     sys.stderr.write(message + "\n")
+
+
+def partial_verdict(data: dict[str, Any], what: str) -> bool:
+    """An erasure that ended partial (ADR 0047) is never reported as done: ``PARTIAL:``
+    with its reasons and the way to finish it on stderr, and exit 1 (the caller's data has
+    been printed). Returns False, doing nothing, for any other outcome."""
+    if data.get("status") != "partial":
+        return False
+    from governance.partial import partial_line
+
+    rid = data.get("request_id")
+    verdict(f"PARTIAL: {what} did not finish: {partial_line(data.get('reasons') or [])}; "
+            f"batch {data.get('batch_id')} stays open; the keys already destroyed stay "
+            "destroyed; finish it with "
+            + (f"`ledger requests resume {rid}`" if rid else "the same command")
+            + " once that is resolved")
+    raise typer.Exit(1)

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from cli.opener import Served
-from cli.output import out, verdict
+from cli.output import out, partial_verdict, verdict
 
 _served: list[Served] = []
 
@@ -31,8 +31,9 @@ def requests_resume(
     = "operator",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
 ) -> None:
-    """Finish an interrupted erasure request: the same request and batch, from the step
-    where it stopped, to its close.
+    """Finish an interrupted erasure request, or one that ended partial: the same request
+    and batch, from the step where it stopped, to its close. Still partial (the store is
+    still unreachable, the legal hold still in the policy): a new partial record, exit 1.
 
     Example: ledger requests resume 6093ed56-8cc6-49d9-8f18-e99daa44fcd2
     """
@@ -44,6 +45,12 @@ def requests_resume(
     if data.get("no_op"):
         verdict(f"OK: nothing to do: request {data['request_id']} was completed at "
                  f"{data['completed_at']}")
+        return
+    partial_verdict(data, f"the erasure of request {data['request_id']}")
+    if data.get("partial_before"):
+        verdict(f"OK: request {data['request_id']} completed; batch {data['batch_id']} "
+                f"closed; its {len(data['partial_before'])} earlier partial record(s) stay "
+                "in the log")
     else:
         verdict(f"OK: request {data['request_id']} completed; batch {data['batch_id']} "
                  "closed")

@@ -16,6 +16,12 @@ delete` and `ledger redact-user`:
    (the keys are already gone; a re-run finishes it);
 6. signed tombstones list the routes reached; the batch records the reach results and
    closes; a checkpoint is taken before and after, for the Evidence Pack.
+
+An erasure that cannot erase everything (a read model's store unreachable after retries,
+items under a legal hold of the policy) ends *partial* instead (ADR 0047,
+governance/partial.py): what it could do is done and recorded, signed
+(``batch.ended-partial``, ``request.ended-partial``), the batch stays open, and a later
+run (``ledger requests resume``) finishes it.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from uuid import UUID
 import sqlalchemy as sa
 import structlog
 
+from governance import partial as part
 from governance.identifiers import (
     BROAD_MATCHES,
     Identifier,
@@ -53,7 +60,7 @@ from ledger.errors import (
 )
 from ledger.progress import Steps, report
 from projections.memory import index_text
-from projections.routes import Reach
+from projections.routes import Reach, StoreUnavailable
 from projections.service import Projections
 from projections.store import FREE_PAGE, content_digest, content_needles
 
@@ -91,6 +98,14 @@ class Targets:
     @property
     def count(self) -> int:
         return len(self.atoms) + len(self.artifacts) + len(self.subjects) + len(self.records)
+
+    def without(self, ids: Iterable[str]) -> Targets:
+        """These targets less ``ids`` (the items a legal hold keeps, ADR 0047)."""
+        drop = set(ids)
+        return Targets(atoms=[i for i in self.atoms if i not in drop],
+                       artifacts=[i for i in self.artifacts if i not in drop],
+                       subjects=[i for i in self.subjects if i not in drop],
+                       records=[i for i in self.records if i not in drop])
 
 
 def check_operator(app: LedgerApp, operator: str) -> None:
@@ -271,7 +286,8 @@ MAX_COMMITS = 4
 
 
 STEPS = ("start", "after-receipt", "after-approval", "keys-deleted", "key", "subject-key",
-         "after-purge", "probes", "scan", "tombstone", "after-execute", "after-close")
+         "after-purge", "probes", "scan", "tombstone", "after-partial", "after-execute",
+         "after-close")
 """The crash points of an erasure (``LEDGER_FAULT=STEP[:N]``, ledger/faults.py): ``key``
 and ``tombstone`` count items (``key:150`` stops after the commit that destroyed the
 150th key); ``keys-deleted`` is between a keystore commit and its events."""
@@ -328,7 +344,14 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
     the first key is destroyed and kept sealed under the batch's data key, in the
     keystore, until the batch closes (its key destroyed last). ``fresh``: the request was
     received just now, so it has no batch to look for. Returns batch id, event ids and
-    reach results.
+    reach results, and ``status``: ``completed``, or ``partial`` with ``reasons``.
+
+    A run that cannot erase everything ends partial (ADR 0047): a read model's store
+    unreachable after :data:`governance.partial.ATTEMPTS` tries (the other routes are
+    purged and probed, the keys destroyed stay destroyed, nothing is tombstoned), or items
+    a legal hold of the enforced policy keeps (kept with their keys; the others erased
+    and tombstoned). The batch stays open and the next run continues it. A hard erasure
+    without a request (a deletion) of a held item is refused before anything is written.
 
     ``referring``: memories of others to flag ``refers-to-erased`` (a mapping gives each
     flag's reason: ids, identifier positions, field names, never content);
@@ -339,12 +362,18 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
         raise InputError(f"hard_erase takes mode hard or delete, not {mode!r}")
     check_operator(app, operator)
     timer = _Timer()
-    proj.catch_up_steps(progress)
+    down = _catch_up_reachable(proj, progress)
     if batch is None and not fresh:
         batch = _open_batch(app, request_id, targets)
     resumed = batch is not None
+    holds = part.holds_in_force(app.policy())
     notes: dict[str, Any] | None = None
     if batch is None:
+        if part.ATOMS_MODEL in down:
+            raise _unreachable_before(down)
+        held = part.held_items(app, targets.as_json(), holds)
+        if held and request_id is None:
+            raise _held_refusal(held, "erasure")
         before = app.checkpoint().size
         batch_id = app.open_batch(operator, request_id, mode, reason, targets.as_json())
     else:
@@ -362,6 +391,8 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
         return _close(app, proj, batch_id, request_id, operator, timer, before,
                       batch.event_ids, batch.reach, targets, progress)
     if notes is None:  # taken before any key is destroyed (ADR 0019)
+        if part.ATOMS_MODEL in down:
+            raise _unreachable_before(down)
         with proj.store.engine.connect() as conn:
             content, indexed, shared = _content_of(proj, conn, targets)
             kept = successors(proj, conn, targets.atoms)
@@ -378,18 +409,21 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
                                     for t in texts for n in content_needles(t)}),
                  "referring": referring,
                  "review_artifacts": sorted(review_artifacts), "cascade": cascade}
-        try:
-            app.seal_note(str(batch_id), json.dumps(
-                {**notes, "needles": [n.hex() for n in notes["needles"]]}).encode())
-        except DataKeyUnavailable:
-            pass  # a batch opened before batches had keys: nothing to seal it under
+        _seal_notes(app, batch_id, notes)
     faults.point("after-approval")
-    content, indexed = notes["content"], notes["indexed"]
-    needles, referring = notes["needles"], notes["referring"]
+    held = part.held_items(app, targets.as_json(), holds)
+    live = targets.without(held)
+    content = {i: v for i, v in notes["content"].items() if i not in held}
+    indexed = {i: v for i, v in notes["indexed"].items() if i not in held}
+    # a value a held item keeps is that item's: not looked for (as a value other memories
+    # hold, ADR 0041); values the held items share with erased ones are kept by them
+    kept_values = {n for i, texts in notes["content"].items() if i in held
+                   for t in texts for n in content_needles(t)}
+    needles = [n for n in notes["needles"] if n not in kept_values]
+    referring = notes["referring"]
     review_artifacts = notes.get("review_artifacts", [])
     cascade = notes.get("cascade")
-    ids = [UUID(i) for i in [*targets.atoms, *targets.artifacts, *targets.subjects,
-                              *targets.records]]
+    ids = [UUID(i) for i in [*live.atoms, *live.artifacts, *live.subjects, *live.records]]
     timer.lap("open")
     # The raw scan reads the files while the erasure runs (ADR 0012): the projections
     # file from now on, its changes held in its WAL until the probes are done, when a
@@ -397,13 +431,14 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
     # store, keystore) once the keys are gone; result() reads again whatever changed.
     scan = TreeScan(app.config.home, needles)
     items = [str(i) for i in ids]
+    unreachable: dict[str, dict[str, Any]] = {}
     try:
-        with proj.store.checkpoints_held() as held:
-            main = proj.store.sqlite_path if held else None
+        with proj.store.checkpoints_held() as held_store:
+            main = proj.store.sqlite_path if held_store else None
             if main is not None:
                 scan.start([main])
             earlier = resumed and app.data_keys_destroyed_among(items)
-            shred_ids = _destroy_keys(app, targets, batch_id, operator, progress)
+            shred_ids = _destroy_keys(app, live, batch_id, operator, progress)
             # a key an interrupted run destroyed may have left its bytes in a page this
             # run cannot find them in (it never knew them): the keystore is rebuilt
             app.finish_key_destruction(vacuum=bool(earlier))
@@ -411,7 +446,7 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
             purged = {p.resolve() for p in proj.store.files()}
             scan.start([p for p in sorted(app.config.home.rglob("*"))
                         if p.is_file() and p.resolve() not in purged])
-            routes = _purge(proj, items, timer, progress)
+            routes, unreachable = _purge(proj, items, timer, progress, down)
             faults.point("after-purge")
             # the checkpoint (copying the purged pages into the file, and naming them)
             # runs on a thread while the probes read: they write nothing
@@ -419,7 +454,9 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
                 changed = ex.submit(proj.store.checkpoint_pages)
                 report(progress, "Probing read models", 0, len(routes))
                 per_route, problems = _probe(proj, routes, items, content, indexed, timer,
-                                             shared_ok=bool(notes.get("held_by_others")))
+                                             shared_ok=bool(notes.get("held_by_others")
+                                                            or held),
+                                             unreachable=unreachable)
                 report(progress, "Probing read models", len(routes), len(routes))
                 named = changed.result()
             if main is not None and named is not None:
@@ -432,7 +469,7 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
     finally:
         scan.close()
     others = dict(notes.get("held_by_others") or {})
-    if problems or raw["hits"]:
+    if (problems or raw["hits"]) and not unreachable:
         # before failing: what was found may be other memories' own longer texts that
         # hold these words (ADR 0041); if so, look again without those values
         inside, in_atoms, in_artifacts = held_inside_others(proj, set(items), content)
@@ -450,45 +487,36 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
             review_artifacts = sorted({*review_artifacts, *in_artifacts})
             others = {"values": others.get("values", 0) + len(inside),
                       "items": others.get("items", 0) + len(in_atoms) + len(in_artifacts)}
-    raw = _repair_residue(app, proj, raw, needles, timer)
+    if unreachable:
+        # a store that could not be purged still holds the items: its files' hits are
+        # expected (and recorded); a hit in any other file is still a defect
+        stray = _outside_store(app, proj, raw)
+    else:
+        raw = _repair_residue(app, proj, raw, needles, timer)
+        stray = [h["file"] for h in raw["hits"]]
     checked_at = clock.format_instant(clock.now())
     for entry in per_route.values():
         entry["checked_at"] = checked_at
-    if raw["hits"]:
-        problems.append("raw scan found erased content in " +
-                        ", ".join(h["file"] for h in raw["hits"]))
+    if stray:
+        problems.append("raw scan found erased content in " + ", ".join(stray))
     if problems:
         log.error("erasure.incomplete", batch_id=str(batch_id), problems=len(problems))
         raise ErasureIncomplete(
             "erasure incomplete: " + "; ".join(problems[:5]),
             hint=f"keys are destroyed; fix the route and run the command again (batch "
                  f"{batch_id} stays open and is resumed)")
-    reached = [*sorted(per_route), "raw-file-scan"]
+    reached = [*sorted(r for r in per_route if r not in unreachable), "raw-file-scan"]
     note = f"erasure batch {batch_id}"  # the reason itself is sealed in the batch
-    done = 0
     tomb_ids: list[str] = []
-    stones = len(targets.atoms) + len(targets.artifacts) + len(targets.records)
-    report(progress, "Writing tombstones", 0, stones)
-    for chunk in _chunks(targets.atoms):
-        tomb_ids += app.tombstone([UUID(a) for a in chunk], [], mode, note, reached,
-                                  batch_id=str(batch_id), actor=operator)
-        done += len(chunk)
-        faults.point("tombstone", done)
-        report(progress, "Writing tombstones", done, stones)
-    if targets.artifacts:
-        tomb_ids += app.tombstone([], [UUID(a) for a in targets.artifacts], mode, note,
-                                  reached, batch_id=str(batch_id), cascade=cascade,
-                                  actor=operator)
-        faults.point("tombstone", done + len(targets.artifacts))
-        report(progress, "Writing tombstones", done + len(targets.artifacts), stones)
-    if targets.records:  # portable records (ADR 0017)
-        tomb_ids += app.tombstone([], [], mode, note, reached, batch_id=str(batch_id),
-                                  actor=operator, records=[UUID(r) for r in targets.records])
-        report(progress, "Writing tombstones", stones, stones)
-    flag_ids = []
-    for i, other in enumerate(referring, start=1):
-        if i % 100 == 1 or i == len(referring):
-            report(progress, "Flagging memories of others", i, len(referring))
+    if not unreachable:  # an item is tombstoned once every route reached it
+        tomb_ids = _tombstones(app, live, mode, note, reached, batch_id, cascade, operator,
+                               progress)
+    earlier_flags = _flags_of_earlier_runs(batch)
+    flag_ids = [*earlier_flags.values()]
+    todo = [o for o in referring if o not in earlier_flags]
+    for i, other in enumerate(todo, start=1):
+        if i % 100 == 1 or i == len(todo):
+            report(progress, "Flagging memories of others", i, len(todo))
         why = referring[other] if isinstance(referring, Mapping) else "refers to memory"
         fid = app.flag(UUID(other), "refers-to-erased", f"{why}; erased by batch "
                        f"{batch_id}", related=None, actor=operator)
@@ -516,6 +544,10 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
                      if getattr(a, "data_key_destroyed_event", None)]
         tomb_ids = [a.tombstone_event for a in aggs if getattr(a, "tombstone_event", None)]
     event_ids = [*shred_ids, *tomb_ids, *flag_ids]
+    reasons = [*unreachable.values(), *part.hold_reasons(targets.as_json(), held, holds)]
+    if reasons:
+        return _end_partial(app, batch_id, request_id, operator, timer, event_ids, reach,
+                            reasons, targets, notes, held, raw)
     app.execute_batch(operator, batch_id, event_ids, reach)
     faults.point("after-execute")
     out = _close(app, proj, batch_id, request_id, operator, timer, before, event_ids, reach,
@@ -527,6 +559,171 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
             "rescanned_bytes": raw.get("rescanned_bytes", 0),
             "patched_bytes": raw.get("patched_bytes", 0),
             "repairs": raw.get("repair_steps", []), "resumed": resumed}
+
+
+def plural_items(n: int) -> str:
+    return f"{n} item{'s' if n != 1 else ''}"
+
+
+def _held_refusal(held: Mapping[str, str], what: str) -> ConflictError:
+    """A hard erasure without a request (a deletion) of held items is refused before
+    anything is written (ADR 0047): nothing to report a partial outcome to."""
+    return ConflictError(
+        f"{plural_items(len(held))} of this {what} {'is' if len(held) == 1 else 'are'} "
+        f"under legal hold {', '.join(sorted(set(held.values())))} of the policy in force; "
+        "nothing was erased", hint="lift the hold (`ledger policy set` without it) first")
+
+
+def _seal_notes(app: LedgerApp, batch_id: UUID, notes: Mapping[str, Any]) -> None:
+    try:
+        app.seal_note(str(batch_id), json.dumps(
+            {**notes, "needles": [n.hex() for n in notes["needles"]]}).encode())
+    except DataKeyUnavailable:
+        pass  # a batch opened before batches had keys: nothing to seal it under
+
+
+def _tombstones(app: LedgerApp, live: Targets, mode: str, note: str, reached: list[str],
+                batch_id: UUID, cascade: dict[str, dict[str, Any]] | None, operator: str,
+                progress: Steps | None) -> list[str]:
+    """Signed tombstones of the items erased everywhere, :data:`CHUNK` a commit."""
+    done = 0
+    tomb_ids: list[str] = []
+    stones = len(live.atoms) + len(live.artifacts) + len(live.records)
+    report(progress, "Writing tombstones", 0, stones)
+    for chunk in _chunks(live.atoms):
+        tomb_ids += app.tombstone([UUID(a) for a in chunk], [], mode, note, reached,
+                                  batch_id=str(batch_id), actor=operator)
+        done += len(chunk)
+        faults.point("tombstone", done)
+        report(progress, "Writing tombstones", done, stones)
+    if live.artifacts:
+        tomb_ids += app.tombstone([], [UUID(a) for a in live.artifacts], mode, note,
+                                  reached, batch_id=str(batch_id), cascade=cascade,
+                                  actor=operator)
+        faults.point("tombstone", done + len(live.artifacts))
+        report(progress, "Writing tombstones", done + len(live.artifacts), stones)
+    if live.records:  # portable records (ADR 0017)
+        tomb_ids += app.tombstone([], [], mode, note, reached, batch_id=str(batch_id),
+                                  actor=operator, records=[UUID(r) for r in live.records])
+        report(progress, "Writing tombstones", stones, stones)
+    return tomb_ids
+
+
+def _flags_of_earlier_runs(batch: Any) -> dict[str, str]:
+    """Memory -> its ``refers-to-erased`` flag event that an earlier run of this batch,
+    which ended partial, raised (ADR 0047): not raised again (a reviewer may have
+    resolved it since), and listed again in the batch's events."""
+    if batch is None or not getattr(batch, "partials", ()):
+        return {}
+    flagged = set((batch.reach or {}).get("flagged_for_review", []))
+    return {e.split("/", 1)[0]: e for e in batch.event_ids if e.split("/", 1)[0] in flagged}
+
+
+def _end_partial(app: LedgerApp, batch_id: UUID, request_id: UUID | None, operator: str,
+                 timer: _Timer, event_ids: list[str], reach: dict[str, Any],
+                 reasons: list[dict[str, Any]], targets: Targets, notes: dict[str, Any],
+                 held: Mapping[str, str], raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Record the partial outcome (ADR 0047). When every route was reached, what the
+    resume needs is only the held items' needles: the sealed note keeps just those (the
+    erased items' words no longer wait, sealed, under the batch's live key)."""
+    if not any(r["code"] == part.STORE_UNREACHABLE for r in reasons):
+        keep = {i: v for i, v in notes["content"].items() if i in held}
+        kept_records = [r for r in targets.records if r in held]
+        _seal_notes(app, batch_id, {
+            **notes, "content": keep,
+            "indexed": {i: v for i, v in notes["indexed"].items() if i in held},
+            "needles": sorted({n for texts in [*keep.values(),
+                                               _record_texts(app, kept_records)]
+                               for t in texts for n in content_needles(t)})})
+    ids = app.end_partial(operator, batch_id, request_id, event_ids, reach, reasons)
+    faults.point("after-partial")
+    timer.lap("tombstones")
+    log.warning("erasure.partial", batch_id=str(batch_id),
+                reasons=[r["code"] for r in reasons], events=len(event_ids))
+    return {"status": "partial", "batch_id": str(batch_id),
+            "event_ids": [*event_ids, *ids], "reasons": reasons,
+            "held": dict(sorted(held.items())), "seconds": timer.laps,
+            "targets": targets.as_json(), "reach": reach,
+            "checkpoints": {"before": reach["checkpoint_before"], "after": None},
+            "scanned_bytes": raw["bytes"], "scanned_early_bytes": raw.get("early_bytes", 0),
+            "rescanned_bytes": raw.get("rescanned_bytes", 0),
+            "patched_bytes": raw.get("patched_bytes", 0), "repairs": [],
+            "resumed": "resumed" in reach}
+
+
+# ----------------------------------------------------------------------------- reachability
+def _unavailable(e: BaseException) -> bool:
+    """Whether ``e`` says a store could not be reached (so a retry may succeed and a
+    failing route is recorded as not checked), rather than a defect that must fail the
+    erasure loudly. A blocked checkpoint is neither: it has its own stop (ADR 0019)."""
+    from sqlalchemy import exc as sa_exc
+
+    if isinstance(e, CheckpointBlocked | KeystoreBlocked):
+        return False
+    if isinstance(e, StoreUnavailable | ConnectionError | TimeoutError |
+                  sa_exc.DisconnectionError):
+        return True
+    if isinstance(e, sa_exc.OperationalError | sa_exc.InterfaceError):
+        text = str(getattr(e, "orig", e)).lower()
+        return "no such" not in text and "syntax error" not in text
+    return False
+
+
+def _retrying(step: Callable[[], Any]) -> tuple[int, BaseException | None]:
+    """Run ``step`` up to :data:`governance.partial.ATTEMPTS` times while its store is
+    unavailable; (attempts made, the last error or None when it succeeded)."""
+    error: BaseException | None = None
+    for attempt in range(1, part.ATTEMPTS + 1):
+        if attempt > 1:
+            time.sleep(part.BACKOFF_S[min(attempt - 2, len(part.BACKOFF_S) - 1)])
+        try:
+            step()
+            return attempt, None
+        except Exception as e:
+            if not _unavailable(e):
+                raise
+            error = e
+            log.warning("erasure.store_unavailable", attempt=attempt,
+                        error=type(e).__name__)
+    return part.ATTEMPTS, error
+
+
+def _catch_up_reachable(proj: Projections, progress: Steps | None,
+                        stage: str = "Catching up read models") -> dict[str, dict[str, Any]]:
+    """Bring every read model up to the log; one whose store cannot be reached (after
+    retries) is left behind: read model name -> the reason. The common case is one
+    catch-up of all; model by model only after a failure."""
+    try:
+        proj.catch_up_steps(progress, stage)
+        return {}
+    except Exception as e:
+        if not _unavailable(e):
+            raise
+    down: dict[str, dict[str, Any]] = {}
+    for model in proj.models:
+        attempts, error = _retrying(functools.partial(proj.runner.catch_up, [model.name]))
+        if error is not None:
+            down[model.name] = part.unreachable_reason("", model.name, "catch-up", attempts,
+                                                       error)
+    return down
+
+
+def _unreachable_before(down: Mapping[str, Mapping[str, Any]]) -> StoreUnavailable:
+    """The atom store is what an erasure reads its targets' words from: without it, no
+    key is destroyed (nothing was written)."""
+    r = down[part.ATOMS_MODEL]
+    return StoreUnavailable(
+        f"the atom store could not be reached ({r['attempts']} attempts, {r['error']}); "
+        "the erasure needs it to read what it will look for, so nothing was erased",
+        hint="bring the read models' database back and run the command again")
+
+
+def _outside_store(app: LedgerApp, proj: Projections, raw: Mapping[str, Any]) -> list[str]:
+    """The raw scan's hits in files other than the read models' own."""
+    home = app.config.home.resolve()
+    mine = {str(p.resolve().relative_to(home)) for p in proj.store.files()
+            if p.resolve().is_relative_to(home)}
+    return [h["file"] for h in raw["hits"] if h["file"] not in mine]
 
 
 def _close(app: LedgerApp, proj: Projections, batch_id: UUID, request_id: UUID | None,
@@ -623,37 +820,96 @@ def _record_texts(app: LedgerApp, ids: Sequence[str]) -> list[str]:
 
 
 def _purge(proj: Projections, items: list[str], timer: _Timer,
-           progress: Steps | None = None) -> list[Any]:
+           progress: Steps | None = None, down: Mapping[str, Mapping[str, Any]] | None = None
+           ) -> tuple[list[Any], dict[str, dict[str, Any]]]:
     """Step 4: apply the destruction, purge every route explicitly, compact the routes
     (the store's checkpoint is the caller's: it names the pages the purge changed).
-    Returns the routes to probe."""
+    Returns the routes to probe and, by route name, the reason of each whose store could
+    not be reached after retries (ADR 0047): not purged, not probed, recorded as such.
+    ``down``: read models already found unreachable in this run."""
     # the read models apply the destruction: the purge
-    proj.catch_up_steps(progress, "Purging read models")
-    routes = [r for r in proj.registry.routes() if r.name != "sqlite-files"]
-    with proj.store.engine.begin() as conn:  # explicit purge of every route, in batches
-        proj.registry.purge_many(conn, items, routes)
-    proj.runner.compact([m.name for m in proj.models])
+    gone = {**(down or {}), **_catch_up_reachable(proj, progress, "Purging read models")}
+    every = [r for r in proj.registry.routes() if r.name != "sqlite-files"]
+    unreachable = {r.name: {**gone[r.model], "route": r.name} for r in every
+                   if r.model in gone}
+    routes = [r for r in every if r.name not in unreachable]
+    try:
+        with proj.store.engine.begin() as conn:  # explicit purge of every route, in batches
+            proj.registry.purge_many(conn, items, routes)
+    except Exception as e:
+        if not _unavailable(e):
+            raise
+        for r in routes:  # route by route, each with its retries
+            attempts, error = _retrying(functools.partial(_purge_route, proj, items, r))
+            if error is not None:
+                unreachable[r.name] = part.unreachable_reason(r.name, r.model, "purge",
+                                                              attempts, error)
+    models = [m.name for m in proj.models
+              if m.name not in gone and not any(r.model == m.name for r in every
+                                                if r.name in unreachable)]
+    try:
+        proj.runner.compact(models)
+    except Exception as e:
+        if not _unavailable(e):
+            raise
+        for name in models:
+            attempts, error = _retrying(functools.partial(proj.runner.compact, [name]))
+            if error is not None:
+                for r in every:
+                    if r.model == name and r.name not in unreachable:
+                        unreachable[r.name] = part.unreachable_reason(
+                            r.name, name, "compact", attempts, error)
     timer.lap("purge")
-    return routes
+    return [r for r in every if r.name not in unreachable], unreachable
+
+
+def _purge_route(proj: Projections, items: list[str], route: Any) -> None:
+    with proj.store.engine.begin() as conn:
+        proj.registry.purge_many(conn, items, [route])
 
 
 def _probe(proj: Projections, routes: list[Any], items: list[str],
            content: dict[str, list[str]], indexed: dict[str, str], timer: _Timer,
-           shared_ok: bool = False) -> tuple[dict[str, dict[str, Any]], list[str]]:
+           shared_ok: bool = False, unreachable: dict[str, dict[str, Any]] | None = None
+           ) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """Step 5: probe every route for every item, by id and by content. Returns the
     per-route reach and what is still reachable.
 
     With ``shared_ok`` (other live memories hold some of the targets' values word for
-    word, :func:`held_by_others`), a hit by content that only other memories outside
-    this erasure hold (the item itself is not among them) is their content, not a reach
-    of the erased item; a hit by id, or one the item still holds, always is."""
+    word, :func:`held_by_others`, or items a legal hold keeps do), a hit by content that
+    only other memories outside this erasure hold (the item itself is not among them) is
+    their content, not a reach of the erased item; a hit by id, or one the item still
+    holds, always is.
+
+    ``unreachable`` (route name -> reason): routes found unreachable before; a route whose
+    probe cannot reach its store after retries is added to it. Both are in the per-route
+    reach as ``not-checked`` (ADR 0047)."""
     wanted = set(items)
-    probes = proj.registry.probe_many(
-        {i: [*content.get(i, []), *([indexed[i]] if i in indexed else [])] for i in items},
-        routes)
+    unreachable = {} if unreachable is None else unreachable
+    texts = {i: [*content.get(i, []), *([indexed[i]] if i in indexed else [])] for i in items}
+    try:
+        probes = proj.registry.probe_many(texts, routes)
+    except Exception as e:
+        if not _unavailable(e):
+            raise
+        probes = []
+        for r in routes:
+            got: list[Any] = []
+
+            def probe_one(route: Any = r, into: list[Any] = got) -> None:
+                into.extend(proj.registry.probe_many(texts, [route]))
+
+            attempts, error = _retrying(probe_one)
+            if error is not None:
+                unreachable[r.name] = part.unreachable_reason(r.name, r.model, "probe",
+                                                              attempts, error)
+            else:
+                probes.extend(got)
     per_route: dict[str, dict[str, Any]] = {r.name: {"route": r.name, "items": 0,
                                                       "reach": Reach.NOT_REACHABLE.value}
-                                            for r in routes}
+                                            for r in routes if r.name not in unreachable}
+    for name in unreachable:
+        per_route[name] = {"route": name, "items": 0, "reach": part.NOT_CHECKED}
     problems = []
 
     def theirs(h: Any) -> bool:
@@ -776,6 +1032,9 @@ class ErasurePlan:
     identifiers: list[dict[str, Any]] = field(default_factory=list)
     sessions: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    held: list[dict[str, Any]] = field(default_factory=list)
+    """The targets a legal hold of the enforced policy keeps (``legal-hold`` reasons, ADR
+    0047): approved with the rest, kept while the hold lasts."""
 
     @property
     def referring(self) -> list[str]:
@@ -786,9 +1045,12 @@ class ErasurePlan:
         dry run's digest refuses to start if the ledger changed in between."""
         from ledger.canonical import dumps
 
-        body = {"subject_id": self.subject_id, "targets": self.targets.as_json(),
-                "flags": dict(sorted(self.flags.items())),
-                "review_artifacts": sorted(self.review_artifacts)}
+        body: dict[str, Any] = {"subject_id": self.subject_id,
+                                "targets": self.targets.as_json(),
+                                "flags": dict(sorted(self.flags.items())),
+                                "review_artifacts": sorted(self.review_artifacts)}
+        if self.held:  # a plan without holds keeps the digest it always had
+            body["held"] = [{k: v for k, v in h.items() if k != "reason"} for h in self.held]
         return "sha256:" + hashlib.sha256(dumps(body)).hexdigest()
 
     def as_json(self) -> dict[str, Any]:
@@ -802,6 +1064,7 @@ class ErasurePlan:
                 "review_artifacts": sorted(self.review_artifacts),
                 "identifiers": self.identifiers, "sessions": self.sessions,
                 "warnings": self.warnings, "subject_refs": self.subject_refs,
+                **({"held": self.held} if self.held else {}),
                 "plan_digest": self.digest()}
 
 
@@ -938,6 +1201,12 @@ def plan_user_erasure(app: LedgerApp, proj: Projections, subject: str,
             plan.flag_reasons[row["atom_id"]] = SAME_WORDS
     plan.review_artifacts = sorted({*(aid for aid, owner, _ in art_hits if owner != sid),
                                     *same_artifacts})
+    holds = part.holds_in_force(app.policy())
+    plan.held = part.hold_reasons(t.as_json(), part.held_items(app, t.as_json(), holds), holds)
+    for h in plan.held:
+        n = sum(len(h[k]) for k in part.KINDS)
+        plan.warnings.append(f"{plural_items(n)} under legal hold {h['hold']} will be kept: "
+                             "the request will end partial until the hold is lifted")
     owners = {sid, *plan.flag_owners.values(), *(o for _, o, _ in atom_hits),
               *(o for _, o, _ in art_hits)}
     with proj.store.engine.connect() as conn:
@@ -1057,6 +1326,11 @@ def resume_request(app: LedgerApp, proj: Projections, request: str, operator: st
     if not isinstance(req, ErasureRequest):
         raise NotFound(f"{request} is not an erasure request", hint="see `ledger requests list`")
     check_operator(app, operator)
+    if req.rejected_at is not None:
+        raise ConflictError(f"request {req.id} was rejected at {req.rejected_at} "
+                            f"({(req.rejection or {}).get('code')}): a rejected request is "
+                            "closed and never executed",
+                            hint="a new request can be filed for the subject")
     if req.completed_at is not None and req.data_key_destroyed_at is not None:
         return {"status": "already-completed", "no_op": True, "request_id": str(req.id),
                 "batch_id": req.batch_id, "completed_at": req.completed_at,
@@ -1087,7 +1361,8 @@ def _resume_request(app: LedgerApp, proj: Projections, req: ErasureRequest, oper
                             progress=progress)
     flagged = (result.get("reach") or {}).get("flagged_for_review", [])
     return {"status": "completed", "request_id": str(req.id), **result, "resumed": True,
-            "subject_id": req.subject_id, "flag_for_review": flagged}
+            "subject_id": req.subject_id, "flag_for_review": flagged,
+            **({"partial_before": [dict(p) for p in req.partials]} if req.partials else {})}
 
 
 def open_request(app: LedgerApp, sid: str) -> ErasureRequest | None:
@@ -1102,10 +1377,49 @@ def open_request(app: LedgerApp, sid: str) -> ErasureRequest | None:
             continue
         req = app.aggregate(UUID(str(n.originator_id)))
         if isinstance(req, ErasureRequest) and (
-                req.completed_at is None or
+                (req.completed_at is None and req.rejected_at is None) or
                 (req.data_key_destroyed_at is None and app.data_keys_present([str(req.id)]))):
             return req
     return None
+
+
+def reject_request(app: LedgerApp, request: str, operator: str, code: str, reason: str
+                   ) -> dict[str, Any]:
+    """`ledger requests reject REQUEST --reason ...`: refuse a request before any erasure
+    of it started (ADR 0047). The reason is kept in clear and shown in the request
+    register: it must say why in words that name no one. Returns the request's id, the
+    rejection and the signed events."""
+    from eventsourcing.application import AggregateNotFoundError
+
+    from ledger.domain import REJECTION_CODES, ErasureRequest
+
+    if code not in REJECTION_CODES:
+        raise InputError(f"unknown rejection code {code!r}",
+                         hint="one of: " + ", ".join(REJECTION_CODES))
+    words = reason.strip()
+    if not words:
+        raise InputError("a reason is required: it is what the register says about why",
+                         hint='e.g. --reason "identity could not be verified"')
+    if len(words) > 500:
+        raise InputError("the reason is longer than 500 characters",
+                         hint="say why in a sentence; it must name no one")
+    try:
+        req = app.aggregate(UUID(request))
+    except (ValueError, AggregateNotFoundError):
+        raise NotFound(f"no erasure request {request!r}",
+                       hint="see `ledger requests list`") from None
+    if not isinstance(req, ErasureRequest):
+        raise NotFound(f"{request} is not an erasure request", hint="see `ledger requests list`")
+    check_operator(app, operator)
+    batch = _open_batch(app, req.id, None)
+    if batch is not None:
+        raise ConflictError(
+            f"request {req.id} has an erasure (batch {batch.id}, {batch.status}); only a "
+            "request no erasure has started for can be rejected",
+            hint=f"finish it with `ledger requests resume {req.id}`")
+    ids = app.reject_request(operator, req.id, code, words)
+    return {"request_id": str(req.id), "status": "rejected", "code": code, "reason": words,
+            "event_ids": ids}
 
 
 def _count(values: Iterable[str]) -> dict[str, int]:
@@ -1152,6 +1466,10 @@ def delete_artifact(app: LedgerApp, proj: Projections, artifact: str, *, reason:
         else:
             kept.append((r["atom_id"], remaining))
     check_operator(app, operator)
+    held = part.held_items(app, {"atoms": deleted_atoms, "artifacts": [aid]},
+                           part.holds_in_force(app.policy()))
+    if held:  # refused before the cascade writes anything (ADR 0047)
+        raise _held_refusal(held, "deletion")
     for atom_id, _remaining in kept:
         app.remove_source(UUID(atom_id), UUID(aid), actor=operator)
     for atom_id in flagged:

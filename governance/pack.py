@@ -14,6 +14,10 @@ The statement's subjects are the SHA-256 digests of every other file; its predic
 holds the request, the batch, the targets (ids only), the event index, the checkpoints
 and the reach results. Nothing in a pack is memory content: events are stored bytes,
 whose personal fields are ciphertext under keys that were destroyed.
+
+A batch that ended partial (ADR 0047) has a pack too: its outcome is ``partial``, its
+reach the last ``batch.ended-partial``'s, and ``partial_outcomes`` names why; verify-pack
+checks that it claims no more than that (step 6) and says it is partial.
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ from governance.pack_layout import (
     TOMBSTONE_TOPICS,
     PackInvalid,
 )
+from governance.partial import LEGAL_HOLD, STORE_UNREACHABLE, words
 from governance.witnessed import verify_witnessing
 from keys.errors import KeyError_, KeyNotAuthorized, PublicKeyFileError
 from keys.files import PUBLIC, make_dirs, write_file
@@ -134,9 +139,10 @@ def build_pack(app: LedgerApp, batch_id: str, out: Path, make_zip: bool = False,
     except (ValueError, Exception) as e:
         raise NotFound(f"no redaction batch {batch_id}",
                        hint="see the batch id printed by `ledger redact-user`") from e
-    if not isinstance(batch, RedactionBatch) or batch.status != "closed":
+    if not isinstance(batch, RedactionBatch) or batch.status not in ("closed", "partial"):
         raise ConflictError(f"batch {batch_id} is {getattr(batch, 'status', 'unknown')}; only a "
-                            "closed batch has evidence", hint="finish the erasure first")
+                            "closed batch, or one that ended partial, has evidence",
+                            hint="finish the erasure first (`ledger requests resume`)")
     if out.exists():
         raise InputError(f"{out} already exists", hint="choose a new --out folder")
     request = app.aggregate(UUID(batch.request_id)) if batch.request_id else None
@@ -289,11 +295,12 @@ def _predicate(app: LedgerApp, batch: Any, request: Any, opened: dict[Any, Any],
                "received_at": request.received_at, "acknowledged_at": request.acknowledged_at,
                "ack_due": request.ack_due, "complete_due": request.complete_due,
                "completed_at": request.completed_at, "sessions": list(request.sessions)}
-    return {
+    out = {
         "ledger": {"id": app.ledger_id, "origin": app.config.origin},
         "request": req,
         "batch": {"id": str(batch.id), "mode": batch.mode, "reason": batch.reason,
-                  "approved_by": batch.approved_by, "outcome": batch.outcome},
+                  "approved_by": batch.approved_by,
+                  "outcome": PARTIAL if batch.status == "partial" else batch.outcome},
         "targets": batch.targets,
         "events": events,
         "checkpoints": {"before": {"size": before.size, "root": b64(before.root)},
@@ -301,6 +308,25 @@ def _predicate(app: LedgerApp, batch: Any, request: Any, opened: dict[Any, Any],
         "reach": batch.reach,
         "generated_at": clock.format_instant(clock.now()),
     }
+    partials = _partial_outcomes({k: (opened[k].envelope["topic"], opened[k].envelope)
+                                  for k in ordered}, str(batch.id))
+    if partials:  # ADR 0047: each run that ended partial, kept once completed too
+        out["partial_outcomes"] = partials
+    return out
+
+
+PARTIAL = "partial"
+BATCH_PARTIAL = "memory-ledger:batch.ended-partial.v1"
+
+
+def _partial_outcomes(envelopes: Mapping[tuple[str, int], tuple[str, Mapping[str, Any]]],
+                      batch_id: str) -> list[dict[str, Any]]:
+    """The batch's ``batch.ended-partial`` events, in version order: event id, time and
+    the signed reasons (what ``partial_outcomes`` must say)."""
+    rows = sorted((k, env) for k, (topic, env) in envelopes.items()
+                  if k[0] == batch_id and topic == BATCH_PARTIAL)
+    return [{"event_id": envelope.event_id(k[0], k[1]), "at": env["timestamp"],
+             "reasons": env["payload"]["reasons"]} for k, env in rows]
 
 
 def zip_pack(folder: Path) -> Path:
@@ -333,8 +359,10 @@ def render_report(p: dict[str, Any]) -> str:
     """A self-contained HTML page (no scripts, no network): timeline, stores, flags."""
     e = html.escape
     req = p.get("request") or {}
+    bad = ' class="bad"'  # a route not checked (a partial outcome, ADR 0047)
     rows = "".join(
-        f"<tr><td>{e(r['route'])}</td><td>{e(r['reach'])}</td><td>{r.get('items', '')}</td>"
+        f"<tr><td>{e(r['route'])}</td><td{'' if r['reach'] == 'not-reachable' else bad}>"
+        f"{e(r['reach'])}</td><td>{r.get('items', '')}</td>"
         f"<td>{e(clock.for_people(r.get('checked_at')))}</td></tr>"
         for r in p.get("reach", {}).get("routes", []))
     scan = p.get("reach", {}).get("raw_scan", {})
@@ -354,6 +382,10 @@ def render_report(p: dict[str, Any]) -> str:
         on_time = "within the deadline" if done <= due else "AFTER the deadline"
     targets = p.get("targets", {})
     counts = ", ".join(plural(len(v), k) for k, v in targets.items())
+    partial = p["batch"]["outcome"] == "partial"
+    done_line = (f"<p>Completed {e(on_time)}.</p>" if not partial else
+                 '<p class="bad"><b>Not completed:</b> the erasure ended partial (above); '
+                 'the request stays open and its deadline runs.</p>')
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Evidence Pack {e(p['batch']['id'])}</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;color:#222}}
@@ -363,7 +395,7 @@ table{{border-collapse:collapse;margin:1rem 0}}td,th{{border:1px solid #ccc;padd
 <p>Ledger <code>{e(p['ledger']['origin'])}</code>, batch <code>{e(p['batch']['id'])}</code>
 ({e(p['batch']['mode'])}), approved by <b>{e(str(p['batch']['approved_by']))}</b>.
 Reason: {e(p['batch']['reason'] or 'sealed, erased with the batch key')}. Targets: {e(counts)}.</p>
-<h2>Request timeline</h2><table>{timeline}</table><p>Completed {e(on_time)}.</p>
+{_partial_html(p)}<h2>Request timeline</h2><table>{timeline}</table>{done_line}
 <h2>Where the memory could be reached</h2>
 <table><tr><th>store</th><th>reach after erasure</th><th>items</th><th>checked</th></tr>
 {rows}</table>
@@ -380,6 +412,37 @@ Reason: {e(p['batch']['reason'] or 'sealed, erased with the batch key')}. Target
 Verify offline: <code>ledger verify-pack PACK --root-key root.pub</code>.</p>
 </body></html>
 """
+
+
+def _partial_html(p: dict[str, Any]) -> str:
+    """The partial outcome, first and plain (ADR 0047): why the erasure stopped short and
+    what it did; for a completed batch, the earlier runs that had ended partial. Empty for
+    a batch that never ended partial (its report is as it always was)."""
+    runs = p.get("partial_outcomes") or []
+    if not runs:
+        return ""
+    e = html.escape
+
+    def items(reasons: list[dict[str, Any]]) -> str:
+        return "".join(f"<li>{e(words(r))}</li>" for r in reasons)
+
+    if p["batch"]["outcome"] == "partial":
+        last = runs[-1]
+        return (f'<h2 class="bad">PARTIAL: this erasure did not finish</h2>\n'
+                f"<p>The run signed at {e(clock.for_people(last['at']))} "
+                f"(<code>{e(last['event_id'])}</code>) erased less than the operator "
+                f"approved, for these reasons:</p>\n<ul>{items(last['reasons'])}</ul>\n"
+                "<p>The data keys it destroyed stay destroyed; the routes below marked "
+                "<code>not-reachable</code> were purged and probed. A route marked "
+                "<code>not-checked</code> may still hold the erased memory, and items under "
+                "a legal hold are kept. The erasure is finished by "
+                "<code>ledger requests resume</code>, whose own pack then proves it; this "
+                "record stays in the log.</p>\n")
+    rows = "".join(f"<li>{e(clock.for_people(r['at']))} (<code>{e(r['event_id'])}</code>): "
+                   f"<ul>{items(r['reasons'])}</ul></li>" for r in runs)
+    return (f"<h2>Earlier partial outcomes</h2>\n<p>Before it completed, this erasure "
+            f"ended partial {plural(len(runs), 'times')}; each record is kept and signed:"
+            f"</p>\n<ul>{rows}</ul>\n")
 
 
 def _copies_html(p: dict[str, Any]) -> str:
@@ -441,13 +504,21 @@ class PackReport:
     flagged_for_review: int = 0  # memories of others flagged refers-to-erased
     artifacts_for_review: int = 0
     copies: dict[str, Any] | None = None  # copies.summary of the statement (step 8)
+    outcome: str = "completed"  # or partial (ADR 0047): what the verified pack proves
+    partial_reasons: list[dict[str, Any]] = field(default_factory=list)
+    earlier_partials: int = 0  # runs of a completed batch that had ended partial
 
     def as_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "step": self.step, "reason": self.reason,
-                "signers": self.signers, "events": self.events, "targets": self.targets,
-                "witnesses": self.witnesses,
-                "flagged_for_review": self.flagged_for_review,
-                "artifacts_for_review": self.artifacts_for_review, "copies": self.copies}
+        out: dict[str, Any] = {"ok": self.ok, "step": self.step, "reason": self.reason,
+                               "signers": self.signers, "events": self.events,
+                               "targets": self.targets, "witnesses": self.witnesses,
+                               "flagged_for_review": self.flagged_for_review,
+                               "artifacts_for_review": self.artifacts_for_review,
+                               "copies": self.copies}
+        if self.outcome != "completed" or self.earlier_partials:
+            out.update(outcome=self.outcome, partial_reasons=self.partial_reasons,
+                       earlier_partials=self.earlier_partials)
+        return out
 
 
 def verify_pack(folder: Path, root_public_key: bytes | None = None,
@@ -569,11 +640,16 @@ def verify_pack_bytes(pack: Mapping[str, bytes], root_public_key: bytes | None =
         except (KeyError, TypeError, ValueError) as e:  # a signed event it cannot read
             raise PackInvalid("8", f"copies: the statement's events do not read: {e!r}") from e
     reach = predicate["reach"]
+    partials = predicate.get("partial_outcomes") or []
+    is_partial = predicate["batch"]["outcome"] == PARTIAL
     return PackReport(True, None, None, verified.signers, len(events),
                       {k: len(v) for k, v in predicate["targets"].items()}, witnessing,
                       len(reach["flagged_for_review"]),
                       len(reach.get("flags", {}).get("artifacts_for_review", [])),
-                      summary(copies, predicate["generated_at"]) if copies else None)
+                      summary(copies, predicate["generated_at"]) if copies else None,
+                      PARTIAL if is_partial else "completed",
+                      list(partials[-1]["reasons"]) if is_partial else [],
+                      len(partials) - (1 if is_partial else 0))
 
 
 def pack_time(predicate: dict[str, Any], records: Sequence[Any]) -> datetime:
@@ -632,33 +708,60 @@ def _check_predicate(predicate: dict[str, Any], events: list[tuple[dict[str, Any
                 (r.topic, envelope.open_state(r.state).envelope["payload"]) for _, r in events}
     batch_id = predicate["batch"]["id"]
     topics = {t for (oid, _), (t, _) in payloads.items() if oid == batch_id}
-    needed = {"memory-ledger:batch.opened.v1", "memory-ledger:batch.approved.v1",
-              "memory-ledger:batch.executed.v1", "memory-ledger:batch.closed.v1"}
+    partial = predicate["batch"]["outcome"] == PARTIAL
+    ends = ({BATCH_PARTIAL} if partial else
+            {"memory-ledger:batch.executed.v1", "memory-ledger:batch.closed.v1"})
+    needed = {"memory-ledger:batch.opened.v1", "memory-ledger:batch.approved.v1", *ends}
     if not needed <= topics:
         raise PackInvalid("6", f"the batch's signed events are missing: {sorted(needed - topics)}")
+    if partial and "memory-ledger:batch.executed.v1" in topics:
+        raise PackInvalid("6", "the pack says partial but holds the batch's signed execution")
     opened = payloads[(batch_id, 1)][1]
     if opened["targets"] != predicate["targets"]:
         raise PackInvalid("6", "the targets differ from those the operator approved")
-    executed = next(p for (oid, _), (t, p) in payloads.items()
-                    if oid == batch_id and t == "memory-ledger:batch.executed.v1")
-    if executed["reach"] != predicate["reach"]:
-        raise PackInvalid("6", "the reach results differ from the signed batch execution")
-    if any(r["reach"] != "not-reachable" for r in predicate["reach"].get("routes", [])) or \
-            predicate["reach"].get("raw_scan", {}).get("hits"):
+    # 6.P: every run that ended partial is named, with its signed reasons (ADR 0047)
+    signed_partials = _partial_outcomes(
+        {k: (t, envelope.open_state(r.state).envelope) for (_d, r) in events
+         for k, t in [((str(r.originator_id), r.originator_version), r.topic)]}, batch_id)
+    if (predicate.get("partial_outcomes") or []) != signed_partials:
+        raise PackInvalid("6", "the partial outcomes differ from the batch's signed "
+                               "batch.ended-partial events")
+    if partial:
+        last = max(((oid, v), p) for (oid, v), (t, p) in payloads.items()
+                   if oid == batch_id and t == BATCH_PARTIAL)[1]
+        signed_reach, reasons = last["reach"], last["reasons"]
+    else:
+        signed_reach = next(p for (oid, _), (t, p) in payloads.items()
+                            if oid == batch_id and t == "memory-ledger:batch.executed.v1")["reach"]
+        reasons = []
+    if signed_reach != predicate["reach"]:
+        raise PackInvalid("6", "the reach results differ from the signed batch "
+                               + ("outcome" if partial else "execution"))
+    unchecked = {r["route"] for r in reasons if r.get("code") == STORE_UNREACHABLE}
+    routes = predicate["reach"].get("routes", [])
+    if any(r["reach"] == "reachable" or (r["reach"] != "not-reachable" and
+                                         r["route"] not in unchecked) for r in routes) or \
+            {r["route"] for r in routes if r["reach"] != "not-reachable"} != unchecked or \
+            (predicate["reach"].get("raw_scan", {}).get("hits") and not unchecked):
         raise PackInvalid("6", "the reach results say erased content is still reachable")
+    held = {i for r in reasons if r.get("code") == LEGAL_HOLD
+            for k in ("atoms", "artifacts", "subjects", "records") for i in r.get(k) or []}
     by_item: dict[str, set[str]] = {}
     for (oid, _), (t, _p) in payloads.items():
         by_item.setdefault(oid, set()).add(t)
-    for atom in predicate["targets"].get("atoms", []):
-        have = by_item.get(atom, set())
-        if "memory-ledger:atom.data-key-destroyed.v1" not in have or \
-                "memory-ledger:atom.redacted.v1" not in have:
-            raise PackInvalid("6", f"target atom {atom} has no key destruction or tombstone")
-    for art in predicate["targets"].get("artifacts", []):
-        have = by_item.get(art, set())
-        if "memory-ledger:artifact.data-key-destroyed.v1" not in have or \
-                "memory-ledger:artifact.deleted.v1" not in have:
-            raise PackInvalid("6", f"target artifact {art} has no key destruction or tombstone")
+    for kind, key, stone in (("atoms", "memory-ledger:atom.data-key-destroyed.v1",
+                              "memory-ledger:atom.redacted.v1"),
+                             ("artifacts", "memory-ledger:artifact.data-key-destroyed.v1",
+                              "memory-ledger:artifact.deleted.v1")):
+        for item in predicate["targets"].get(kind, []):
+            have = by_item.get(item, set())
+            if item in held:  # kept under a legal hold: it must not have been destroyed
+                if key in have or stone in have:
+                    raise PackInvalid("6", f"target {kind[:-1]} {item} is said to be held "
+                                           "but its key destruction or tombstone is signed")
+            elif key not in have or (stone not in have and not unchecked):
+                raise PackInvalid("6", f"target {kind[:-1]} {item} has no key destruction "
+                                       "or tombstone")
 
 
 def read_pack(folder: Path) -> dict[str, bytes]:

@@ -5,6 +5,11 @@ operator-signed) is listed with its deadlines and its status at the command cloc
 (``ledger.clock.now()``, so ``LEDGER_NOW`` moves it):
 
 * ``completed`` / ``completed-late``: completed before / after its completion deadline;
+* ``rejected``: refused by an operator before any erasure (``request.rejected``: its code
+  and reason in ``rejection``); closed, never executed (ADR 0047);
+* ``partial``: its erasure ended without erasing all it was asked to (``request.ended-
+  partial``: ``reasons``, ids only, governance/partial.py); open until a resume completes
+  it, and ``overdue`` too once its deadline passes (ADR 0047);
 * ``open``: not completed, the completion deadline not reached (``seconds_left`` > 0);
 * ``overdue``: not completed and ``now >= complete_due`` (at the deadline instant it is
   overdue: the SLA is "complete within N hours", and N hours have passed).
@@ -68,24 +73,38 @@ def request_status(req: Any, now: datetime, copies: Mapping[str, Any] | None = N
     complete_due = _t(req.complete_due)
     ack_due = _t(req.ack_due)
     completed = _t(req.completed_at)
+    rejected = getattr(req, "rejected_at", None)
+    partial_at = getattr(req, "partial_at", None)
     assert complete_due is not None and ack_due is not None
+    late = False
     if completed is not None:
         status = "completed" if completed <= complete_due else "completed-late"
         left = None
+    elif rejected is not None:
+        status, left = "rejected", None
     else:
         left = (complete_due - now).total_seconds()
-        status = "overdue" if now >= complete_due else "open"
-    ack_overdue = req.acknowledged_at is None and now >= ack_due
+        late = now >= complete_due
+        status = "partial" if partial_at is not None else "overdue" if late else "open"
+    ack_overdue = req.acknowledged_at is None and now >= ack_due and rejected is None
+    extra: dict[str, Any] = {}
+    if partial_at is not None:  # the partial outcome (kept once completed: both records)
+        extra["partial_at"] = partial_at
+        extra["partial_reasons"] = [dict(r) for r in req.partial_reasons or []]
+    if rejected is not None:
+        extra["rejected_at"] = rejected
+        extra["rejection"] = dict(req.rejection or {})
     return {
         "request_id": str(req.id), "subject_id": req.subject_id,
         "subject_ref": req.subject_ref, "received_at": req.received_at,
         "acknowledged_at": req.acknowledged_at, "ack_due": req.ack_due,
         "complete_due": req.complete_due, "completed_at": req.completed_at,
         "batch_id": req.batch_id, "status": status,
-        "overdue": status == "overdue" or ack_overdue, "ack_overdue": ack_overdue,
+        "overdue": late or ack_overdue, "ack_overdue": ack_overdue,
         "seconds_left": None if left is None else round(left, 6),
         "time_left": None if left is None else format_left(left),
         "copies": None if copies is None else dict(copies),
+        **extra,
     }
 
 

@@ -43,6 +43,7 @@ import sqlalchemy as sa
 import structlog
 
 from governance.erasure import Targets, check_operator, hard_erase
+from governance.partial import held_items, holds_in_force
 from ledger import clock, locks, policy_rules
 from ledger.errors import ConflictError
 from ledger.inputs import PRIVACY_CLASSES
@@ -259,6 +260,11 @@ def sweep(app: LedgerApp, proj: Projections, *, operator: str = "operator", dry_
         tell(progress, "Finding what is due", 0, 1)
         ensure_indexes(proj)
         plan = plan_sweep(proj, policy, now)
+        held = held_items(app, {"atoms": [d.atom_id for d in plan.erase]},
+                          holds_in_force(policy))
+        if held:  # a legal hold keeps them: not due while it lasts (ADR 0047)
+            plan.erase = [d for d in plan.erase if d.atom_id not in held]
+            log.info("sweep.held", atoms=len(held), holds=sorted(set(held.values())))
         plan.kek = kek_rotation(app, policy, now)
         tell(progress, "Finding what is due", 1, 1)
         report = _report(plan, dry_run, "nothing-due" if plan.empty

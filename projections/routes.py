@@ -24,7 +24,18 @@ from typing import Any, Protocol, runtime_checkable
 
 from sqlalchemy.engine import Connection
 
-__all__ = ["ProbeHit", "ProbeResult", "Reach", "Route", "RouteRegistry"]
+from ledger.errors import EnvironmentProblem
+
+__all__ = ["ProbeHit", "ProbeResult", "Reach", "Route", "RouteRegistry", "StoreUnavailable"]
+
+
+class StoreUnavailable(EnvironmentProblem):
+    """A read model's store, or one route's, cannot be reached (a server down, a network
+    partition, a file that cannot be opened). A route or read model whose store lives
+    elsewhere raises it; an erasure that meets it (or a database driver's connection
+    error) after its retries records the route as not checked and ends partial
+    (governance/erasure.py, ADR 0047) instead of failing. The message names the store,
+    never content."""
 
 
 class Reach(StrEnum):
