@@ -1,6 +1,7 @@
 """memoryPolicy commands, mounted on the ``ledger`` CLI by :func:`register` (ADR 0014).
 
-``ledger sweep``, ``ledger requests list``, ``ledger policy check``. Data on stdout,
+``ledger sweep``, ``ledger requests list|reject|export``, ``ledger policy check``. Data on
+stdout,
 verdicts on stderr, ``--json`` everywhere. Exit codes: 0 ok; ``requests list --overdue``
 exits 1 (EXIT_VERIFY) when any request is overdue, for monitoring; errors are
 ledger.errors classes, mapped to exit codes by the ``ledger`` entry point. The commands
@@ -10,6 +11,7 @@ call the facade (:class:`service.facade.MemoryService`) as the local operator, f
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -101,7 +103,7 @@ def requests_list(
         rows = [r.model_dump() for r in svc.list_requests(me) if r.overdue or not overdue]
     out(rows, as_json, "\n".join(
         f"{r['request_id']}  {r['status']:<14} due {r['complete_due']}  "
-        f"left {r['time_left'] or '-'}" + _copies(r) for r in rows))
+        f"left {r['time_left'] or '-'}" + _copies(r) + _why(r) for r in rows))
     late = [r for r in rows if r["overdue"]]
     if late:
         verdict(f"{'FAIL' if overdue else 'WARN'}: {len(late)} erasure request(s) overdue: "
@@ -110,6 +112,109 @@ def requests_list(
             raise typer.Exit(EXIT_VERIFY)
     else:
         verdict("OK: none overdue" if overdue else f"OK: {len(rows)} request(s), none overdue")
+
+
+def _why(row: dict[str, Any]) -> str:
+    """A partial request's reasons and a rejected one's code (ADR 0047), as tokens."""
+    from governance.partial import codes
+
+    if row["status"] == "partial":
+        return "  " + " ".join(codes(row.get("partial_reasons") or []))
+    if row["status"] == "rejected":
+        return f"  rejected:{(row.get('rejection') or {}).get('code')}"
+    return ""
+
+
+@requests_cli.command("reject")
+def requests_reject(
+    request: Annotated[str, typer.Argument(help="The request id (`ledger requests list`).")],
+    reason: Annotated[str, typer.Option(
+        help="Why, in words that name no one: kept in clear in the signed log and shown in "
+             "the request register.")],
+    code: Annotated[str, typer.Option(
+        help="identity-not-verified, manifestly-unfounded, excessive, legal-exemption, "
+             "withdrawn, duplicate or other.")] = "other",
+    operator: Annotated[str, typer.Option(
+        "--operator", "--as", help="Operator key that signs (default: operator).")]
+    = "operator",
+    as_json: JsonOpt = False,
+) -> None:
+    """Reject an erasure request no erasure has started for: a signed rejection with its
+    reason; the request is closed and never executed, and its own key (its sealed reason
+    and identifiers) is destroyed.
+
+    Example: ledger requests reject 6093ed56-8cc6-49d9-8f18-e99daa44fcd2 --code \\
+    identity-not-verified --reason "identity could not be verified after two requests"
+    """
+    from pydantic import ValidationError
+
+    from ledger.domain import REJECTION_CODES
+    from ledger.errors import InputError
+    from service.models import RequestRejectIn
+
+    try:
+        data = RequestRejectIn.model_validate({"code": code, "reason": reason})
+    except ValidationError:
+        raise InputError(f"--code {code!r} is not a rejection code, or --reason is empty or "
+                         "longer than 500 characters",
+                         hint="codes: " + ", ".join(REJECTION_CODES)) from None
+    with _served[0](operator=operator) as (svc, me):
+        row = svc.reject_request(me, request, data).model_dump()
+    out(row, as_json, row["request_id"])
+    verdict(f"OK: request {row['request_id']} rejected ({code}); it is closed and will not "
+            "be executed")
+
+
+@requests_cli.command("export")
+def requests_export(
+    fmt: Annotated[str, typer.Option("--format", help="csv (a spreadsheet opens it as it "
+                                                      "is) or json.")] = "csv",
+    date_from: Annotated[str | None, typer.Option(
+        "--from", help="First day (or instant) of receipt, UTC: 2031-01-01.")] = None,
+    date_to: Annotated[str | None, typer.Option(
+        "--to", help="Last day (or instant) of receipt, UTC: 2031-12-31.")] = None,
+    out_file: Annotated[Path | None, typer.Option(
+        "--out", help="Write to this file (replaced if it exists) instead of stdout.")]
+    = None,
+    packs: Annotated[Path | None, typer.Option(
+        help="A folder of Evidence Packs you kept (folders or .zip): each is verified, and "
+             "the newest of a request's batch gives its pack digest and countersigners.")]
+    = None,
+) -> None:
+    """The request register: every erasure request received in the period, one row each,
+    with its dates, status, reasons, approver, countersigners, pack digest and whether the
+    SLA was met (by LEDGER_NOW if set). Only the subject's reference names the person.
+
+    Example: ledger requests export --format csv --from 2031-01-01 --to 2031-03-31 \\
+    --packs packs/ --out register.csv
+    """
+    import sys
+
+    from governance.register import render_csv, render_json
+    from keys.files import write_file
+    from ledger.errors import InputError
+
+    if fmt not in ("csv", "json"):
+        raise InputError(f"unknown format {fmt!r}", hint="--format csv or --format json")
+    with _served[0]() as (svc, me):
+        reg = svc.request_register(me, date_from, date_to, packs)
+    packs_seen = None if reg.packs_verified is None else {
+        "verified": reg.packs_verified, "refused": reg.packs_refused or {}}
+    body = (render_csv(reg.rows) if fmt == "csv" else
+            render_json(reg.rows, reg.generated_at, date_from, date_to, packs_seen))
+    if out_file is None:
+        sys.stdout.write(body.decode("utf-8"))
+        sys.stdout.flush()
+    else:
+        write_file(out_file, body)
+    for name, why in sorted((reg.packs_refused or {}).items()):
+        verdict(f"warning: pack {name} not cited: {why}")
+    period = f" received {date_from or 'any time'} to {date_to or 'now'}" \
+        if date_from or date_to else ""
+    verdict(f"OK: {plural(len(reg.rows), 'requests')}{period}"
+            + (f"; {plural(reg.packs_verified or 0, 'packs')} verified"
+               if packs is not None else "")
+            + (f"; written to {out_file}" if out_file is not None else ""))
 
 
 def _copies(row: dict[str, Any]) -> str:

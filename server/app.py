@@ -60,6 +60,7 @@ from service.models import (
     RecallOut,
     RedactIn,
     RehearseIn,
+    RequestRejectIn,
     RequestStatus,
     RosterEntry,
     SubjectIn,
@@ -451,8 +452,8 @@ def _routes(api: FastAPI) -> None:
 
     @api.get("/v1/requests", tags=["erasure"])
     async def list_requests(c: CallerDep, b: BackendDep,
-                            status: Literal["open", "overdue", "completed",
-                                            "completed-late"] | None = None
+                            status: Literal["open", "overdue", "partial", "completed",
+                                            "completed-late", "rejected"] | None = None
                             ) -> list[RequestStatus]:
         return await b.read(lambda s: s.list_requests(c, status))
 
@@ -468,6 +469,11 @@ def _routes(api: FastAPI) -> None:
     async def execute_request(request_id: str, body: ExecuteIn, c: CallerDep,
                               b: BackendDep) -> ErasureOutcome:
         return await b.write(lambda s: s.execute_request(c, request_id, body.plan_digest))
+
+    @api.post("/v1/requests/{request_id}/reject", tags=["erasure"])
+    async def reject_request(request_id: str, body: RequestRejectIn, c: CallerDep,
+                             b: BackendDep) -> RequestStatus:
+        return await b.write(lambda s: s.reject_request(c, request_id, body))
 
     @api.post("/v1/batches/{batch_id}/evidence-pack", tags=["erasure"],
               responses={200: {"content": {"application/zip": {}},

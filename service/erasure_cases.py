@@ -36,6 +36,8 @@ from service.models import (
     PackWritten,
     PolicyCheck,
     RedactIn,
+    RequestRegister,
+    RequestRejectIn,
     RequestStatus,
     SweepReport,
 )
@@ -116,6 +118,43 @@ class ErasureCases(FacadeCore):
         if status is not None:
             rows = [r for r in rows if r["status"] == status]
         return [RequestStatus(**r) for r in rows]
+
+    def reject_request(self, caller: Caller, request: str, data: RequestRejectIn
+                       ) -> RequestStatus:
+        """Refuse a request no erasure has started for (ADR 0047): signed with the caller's
+        operator key (``request.rejected``: a code and the operator's words, in clear and
+        shown in the register, so naming no one), and the request's own key (its reason
+        and identifiers) destroyed. A rejected request is closed: never executed."""
+        self._require(caller, "operator")
+        from governance.erasure import reject_request
+
+        req = self._request(caller, request)
+        with self._acting(caller):
+            reject_request(self.app, str(req.id), self._signing_key(caller), data.code,
+                           data.reason)
+        return self.request_status(caller, str(req.id))
+
+    def request_register(self, caller: Caller, date_from: str | None = None,
+                         date_to: str | None = None, packs: Path | None = None,
+                         now: datetime | None = None) -> RequestRegister:
+        """The request register (ADR 0048): one row per request the caller may see,
+        received in [``date_from``, ``date_to``], with its dates, status, reasons,
+        approver, SLA and, from the Evidence Packs kept under ``packs`` (each verified
+        first), the pack's digest and countersigners. Operators and auditors."""
+        self._require(caller, "operator", "auditor")
+        from governance.register import COLUMNS, read_packs, register_rows
+
+        at = now or clock.now()
+        found = (read_packs(packs, self.app.root_public_key, self.app.ledger_id)
+                 if packs is not None else None)
+        rows = register_rows(self.app, [r.model_dump() for r in self.list_requests(caller,
+                                                                                  now=at)],
+                             at, date_from, date_to, found)
+        return RequestRegister(
+            generated_at=clock.format_instant(at), date_from=date_from, date_to=date_to,
+            columns=list(COLUMNS), rows=rows,
+            packs_verified=None if found is None else found.read,
+            packs_refused=None if found is None else dict(sorted(found.refused.items())))
 
     def request_status(self, caller: Caller, request: str,
                        now: datetime | None = None) -> RequestStatus:
@@ -290,8 +329,9 @@ class ErasureCases(FacadeCore):
             elif action == "redact":
                 data = hard_erase(self.app, self.proj, Targets(atoms=[str(aid)]), mode="hard",
                                   reason="review: redacted", operator=key)
-                data["event_ids"].append(self.app.resolve_flag(aid, flag, "redacted",
-                                                               actor=key))
+                if data.get("status") != "partial":  # the flag stays open until it is done
+                    data["event_ids"].append(self.app.resolve_flag(aid, flag, "redacted",
+                                                                   actor=key))
             elif action == "dismiss":
                 data = {"atom_id": str(aid),
                         "event_ids": [self.app.resolve_flag(aid, flag, "dismissed", actor=key)]}

@@ -466,6 +466,32 @@ class RequestStatus(_Out):
     batch_id: str | None
 
 
+class RequestRejectIn(_In):
+    """Why a right-to-be-forgotten request is refused (ADR 0047). The reason is kept in
+    clear in the signed log and shown in the request register: say why without naming
+    anyone."""
+
+    code: Literal["identity-not-verified", "manifestly-unfounded", "excessive",
+                  "legal-exemption", "withdrawn", "duplicate", "other"] = Field(
+        default="other", description="Why, as a code (ledger.domain.REJECTION_CODES).")
+    reason: str = Field(min_length=1, max_length=500,
+                        description="In clear in the log and the register; no personal data.")
+
+
+class RequestRegister(_Out):
+    """The request register (ADR 0048, governance/register.py): one typed row per request
+    (``columns`` in order), when it was made, for which period, and how many kept Evidence
+    Packs were verified and cited or refused (None when no packs folder was read)."""
+
+    generated_at: str
+    date_from: str | None
+    date_to: str | None
+    columns: list[str]
+    rows: list[dict[str, Any]]
+    packs_verified: int | None = None
+    packs_refused: dict[str, str] | None = None
+
+
 class ErasurePlanOut(_Out):
     model_config = ConfigDict(frozen=True, extra="allow")
     request_id: str

@@ -103,7 +103,7 @@ def request_detail(svc: MemoryService, caller: Caller, request: str) -> RequestD
     st = svc.request_status(caller, request)
     plan = None
     batch = None
-    if st.completed_at is None and st.batch_id is None:
+    if st.completed_at is None and st.batch_id is None and st.status != "rejected":
         plan = svc.plan_request(caller, request)
     if st.batch_id is not None:
         batch = _batch(svc, st.batch_id)

@@ -57,14 +57,14 @@ from server.console.sessions import Certificate, Pack, Session, SessionStore
 from service import oversight as usecases
 from service.caller import Caller
 from service.facade import Forbidden, MemoryService
-from service.models import ErasureRequestIn
+from service.models import ErasureRequestIn, RequestRejectIn
 
 log = structlog.get_logger("ledger.console")
 
 HERE = Path(__file__).resolve().parent
 COOKIE = "ledger_console"
 CONSOLE_ROLES = ("operator", "auditor")
-STATUSES = ("open", "overdue", "completed", "completed-late")
+STATUSES = ("open", "overdue", "partial", "completed", "completed-late", "rejected")
 CSP = ("default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'; "
        "object-src 'none'")
 MAX_FORM_FIELDS = 50
@@ -163,6 +163,7 @@ class Console:
         self.env.filters["plural"] = _plural
         self.env.filters["left"] = _left
         self.env.filters["copies"] = _copies
+        self.env.filters["why"] = _why
 
     # ------------------------------------------------------------------ plumbing
     def base(self, request: Request) -> str:
@@ -328,6 +329,13 @@ def _copies(summary: Mapping[str, Any] | None) -> str:
     return "copies not bounded: some were made before keys were wrapped"
 
 
+def _why(reason: Mapping[str, Any]) -> str:
+    """One reason of a partial outcome in words (governance/partial.py; ids only)."""
+    from governance.partial import words
+
+    return words(reason)
+
+
 def _lines(value: Any) -> list[str]:
     if not isinstance(value, str):
         return []
@@ -428,6 +436,10 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
     async def home(request: Request) -> Response:
         return c.redirect(request, "/requests")
 
+    def _period(request: Request) -> tuple[str | None, str | None]:
+        return (request.query_params.get("from") or None,
+                request.query_params.get("to") or None)
+
     # -------------------------------------------------------------- requests
     @c.page()
     async def requests_page(request: Request, s: Session, caller: Caller) -> Response:
@@ -437,7 +449,8 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
                           hint="one of: " + ", ".join(STATUSES))
         rows, subjects = await c.backend.read(
             lambda svc: (svc.list_requests(caller), [x.ref for x in svc.list_subjects(caller)]))
-        overdue = sum(r.status == "overdue" for r in rows)
+        overdue = sum(r.status == "overdue" or (r.status == "partial" and r.overdue)
+                      for r in rows)  # a partial request past its deadline is late too
         shown = [r for r in rows if wanted is None or r.status == wanted]
         items = [{**r.model_dump(), "subject": _visible(caller, r)} for r in shown]
         counts = {st: sum(r.status == st for r in rows) for st in STATUSES}
@@ -500,8 +513,48 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
         out = await c.backend.write(lambda svc: svc.execute_request(caller, rid, digest))
         log.info("console.request_executed", request_id=rid, batch_id=out.batch_id,
                  credential_id=caller.credential_id)
-        s.flash.append(f"Executed: batch {out.batch_id}, {len(out.event_ids)} signed events.")
+        s.flash.append(_executed(out.model_dump(), "Executed"))
         return c.redirect(request, f"/requests/{rid}")
+
+    @c.page(roles=("operator",), post=True)
+    async def resume(request: Request, s: Session, caller: Caller, form: FormData
+                     ) -> Response:
+        rid = request.path_params["rid"]
+        out = await c.backend.write(lambda svc: svc.resume_request(caller, rid).report)
+        log.info("console.request_resumed", request_id=rid, batch_id=out.get("batch_id"),
+                 status=out.get("status"), credential_id=caller.credential_id)
+        s.flash.append(_executed(out, "Resumed"))
+        return c.redirect(request, f"/requests/{rid}")
+
+    @c.page(roles=("operator",), post=True)
+    async def reject(request: Request, s: Session, caller: Caller, form: FormData
+                     ) -> Response:
+        rid = request.path_params["rid"]
+        try:
+            data = RequestRejectIn(code=_field(form, "code") or "other",
+                                   reason=_field(form, "reason") or "")
+        except ValidationError as e:
+            raise Refused(400, "the request was not rejected: " + _validation_message(e),
+                          hint="a reason is required") from None
+        st = await c.backend.write(lambda svc: svc.reject_request(caller, rid, data))
+        log.info("console.request_rejected", request_id=rid, code=data.code,
+                 credential_id=caller.credential_id)
+        s.flash.append(f"Request {st.request_id} rejected ({data.code}); it is closed and "
+                       "will not be executed.")
+        return c.redirect(request, f"/requests/{rid}")
+
+    @c.page()
+    async def register_download(request: Request, s: Session, caller: Caller) -> Response:
+        from governance.register import render_csv
+
+        f, t = _period(request)
+        reg = await c.backend.read(lambda svc: svc.request_register(caller, f, t))
+        stamp = clock.now().strftime("%Y%m%dT%H%M%SZ")
+        log.info("console.register_downloaded", rows=len(reg.rows),
+                 credential_id=caller.credential_id)
+        return Response(render_csv(reg.rows), media_type="text/csv; charset=utf-8",
+                        headers={"content-disposition":
+                                 f'attachment; filename="request-register-{stamp}.csv"'})
 
     @c.page(roles=("operator",), post=True)
     async def build_pack(request: Request, s: Session, caller: Caller, form: FormData
@@ -595,9 +648,6 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
         return c.redirect(request, "/review")
 
     # -------------------------------------------------------------- audit
-    def _period(request: Request) -> tuple[str | None, str | None]:
-        return (request.query_params.get("from") or None,
-                request.query_params.get("to") or None)
 
     @c.page()
     async def audit_page(request: Request, s: Session, caller: Caller) -> Response:
@@ -672,8 +722,11 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
         Route("/signout", signout, methods=["POST"]),
         Route("/requests", requests_page, methods=["GET"]),
         Route("/requests", file_request, methods=["POST"]),
+        Route("/requests/register.csv", register_download, methods=["GET"]),
         Route("/requests/{rid}", request_page, methods=["GET"]),
         Route("/requests/{rid}/execute", execute, methods=["POST"]),
+        Route("/requests/{rid}/resume", resume, methods=["POST"]),
+        Route("/requests/{rid}/reject", reject, methods=["POST"]),
         Route("/requests/{rid}/evidence-pack", build_pack, methods=["POST"]),
         Route("/packs/{pid}", download_pack, methods=["GET"]),
         Route("/requests/{rid}/certificate", issue_certificate, methods=["POST"]),
@@ -705,6 +758,18 @@ def _ref(svc: MemoryService, caller: Caller, subject_id: str) -> str | None:
         return svc.get_subject(caller, subject_id).ref
     except LedgerError:
         return None
+
+
+def _executed(out: Mapping[str, Any], done: str) -> str:
+    """The flash after an execution or a resume: a partial outcome says so, first."""
+    if out.get("status") == "partial":
+        from governance.partial import partial_line
+
+        return (f"PARTIAL: batch {out.get('batch_id')} did not finish: "
+                f"{partial_line(out.get('reasons') or [])}. Resume it once that is resolved.")
+    if out.get("no_op"):
+        return f"Nothing to do: the request was completed at {_when(out.get('completed_at'))}."
+    return f"{done}: batch {out.get('batch_id')}, {len(out.get('event_ids') or [])} signed events."
 
 
 def _deadline_bar(st: Mapping[str, Any]) -> dict[str, Any] | None:
