@@ -282,7 +282,7 @@ def test_the_console_downloads_the_register_and_rejects_with_its_token(
         # a reject without the session's CSRF token writes nothing; with it, it rejects
         rid = built["ids"]["open"]
         page = c.get(f"/console/requests/{rid}")
-        assert "Reject this request instead" in page.text
+        assert "Or reject this request" in page.text
         token = re.search(r'name="csrf" value="([^"]+)"', page.text)
         assert token is not None
         r = c.post(f"/console/requests/{rid}/reject", data={"csrf": "wrong",
@@ -304,12 +304,23 @@ def test_the_console_downloads_the_register_and_rejects_with_its_token(
                                         "token": s.tokens.create("aud", "auditor")})
         assert a.get("/console/requests/register.csv").status_code == 200
         page = a.get(f"/console/requests/{built['ids']['over']}")
-        assert "Reject this request instead" not in page.text
+        assert "Or reject this request" not in page.text
         token = re.search(r'name="csrf" value="([^"]+)"', page.text)
         assert token is not None
         r = a.post(f"/console/requests/{built['ids']['over']}/reject",
                    data={"csrf": token.group(1), "reason": "no"})
         assert r.status_code == 403
-    [row] = [x for x in json.loads(ok(home, "requests", "list", "--json"))
-             if x["request_id"] == built["ids"]["over"]]
-    assert row["status"] == "overdue"
+        [row] = [x for x in json.loads(ok(home, "requests", "list", "--json"))
+                 if x["request_id"] == built["ids"]["over"]]
+        assert row["status"] == "overdue"
+        # the HTTP API: the statuses filter, and a rejection by an operator token
+        bearer = {"Authorization": f"Bearer {s.tokens.create('api', 'operator')}"}
+        listed = httpx.get(f"{s.origin}/v1/requests?status=partial", headers=bearer)
+        assert [x["request_id"] for x in listed.json()] == [built["ids"]["held"]]
+        r = httpx.post(f"{s.origin}/v1/requests/{built['ids']['over']}/reject",
+                       json={"code": "excessive", "reason": "the fourth in a month"},
+                       headers=bearer, timeout=60)
+        assert r.status_code == 200 and r.json()["status"] == "rejected", r.text
+        r = httpx.post(f"{s.origin}/v1/requests/{built['ids']['done']}/reject",
+                       json={"reason": "too late"}, headers=bearer, timeout=60)
+        assert r.status_code == 409  # an erasure started (and completed): not rejected
