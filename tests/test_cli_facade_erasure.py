@@ -457,7 +457,8 @@ def test_evidence_pack_and_countersign_print_what_the_direct_calls_gave(tw: Twin
         shown = str(path).replace("-copy", "")
         zipped = str(out.with_suffix(".zip")) if "--zip" in flags else None
         same(r, printed({"pack": shown, "files": files, "zip": zipped}, "--json" in flags,
-                        shown), f"OK: evidence pack written to {shown}")
+                        shown), f"OK: evidence pack written to {shown}"
+             + (f" and {zipped}" if zipped else ""))
         for name in files:  # the same pack, byte for byte
             assert (out / name).read_bytes() == (path / name).read_bytes(), name
     pack = tw.tmp / "pack1"

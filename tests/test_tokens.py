@@ -125,7 +125,7 @@ def test_create_list_revoke(store: TokenStore, clk: Clock) -> None:
     caller = store.authenticate(issued.token)
     assert caller == Caller(credential_id=rec.token_id, role="assistant",
                             subjects=frozenset({"user_1", "user_2"}), tenant="acme",
-                            expires_at=T0 + timedelta(days=30))
+                            expires_at=T0 + timedelta(days=30), name="claude-desktop")
     assert caller.stored_ref("user_1") == "acme:user_1"
     assert store.authenticate(store.create("ops2", "operator", signing_key="dpo")
                               .token).signing_key == "dpo"
