@@ -205,8 +205,8 @@ def wrapping(tmp: Path, atoms: int, batch: int) -> dict[str, Any]:
             raw.run([(str(s.originator_id), s.originator_version, s.topic, s.state)
                      for s in written if s.topic == ATOM_CREATED])
             progress("Appending", min(start + batch, atoms), atoms)
-        wrapped_keys = {e for _k, _w, e in keystore_rows(homes["wrapped"])}
-        plain_keys = {e for _k, _w, e in keystore_rows(homes["unwrapped"])}
+        wrapped_keys = {e for _k, _w, e in keystore_rows(apps["wrapped"])}
+        plain_keys = {e for _k, _w, e in keystore_rows(apps["unwrapped"])}
         assert wrapped_keys == {1} and plain_keys == {0}, (wrapped_keys, plain_keys)
     finally:
         for a in apps.values():

@@ -403,7 +403,9 @@ class DataKeyStore:
         batch on a thread while the next is re-wrapped was tried and was slower: both
         sides take the GIL for every row (sqlite3 binds each row's parameters under it,
         and AES-GCM holds it)."""
-        batch = batch or REWRAP_BATCH
+        todo = self._to_rewrap(epoch)
+        # about eight batches at least, so the writer process has work to overlap
+        batch = batch or min(REWRAP_BATCH, max(2000, todo // 8))
         target = self.keks.store_of(epoch, self.epoch_stores())
         table = self.engine.dialect.identifier_preparer.format_table(self.keys)
         sqlite = self.is_sqlite
@@ -415,7 +417,9 @@ class DataKeyStore:
         update = (f"UPDATE {table} SET key_material = ?, epoch = ? "  # noqa: S608 (own table)
                   "WHERE rowid = ? AND key_id = ? AND epoch = ?") if sqlite else self._rewrap_sql
         moved = 0
-        writer = _Writer.start(self) if sqlite and self._worth_a_writer(epoch) else None
+        # a writer process (keys/rewrap_writer.py) pays for its start-up from about
+        # WRITER_MIN_KEYS keys on
+        writer = _Writer.start(self) if sqlite and todo >= WRITER_MIN_KEYS else None
         try:
             while True:
                 with self.engine.connect() as conn:
@@ -449,13 +453,11 @@ class DataKeyStore:
             if writer is not None:
                 writer.stop()
 
-    def _worth_a_writer(self, epoch: int) -> bool:
-        """A writer process (keys/rewrap_writer.py) pays for its start-up from about
-        :data:`WRITER_MIN_KEYS` keys to re-wrap on."""
+    def _to_rewrap(self, epoch: int) -> int:
+        """How many data keys are not wrapped under ``epoch``."""
         with self.engine.connect() as conn:
-            n = conn.execute(sa.select(sa.func.count()).select_from(self.keys)
-                             .where(self.keys.c.epoch != epoch)).scalar() or 0
-        return int(n) >= WRITER_MIN_KEYS
+            return int(conn.execute(sa.select(sa.func.count()).select_from(self.keys)
+                                    .where(self.keys.c.epoch != epoch)).scalar() or 0)
 
     def _rewrapped(self, rows: Sequence[Any], epoch: int, target: KekStore) -> list[bytes]:
         """Rows ``(pos, key_id, stored bytes, epoch)`` wrapped under ``epoch``: in one pass
