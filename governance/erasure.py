@@ -1311,9 +1311,8 @@ def redact_user(app: LedgerApp, proj: Projections, subject: str, *, reason: str,
     return {"status": "completed", "request_id": str(request_id), **result, **plan}
 
 
-def resume_request(app: LedgerApp, proj: Projections, request: str, operator: str
-                   ) -> dict[str, Any]:
-    """`ledger requests resume REQUEST`: finish an interrupted erasure request."""
+def erasure_request(app: LedgerApp, request: str) -> Any:
+    """The :class:`ErasureRequest` whose id is ``request``, or :class:`NotFound`."""
     from eventsourcing.application import AggregateNotFoundError
 
     from ledger.domain import ErasureRequest
@@ -1325,6 +1324,13 @@ def resume_request(app: LedgerApp, proj: Projections, request: str, operator: st
                        hint="see `ledger requests list`") from None
     if not isinstance(req, ErasureRequest):
         raise NotFound(f"{request} is not an erasure request", hint="see `ledger requests list`")
+    return req
+
+
+def resume_request(app: LedgerApp, proj: Projections, request: str, operator: str
+                   ) -> dict[str, Any]:
+    """`ledger requests resume REQUEST`: finish an interrupted erasure request."""
+    req = erasure_request(app, request)
     check_operator(app, operator)
     if req.rejected_at is not None:
         raise ConflictError(f"request {req.id} was rejected at {req.rejected_at} "
@@ -1389,9 +1395,7 @@ def reject_request(app: LedgerApp, request: str, operator: str, code: str, reaso
     of it started (ADR 0047). The reason is kept in clear and shown in the request
     register: it must say why in words that name no one. Returns the request's id, the
     rejection and the signed events."""
-    from eventsourcing.application import AggregateNotFoundError
-
-    from ledger.domain import REJECTION_CODES, ErasureRequest
+    from ledger.domain import REJECTION_CODES
 
     if code not in REJECTION_CODES:
         raise InputError(f"unknown rejection code {code!r}",
@@ -1403,13 +1407,7 @@ def reject_request(app: LedgerApp, request: str, operator: str, code: str, reaso
     if len(words) > 500:
         raise InputError("the reason is longer than 500 characters",
                          hint="say why in a sentence; it must name no one")
-    try:
-        req = app.aggregate(UUID(request))
-    except (ValueError, AggregateNotFoundError):
-        raise NotFound(f"no erasure request {request!r}",
-                       hint="see `ledger requests list`") from None
-    if not isinstance(req, ErasureRequest):
-        raise NotFound(f"{request} is not an erasure request", hint="see `ledger requests list`")
+    req = erasure_request(app, request)
     check_operator(app, operator)
     batch = _open_batch(app, req.id, None)
     if batch is not None:
