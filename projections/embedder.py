@@ -22,6 +22,7 @@ models) happen inside the functions that use them: the CLI imports this module a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -31,7 +32,7 @@ import tomllib
 import unicodedata
 import zlib
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -212,8 +213,9 @@ class WordLlamaEmbedder:
     def model(self) -> Any:
         if self._model is None:
             try:
-                import wordllama
-                from wordllama import WordLlama
+                with _root_logging_kept():
+                    import wordllama
+                    from wordllama import WordLlama
             except ImportError as e:
                 raise EnvironmentProblem(
                     "the wordllama embedder is configured but not installed",
@@ -230,6 +232,24 @@ class WordLlamaEmbedder:
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         return embed_matrix(self, texts).tolist()  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def _root_logging_kept() -> Iterator[None]:
+    """wordllama calls ``logging.basicConfig(level=INFO)`` when it is imported, which put
+    every INFO line of every library (``INFO:httpx:HTTP Request: ...``) on the stderr of
+    any command that loaded the embedder: the root logger is put back as it was."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        for handler in root.handlers[:]:
+            if handler not in handlers:
+                root.removeHandler(handler)
+        root.setLevel(level)
 
 
 class SentenceTransformerEmbedder:

@@ -110,3 +110,19 @@ def test_fades_at_is_where_salience_crosses_the_threshold(
     if t > parse_time(origin):
         assert state.salience(t - second) >= 0.15 - 1e-9
     assert state.salience(t + second) < 0.15 + 1e-9
+
+
+def test_loading_wordllama_leaves_the_root_logger_as_it_was() -> None:
+    """wordllama's import calls logging.basicConfig(level=INFO): every library's INFO lines
+    (httpx's requests among them) then reached the stderr of every command that embeds."""
+    import subprocess
+    import sys
+
+    child = ("import logging; from projections.embedder import WordLlamaEmbedder; "
+             "WordLlamaEmbedder(64).embed(['tea']); r = logging.getLogger(); "
+             "logging.getLogger('httpx').info('a line nobody asked for'); "
+             "print(len(r.handlers), r.level)")
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.split() == ["0", "30"]
+    assert "a line nobody asked for" not in done.stderr
