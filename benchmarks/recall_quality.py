@@ -29,6 +29,8 @@ Usage: python benchmarks/recall_quality.py [--people 6] [--memories 500] [--embe
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import inspect
 import os
 import random
 import re
@@ -37,7 +39,9 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, cast
 
 if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     sys.path.pop(0)  # benchmarks/projections.py would shadow the projections package
@@ -227,9 +231,10 @@ KINDS = ("lexical", "paraphrase", "indirect", "multi-hop", "all")
 DEFAULT_LABEL = "linear 0.3 (default)"
 
 
-def show(name: str, res: dict[str, tuple[float, float, float, int]]) -> None:
-    cells = "  ".join(f"{res[k][0]:.3f} {res[k][1]:.3f} {res[k][2]:.3f}" for k in KINDS)
-    print(f"{name:<34} {cells}", flush=True)
+def show(name: str, res: dict[str, tuple[float, float, float, int]],
+         kinds: Sequence[str] = KINDS, width: int = 34) -> None:
+    cells = "  ".join(f"{res[k][0]:.3f} {res[k][1]:.3f} {res[k][2]:.3f}" for k in kinds)
+    print(f"{name:<{width}} {cells}", flush=True)
 
 
 def bm25_ranker(people: Sequence[Person]) -> Ranker:
@@ -289,12 +294,224 @@ def ledger_rankers(people: Sequence[Person], folder: Path, embedder: Embedder | 
     return out
 
 
+# ---------------------------------------------------------------- a public dataset
+# MemoryBank's English evaluation set (Zhong et al., "MemoryBank: Enhancing Large Language
+# Models with Long-Term Memory", AAAI 2024; github.com/zhongwanjun/MemoryBank-SiliconFriend,
+# MIT licence, Copyright (c) 2023 Wanjun Zhong): 15 people's dated chats with an assistant
+# over ten days (eval_data/en/memory_bank_en.json) and 100 probing questions
+# (eval_data/en/probing_questions_en.jsonl). Nothing of it is kept in this repository: pass
+# --memorybank with a checkout of that repository. The dataset gives no answer locations,
+# so the turns that answer each question are this project's own annotation, below:
+# "MM-DD#i" is turn i (from 0) of that day's chat, several turns comma-separated, "-" a
+# question the chats do not answer (left out). Each turn (the person's message and the
+# reply, cut to an atom's 500 characters) is one memory, recorded on its day.
+MEMORYBANK_GOLD: dict[str, tuple[str, ...]] = {
+    "Emily": ("04-30#3", "05-01#0", "05-03#2", "04-28#1", "04-30#2,04-30#1", "05-02#1",
+              "05-04#1"),
+    "Jason": ("04-28#2,04-28#3", "04-29#3", "04-28#2,04-28#1", "04-27#4", "05-01#1",
+              "05-02#3", "05-04#1"),
+    "Frank": ("04-27#2", "04-28#8", "04-29#1", "05-05#2,05-05#1", "05-06#1", "04-30#1",
+              "04-28#2,04-28#3"),
+    "Lucy": ("04-27#3", "04-29#1,04-29#2", "04-28#1", "04-30#1", "05-03#0,04-30#2", "05-02#1",
+             "04-28#1"),
+    "Sunny": ("04-28#1", "04-27#4", "05-03#1", "05-01#1", "04-27#2,04-28#1", "04-30#1",
+              "05-04#0"),
+    "Linda": ("05-06#1", "05-06#1,05-06#3", "04-27#2,04-27#3", "04-28#3,04-28#2", "05-02#1",
+              "05-01#1", "05-04#1"),
+    "John Zhang": ("04-28#1", "04-29#0,04-29#1", "04-28#2", "04-30#0", "-", "05-04#0",
+                   "05-06#0"),
+    "Ivy": ("04-27#1,04-27#2", "05-06#2,05-06#1", "05-02#0", "04-28#2", "04-27#3", "05-05#0",
+            "05-02#0"),
+    "Henry": ("04-27#1", "04-30#0", "04-30#1", "05-04#1", "05-06#1", "04-28#2", "05-02#0"),
+    "Gary": ("04-28#2", "05-04#0", "05-05#1", "05-04#1", "05-02#0,05-02#1", "04-30#0",
+             "05-03#0"),
+    "Jack": ("04-27#2", "04-27#2", "05-05#2", "04-30#1", "05-03#1", "05-02#1", "05-04#0"),
+    "Roland": ("04-30#1,04-30#5", "04-30#2,04-30#6", "04-30#1,04-30#2,04-30#0", "05-02#1",
+               "04-28#1,04-28#2", "04-27#2"),
+    "Leo": ("04-27#2", "05-02#1", "05-02#2", "05-03#1", "05-03#1", "05-04#1", "05-06#0"),
+    "Susan": ("04-27#1,04-27#2", "04-27#2", "04-30#1", "04-29#1", "05-04#1"),
+    "Luna": ("04-28#1,04-28#2", "04-30#1,04-30#2", "05-04#0", "05-03#2", "04-28#4"),
+}
+MONTHS = {m: i for i, m in enumerate(
+    ("january", "february", "march", "april", "may", "june", "july", "august", "september",
+     "october", "november", "december"), start=1)}
+_DATE = re.compile(r"\b(" + "|".join(MONTHS) + r")\s+(\d{1,2})(?:st|nd|rd|th)?\b", re.I)
+MB_YEAR = 2023
+
+
+def asked_day(question: str) -> str | None:
+    """The day a question names ("On May 2nd, ..."), as YYYY-MM-DD; None when it names none.
+    What an assistant would pass as since/until."""
+    m = _DATE.search(question)
+    if m is None:
+        return None
+    return f"{MB_YEAR}-{MONTHS[m.group(1).lower()]:02d}-{int(m.group(2)):02d}"
+
+
+@dataclass
+class DatedPerson(Person):
+    days: list[str] = field(default_factory=list)  # per memory: the day it was said
+    asked: list[str | None] = field(default_factory=list)  # per question: the day it names
+
+
+def memorybank_people(checkout: Path, filler: bool = False) -> list[DatedPerson]:
+    """One person per chat history. ``filler``: each person's memory also holds the other
+    people's chats (their turns, on their days), as LongMemEval builds its haystacks from
+    evidence sessions and sessions of other users; answers stay the person's own turns."""
+    import json
+
+    data = checkout / "eval_data" / "en"
+    chats = json.loads((data / "memory_bank_en.json").read_text(encoding="utf-8"))
+    asked: dict[str, list[str]] = {}
+    for line in (data / "probing_questions_en.jsonl").read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            asked.update({k.strip(): v for k, v in json.loads(line).items()})
+    turns: dict[str, list[tuple[str, str, str]]] = {}  # name -> (label, day, memory)
+    for raw_name, person_chats in chats.items():
+        turns[raw_name.strip()] = [
+            (f"{day[5:]}#{j}", day, clip(f"{turn['query']}\n{turn['response']}"))
+            for day, day_turns in sorted(person_chats["history"].items())
+            for j, turn in enumerate(day_turns)]
+    people = []
+    for name, own in turns.items():
+        p = DatedPerson(name)
+        where: dict[str, int] = {}
+        for other, theirs in turns.items():
+            if other != name and not filler:
+                continue
+            for label, day, memory in theirs:
+                if other == name:
+                    where[label] = len(p.memories)
+                p.memories.append(memory)
+                p.salience.append(0.5)
+                p.days.append(day)
+        for text, labels in zip(asked[name], MEMORYBANK_GOLD[name], strict=True):
+            if labels == "-":
+                continue
+            day = asked_day(text)
+            p.ask("dated" if day else "undated", text, *(where[x] for x in labels.split(",")))
+            p.asked.append(day)
+        assert len(own) == len(where)
+        people.append(p)
+    return people
+
+
+MB_KINDS = ("dated", "undated", "all")
+
+
+def clip(text: str, limit: int = 500) -> str:
+    """A turn as one memory: an atom's text is at most 500 characters, so a longer turn is
+    cut at the last space before that (for every method alike)."""
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0]
+
+
+def memorybank_ledger(people: Sequence[DatedPerson], folder: Path,
+                      embedder: Embedder | None) -> dict[str, Scores]:
+    """The ledger's recall over the chats, each turn recorded on its day (the clock pinned
+    with LEDGER_NOW, as a live assistant would have recorded it), asked the day after the
+    last chat: with the default weights, and with the question's day as --since/--until."""
+    home = folder / "memorybank"
+    saved = os.environ.get("LEDGER_NOW")
+    try:
+        os.environ["LEDGER_NOW"] = "2023-04-26T12:00:00Z"
+        LedgerApp.initialize(home)
+        app = LedgerApp(Config.load(home))
+        for i, _p in enumerate(people):
+            app.register_subject({"ref": f"m{i}"})
+        for day in sorted({d for p in people for d in p.days}):
+            os.environ["LEDGER_NOW"] = f"{day}T12:00:00Z"
+            app.add_atoms([{"subject": f"m{i}", "text": m, "ref": f"m{i}-{j}", "salience": s}
+                           for i, p in enumerate(people)
+                           for j, (m, s, d) in enumerate(zip(p.memories, p.salience, p.days,
+                                                             strict=True)) if d == day])
+        app.close()
+    finally:
+        if saved is None:
+            os.environ.pop("LEDGER_NOW", None)
+        else:
+            os.environ["LEDGER_NOW"] = saved
+    asked_at = datetime(2023, 5, 8, 9, 0, tzinfo=UTC)
+    app = LedgerApp(Config.load(home))
+    out: dict[str, Scores] = {}
+    try:
+        with Projections(app, embedder=embedder) as proj:
+            proj.catch_up()
+            ids: dict[int, dict[str, int]] = {}
+            for i, _p in enumerate(people):
+                rows = proj.memory_list(f"m{i}", refresh=False, now=asked_at)
+                ids[i] = {r["atom_id"]: int(r["ref"].split("-")[1]) for r in rows}
+            index = {id(p): i for i, p in enumerate(people)}
+            timed = "since" in inspect.signature(proj.recall).parameters
+
+            def ranker(use_day: bool) -> Ranker:
+                def rank(p: Person, q: Question) -> list[int]:
+                    i = index[id(p)]
+                    day = cast(DatedPerson, p).asked[p.questions.index(q)]
+                    extra: dict[str, Any] = {}
+                    if use_day and day is not None:
+                        extra = {"since": f"{day}T00:00:00Z", "until": f"{day}T23:59:59Z"}
+                    r = proj.recall(q.text, f"m{i}", k=10, now=asked_at, refresh=False,
+                                    **extra)
+                    return [ids[i][a] for a in r.atom_ids]
+                return rank
+
+            out[DEFAULT_LABEL] = score(people, ranker(False))
+            if timed:
+                out["default, the question's day as since/until"] = score(people, ranker(True))
+            else:
+                print("  (recall takes no since/until here: the time-filtered run is left out)")
+    finally:
+        app.close()
+    return out
+
+
+def run_memorybank(checkout: Path, embedders: Sequence[Embedder], default_id: str) -> None:
+    for filler in (False, True):
+        people = memorybank_people(checkout, filler)
+        nq = sum(len(p.questions) for p in people)
+        dated = sum(1 for p in people for q in p.questions if q.kind == "dated")
+        size = sum(len(p.memories) for p in people) // len(people)
+        print(f"\nMemoryBank (MIT licence; {checkout}): {len(people)} people, {nq} questions "
+              f"({dated} name a day); each person's memory: "
+              + ("their own chats and the other people's as filler" if filler
+                 else "their own chats") + f", {size} turns on average")
+        print(f"{'method':<44} " + "  ".join(f"{k + ' r@5 r@10 MRR':<17}" for k in MB_KINDS))
+        singles: dict[str, Scores] = {"BM25": score(people, bm25_ranker(people))}
+        show("BM25 alone (rank-bm25)", singles["BM25"], MB_KINDS, 44)
+        for e in embedders:
+            singles[f"{e.id} alone"] = score(people, embedder_ranker(people, e))
+            show(f"{e.id} alone (cosine)", singles[f"{e.id} alone"], MB_KINDS, 44)
+        mine: Scores | None = None
+        with tempfile.TemporaryDirectory(prefix="recall-memorybank-") as tmp:
+            for e in embedders:
+                is_default = e.id == default_id
+                for label, res in memorybank_ledger(people, Path(tmp) / e.id.replace("/", "-"),
+                                                    None if is_default else e).items():
+                    show(f"ledger, {e.id}, {label}", res, MB_KINDS, 44)
+                    if is_default:
+                        mine = res  # the last: the time-filtered run when recall takes it
+        if mine is not None:
+            verdict(mine, singles, "MemoryBank" + (" with filler" if filler else ""))
+
+
+def verdict(mine: Scores, singles: dict[str, Scores], data: str) -> None:
+    """The ledger against the best single method, per measure (goal: 1.25x each)."""
+    for m, name in ((0, "recall@5"), (1, "recall@10"), (2, "MRR")):
+        best_name, best = max(singles.items(), key=lambda kv: kv[1]["all"][m])
+        ratio = mine["all"][m] / best["all"][m] if best["all"][m] else float("inf")
+        print(f"{data}: ledger {name} {mine['all'][m]:.3f} vs best single method "
+              f"({best_name}) {best['all'][m]:.3f}: {ratio:.2f}x (goal 1.25x)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--people", type=int, default=6)
     ap.add_argument("--memories", type=int, default=500)
     ap.add_argument("--embedders", default="hashing,wordllama,minilm")
     ap.add_argument("--seed", type=int, default=16)
+    ap.add_argument("--memorybank", type=Path, metavar="CHECKOUT",
+                    help="a checkout of github.com/zhongwanjun/MemoryBank-SiliconFriend: "
+                         "measure on its English chats and questions too")
     args = ap.parse_args()
     os.environ.setdefault("LEDGER_LOG_LEVEL", "warning")
     rng = random.Random(args.seed)
@@ -347,18 +564,30 @@ def main() -> None:
     if mine is None:
         print(f"the default embedder {default_id} was not measured (--embedders)")
         return
-    best_name, best = max(singles.items(), key=lambda kv: kv[1]["all"][1])
-    verdict = "beats" if mine["all"][1] > best["all"][1] else "does NOT beat"
-    print(f"\nledger end to end with its default configuration ({default_id}, "
-          f"{DEFAULT_LABEL}): recall@10 {mine['all'][1]:.3f} {verdict} every single method "
-          f"in this run (best: {best_name}, {best['all'][1]:.3f})")
+    print()
+    verdict(mine, singles, "synthetic people")
     hashed = ledgers.get(f"hashing-v1/256, {DEFAULT_LABEL}")
     if hashed is not None and default_id != "hashing-v1/256":
         behind = [k for k in KINDS[:-1] if mine[k][1] < hashed[k][1]]
         print(f"against today's hashing-based recall: paraphrase recall@10 "
               f"{mine['paraphrase'][1]:.3f} vs {hashed['paraphrase'][1]:.3f}; behind on "
               + (", ".join(behind) if behind else "no kind of question"))
+    if args.memorybank is not None:
+        run_memorybank(args.memorybank, embedders, default_id)
+    dedup_figures()
 
+
+def dedup_figures() -> None:
+    """Duplicate detection for ``on_similar`` (benchmarks/dedup_quality.py, in this run)."""
+    path = Path(__file__).resolve().parent / "dedup_quality.py"
+    if not path.exists():
+        return
+    spec = importlib.util.spec_from_file_location("dedup_quality", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    print("\nduplicate detection for on_similar (benchmarks/dedup_quality.py):")
+    module.main()
 
 if __name__ == "__main__":
     main()
