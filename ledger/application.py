@@ -778,6 +778,87 @@ class LedgerApp(Application[UUID]):
                                  subject_id=e.subject_id)
         return [e.originator_id for e in created]
 
+    def remember_atoms(self, items: Sequence[dict[str, Any]],
+                       actions: Sequence[tuple[str, str | None]], actor: str | None = None,
+                       sources: Sequence[dict[str, Any]] = ()) -> list[UUID]:
+        """Update or add (ADR 0052): each proposed atom with its decision, all in one
+        signed command, all or nothing. ``actions[i]`` is ``("add", None)``,
+        ``("supersede", atom_id)``: the proposal is added and supersedes that atom (it
+        gets ``valid_to``, as a correction), or ``("rehearse", atom_id)``: no new atom,
+        that atom gets a rehearsal. An atom to supersede or rehearse must still be active
+        and of the proposal's subject when the write lock is held, or nothing is written.
+        Returns per proposal the new atom's id, or the rehearsed atom's. ``sources``:
+        artifacts captured with the proposals that create atoms (cited by each of them),
+        not captured when none does. Sets ``last_archived`` and ``last_sources``."""
+        if len(items) != len(actions):
+            raise InputError("one decision per proposed atom")
+        self.last_archived = []
+        self.last_sources = []
+        creating = [n for n, (act, _) in enumerate(actions) if act != "rehearse"]
+        source_inputs = [parse(ArtifactInput, d) for d in sources] if creating else []
+        source_ids = [self._ref_id("artifact", a.ref) for a in source_inputs]
+        if source_ids:
+            items = [{**d, "artifact_ids": [*(d.get("artifact_ids") or ()),
+                                            *map(str, source_ids)]}
+                     if n in creating else d for n, d in enumerate(items)]
+        inputs = _parse_atoms(items)
+        signer = self.signer(actor)
+        with self.writing(signer) as at:
+            seen: dict[tuple[str, str], UUID] = {}
+            artifacts = []
+            for a, aid in zip(source_inputs, source_ids, strict=True):
+                if a.ref is not None and self.exists(aid):
+                    raise ConflictError(f"artifact {a.ref} already exists ({aid})")
+                artifacts.append(self._new_artifact(a, aid, self.resolve_subject(a.subject),
+                                                    at))
+                seen[("artifact", str(aid))] = aid
+            policy = policy_rules.check_new_atoms(self, [inputs[n] for n in creating])
+            existing: dict[UUID, Atom] = {}
+            out: list[UUID] = []
+            new: list[Atom] = []
+            for inp, (act, target) in zip(inputs, actions, strict=True):
+                if act == "add":
+                    atom = self._new_atom(inp, at, seen=seen)
+                    new.append(atom)
+                    out.append(atom.id)
+                    continue
+                if act not in ("rehearse", "supersede") or target is None:
+                    raise InputError(f"unknown decision {act!r} for a proposed atom")
+                tid = self.resolve("atom", target)
+                old = existing.get(tid) or self.get_atom(tid)
+                existing[tid] = old
+                sid = seen.get(("subject", inp.subject)) or self.resolve_subject(inp.subject)
+                if old.subject_id != str(sid):  # never across subjects
+                    raise ConflictError(f"atom {old.id} is not of the proposal's subject; "
+                                        "nothing was written")
+                if old.status != "active" or old.content_erased:
+                    raise ConflictError(
+                        f"atom {old.id} is {old.status} (it changed since it was found "
+                        "similar); nothing was written", hint="send the memory again")
+                if act == "rehearse":
+                    old.trigger_event(Atom.Rehearsed, timestamp=at, session_id=inp.session_id,
+                                      reason="remembered again (on_similar: rehearse)")
+                    out.append(old.id)
+                    continue
+                atom = self._new_atom(inp, at, supersedes=str(old.id), seen=seen)
+                old.trigger_event(Atom.Superseded, timestamp=at, superseded_by=str(atom.id),
+                                  valid_to=clock.format_instant(at),
+                                  reason="superseded by a similar memory "
+                                         "(on_similar: supersede)")
+                new.append(atom)
+                out.append(atom.id)
+            if len({a.id for a in new}) != len(new):
+                raise InputError("two atoms in this command have the same ref")
+            loaded = [a for a in policy_rules.over_limit(self, policy, new, at)
+                      if a.id not in existing]
+            self.last_archived = archived_by_policy([*new, *loaded])
+            self.commit(*artifacts, *existing.values(), *new, *loaded, event_ids=False)
+            self.last_sources = [a.id for a in artifacts]
+        log.info("atoms.remembered", added=sum(a == "add" for a, _ in actions),
+                 superseded=sum(a == "supersede" for a, _ in actions),
+                 rehearsed=sum(a == "rehearse" for a, _ in actions))
+        return out
+
     def get_many(self, ids: Iterable[UUID]) -> list[Any]:
         """Aggregates by id (duplicates once, in order), as ``repository.get`` gives them:
         the batch commands (shred, tombstones) read a thousand items. Their data keys are
@@ -953,6 +1034,30 @@ class LedgerApp(Application[UUID]):
                 todo.append(atom)
             ids: list[str] = self.commit(*todo) if todo else []
         policy_rules.log.info("policy.archived", count=len(ids))
+        return ids
+
+    def archive_decayed(self, due: dict[str, dict[str, Any]], actor: str | None = None
+                        ) -> list[str]:
+        """Archive atoms whose salience fell below their decay profile's minimumSalience
+        (the sweep's decay rule, ADR 0050): one signed ``Atom.Archived`` per atom, one
+        command. ``due`` maps atom ids to ``salience``, ``minimum_salience``,
+        ``computed_at`` and ``reason``. Atoms no longer active when the write lock is held
+        are skipped, so a repeated or concurrent run adds nothing. Returns the event ids."""
+        if not due:
+            return []
+        with self.writing(self.signer(actor), OPERATOR) as at:
+            todo = []
+            for aid, d in due.items():
+                atom = self.get_atom(UUID(aid))
+                if atom.status != "active":
+                    continue
+                atom.trigger_event(Atom.Archived, timestamp=at,
+                                   salience=float(d["salience"]),
+                                   minimum_salience=float(d["minimum_salience"]),
+                                   computed_at=str(d["computed_at"]), reason=str(d["reason"]))
+                todo.append(atom)
+            ids: list[str] = self.commit(*todo) if todo else []
+        log.info("decay.archived", count=len(ids))
         return ids
 
     def created_atoms_of(self, subject_ids: Iterable[str]) -> dict[str, list[str]]:

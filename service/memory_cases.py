@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ledger import clock
-from ledger.errors import InputError, LedgerError, NotFound
+from ledger.errors import ConflictError, InputError, LedgerError, NotFound
 from service.caller import Caller
 from service.core import (
     ATOM_CONTENT,
@@ -43,6 +43,7 @@ from service.models import (
     RecallItemOut,
     RecallOut,
     Rehearsed,
+    SimilarOut,
     SourcedAtomAdded,
     SubjectIn,
     SubjectOut,
@@ -53,6 +54,27 @@ if TYPE_CHECKING:
 
 EXPORT_MEDIA = {"konshus": "application/json", "persona": "application/json",
                 "mem": "application/zip"}
+
+
+class SimilarMemoryExists(ConflictError):
+    """``on_similar: refuse`` found memories that say the same thing (ADR 0052): nothing
+    was written. ``similar``: per refused proposal (its index), the similar memories."""
+
+    def __init__(self, refused: Sequence[tuple[int, list[SimilarOut]]], proposals: int
+                 ) -> None:
+        self.similar = [(n, list(f)) for n, f in refused]
+        ids = ", ".join(dict.fromkeys(s.atom_id for _, f in refused for s in f))
+        which = "" if proposals == 1 else \
+            f" (proposals {', '.join(str(n) for n, _ in refused)})"
+        super().__init__(
+            f"the subject already has memories that say the same{which}: {ids}; "
+            "nothing was written",
+            hint="rehearse or correct one of them, or send it again with on_similar "
+                 "add, rehearse or supersede")
+
+    def as_json(self) -> list[dict[str, Any]]:
+        """The similar memories, as the add would have answered them."""
+        return [s.model_dump() for _, f in self.similar for s in f]
 
 
 class MemoryCases(FacadeCore):
@@ -147,28 +169,94 @@ class MemoryCases(FacadeCore):
         return cmd
 
     def add_atom(self, caller: Caller, data: AtomIn) -> AtomAdded:
-        added = self.add_atoms(caller, [data])
-        return AtomAdded(atom_id=added.atom_ids[0], archived=added.archived)
+        """One atom, update or add (ADR 0052): see :meth:`remember_atoms`."""
+        return self.remember_atoms(caller, [data])[0]
 
     def add_atom_with_source(self, caller: Caller, data: AtomIn, source: ArtifactIn
                              ) -> SourcedAtomAdded:
         """An atom and the artifact it was drawn from, captured and cited in one signed
-        command: both are written, or neither."""
+        command: both are written, or neither. With ``on_similar`` (ADR 0052) deciding to
+        rehearse an existing memory, no atom cites the source and it is not captured."""
         if source.subject != data.subject:
             raise InputError("the source artifact must be of the memory's subject",
                              hint="leave the source's subject out: it is the memory's")
-        source_cmd = self._artifact_command(caller, source)
-        ids = self.app.add_atoms([self._atom_command(caller, data)], caller.writer_key,
-                                 sources=[source_cmd])
-        return SourcedAtomAdded(atom_id=str(ids[0]),
-                                archived=list(getattr(self.app, "last_archived", [])),
-                                artifact_id=str(self.app.last_sources[0]))
+        added = self.remember_atoms(caller, [data], source=source)[0]
+        sources = list(getattr(self.app, "last_sources", []))
+        return SourcedAtomAdded(**added.model_dump(),
+                                artifact_id=str(sources[0]) if sources else None)
+
+    # ------------------------------------------------------------------ update or add
+    def similar_memories(self, caller: Caller, subject: str, texts: Sequence[str]
+                         ) -> list[list[SimilarOut]]:
+        """Per text, the subject's recallable memories that say the same thing, most
+        similar first (ADR 0052; ``projections/similar.py``). Writes nothing."""
+        self._require(caller, "assistant", "operator")
+        sid = self.subject_id(caller, subject)
+        self.proj.catch_up()
+        return self._similar(sid, texts)
+
+    def _similar(self, sid: str, texts: Sequence[str]) -> list[list[SimilarOut]]:
+        from projections.similar import find_similar
+
+        return [[SimilarOut(**s.as_json()) for s in found]
+                for found in find_similar(self.proj, sid, texts)]
+
+    def _similar_of(self, caller: Caller, items: Sequence[AtomIn]
+                    ) -> list[list[SimilarOut]]:
+        """The similar memories of each proposal, searched by subject (the caller's
+        scope was checked by ``_atom_command`` before)."""
+        sids = [self.subject_id(caller, d.subject) for d in items]
+        self.proj.catch_up()
+        found: list[list[SimilarOut]] = [[] for _ in items]
+        by_subject: dict[str, list[int]] = {}
+        for n, sid in enumerate(sids):
+            by_subject.setdefault(sid, []).append(n)
+        for sid, ns in by_subject.items():
+            for n, f in zip(ns, self._similar(sid, [items[n].text for n in ns]),
+                            strict=True):
+                found[n] = f
+        return found
+
+    def remember_atoms(self, caller: Caller, items: Sequence[AtomIn],
+                       source: ArtifactIn | None = None) -> list[AtomAdded]:
+        """Update or add (ADR 0052): each proposed atom is compared with its subject's
+        memories (``projections/similar.py``) and its ``on_similar`` decides: ``add``
+        (add it, answer the similar ones), ``rehearse`` (no new atom: the most similar
+        one is rehearsed), ``supersede`` (add it, superseding the most similar one) or
+        ``refuse`` (:class:`SimilarMemoryExists`, nothing written). Every decision and
+        its effect is one signed command: all proposals are written, or none (one
+        refusal refuses them all). A proposal with no similar memory is added. Never
+        across subjects; nothing is erased. ``source``: an artifact captured with them,
+        cited by every atom written (``last_sources``)."""
+        self._require(caller, "assistant", "operator")
+        if not items:
+            raise InputError("no atoms to remember")
+        commands = [self._atom_command(caller, d) for d in items]
+        found = self._similar_of(caller, items)
+        refused = [(n, f) for n, (d, f) in enumerate(zip(items, found, strict=True))
+                   if d.on_similar == "refuse" and f]
+        if refused:
+            raise SimilarMemoryExists(refused, len(items))
+        actions: list[tuple[str, str | None]] = [
+            (d.on_similar, f[0].atom_id) if f and d.on_similar in ("rehearse", "supersede")
+            else ("add", None) for d, f in zip(items, found, strict=True)]
+        sources = [self._artifact_command(caller, source)] if source is not None else []
+        ids = self.app.remember_atoms(commands, actions, caller.writer_key, sources=sources)
+        archived = list(getattr(self.app, "last_archived", []))
+        outcome = {"add": "added", "rehearse": "rehearsed", "supersede": "superseded"}
+        return [AtomAdded(atom_id=str(i), archived=archived, outcome=outcome[act],
+                          supersedes=target if act == "supersede" else None, similar=f)
+                for i, (act, target), f in zip(ids, actions, found, strict=True)]
 
     def add_atoms(self, caller: Caller, items: Sequence[AtomIn]) -> AtomsAdded:
         """Record atoms in one signed command: all of them, or none."""
         self._require(caller, "assistant", "operator")
         if not items:
             raise InputError("no atoms to add")
+        if any(d.on_similar != "add" for d in items):
+            raise InputError("on_similar other than add is for one atom at a time",
+                             hint="send those one by one (POST /v1/atoms, `ledger atom "
+                                  "add`); a batch adds every item")
         commands = [self._atom_command(caller, d) for d in items]
         ids = self.app.add_atoms(commands, caller.writer_key)
         return AtomsAdded(atom_ids=[str(i) for i in ids],
@@ -187,17 +275,33 @@ class MemoryCases(FacadeCore):
         for n, (caller, data) in enumerate(items):
             try:
                 self._require(caller, "assistant", "operator")
+                if data.on_similar != "add":  # a decision of its own (ADR 0052)
+                    results.append(self.remember_atoms(caller, [data])[0])
+                    continue
                 commands.append((n, self._atom_command(caller, data)))
                 results.append(InputError("not written"))  # replaced below
             except LedgerError as e:
                 results.append(e)
         if not commands:
             return results
+        similar: dict[int, list[SimilarOut]] = {}
+        try:  # the similar memories each add answers with, found by subject
+            self.proj.catch_up()
+            by_subject: dict[str, list[int]] = {}
+            for n, _ in commands:
+                caller, data = items[n]
+                by_subject.setdefault(self.subject_id(caller, data.subject), []).append(n)
+            for sid, ns in by_subject.items():
+                found = self._similar(sid, [items[n][1].text for n in ns])
+                similar.update(zip(ns, found, strict=True))
+        except LedgerError:  # checked again, in its words, by the command below
+            similar = {}
         try:
             ids = self.app.add_atoms([c for _, c in commands])
             archived = list(getattr(self.app, "last_archived", []))
             for (n, _), aid in zip(commands, ids, strict=True):
-                results[n] = AtomAdded(atom_id=str(aid), archived=archived)
+                results[n] = AtomAdded(atom_id=str(aid), archived=archived,
+                                       similar=similar.get(n, []))
             return results
         except LedgerError as e:
             if len(commands) == 1:
@@ -207,7 +311,8 @@ class MemoryCases(FacadeCore):
             try:
                 aid = self.app.add_atoms([cmd])[0]
                 results[n] = AtomAdded(atom_id=str(aid),
-                                       archived=list(getattr(self.app, "last_archived", [])))
+                                       archived=list(getattr(self.app, "last_archived", [])),
+                                       similar=similar.get(n, []))
             except LedgerError as e:
                 results[n] = e
         return results

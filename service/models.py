@@ -25,6 +25,8 @@ AtomKind = Literal["fact", "preference", "relationship", "belief", "goal", "skil
 ExportFormat = Literal["konshus", "mem", "persona"]
 ImportFormat = Literal["konshus", "mem", "persona", "chatgpt", "claude", "mem0", "text"]
 RedactMode = Literal["soft", "archive", "hard"]
+OnSimilar = Literal["add", "rehearse", "supersede", "refuse"]
+"""What an add does when the subject already has memories that say the same (ADR 0052)."""
 
 MAX_TEXT = 10_000
 MAX_BATCH = 1_000
@@ -98,7 +100,9 @@ class Detail(_In):
 
 
 class AtomIn(_In):
-    subject: str = Field(description="Subject ref or id.")
+    subject: str | None = Field(default=None, description=(
+        "Subject ref or id; may be left out when the credential sees exactly one subject "
+        "(that one is meant)."))
     text: str = Field(min_length=1, max_length=MAX_ATOM_TEXT,
                       description="One short sentence a person can review (encrypted).")
     kind: AtomKind = "fact"
@@ -121,21 +125,44 @@ class AtomIn(_In):
     consent_basis: str | None = None
     session_id: str | None = Field(default=None, max_length=200)
     min_sources: int = Field(default=1, ge=1, le=100)
+    on_similar: OnSimilar = Field(
+        default="add",
+        description="When the subject already has memories that say the same thing: "
+                    "'add' adds anyway and lists them in `similar`; 'rehearse' records a "
+                    "rehearsal of the most similar one instead of a new memory; "
+                    "'supersede' adds this one as the correction of the most similar "
+                    "one; 'refuse' writes nothing and names them (ADR 0052).")
 
     def as_command(self) -> dict[str, Any]:
-        data = self.model_dump()
+        data = self.model_dump(exclude={"on_similar"})
         data["details"] = [d.model_dump() for d in self.details]
         return data
 
 
-class AtomAdded(_Out):
+class SimilarOut(_Out):
+    """A memory of the same subject that says the same thing (ADR 0052)."""
+
     atom_id: str
+    score: float = Field(description="Cosine similarity of the two texts, 0 to 1.")
+
+
+class AtomAdded(_Out):
+    atom_id: str = Field(description="The new atom, or the rehearsed one "
+                                     "(outcome 'rehearsed').")
     archived: list[str] = Field(default_factory=list,
                                 description="Atoms the policy's maxAtoms archived.")
+    outcome: Literal["added", "rehearsed", "superseded"] = "added"
+    supersedes: str | None = Field(default=None,
+                                   description="The similar atom this one superseded.")
+    similar: list[SimilarOut] = Field(
+        default_factory=list,
+        description="The subject's memories that say the same thing, most similar first.")
 
 
 class SourcedAtomAdded(AtomAdded):
-    artifact_id: str = Field(description="The source artifact captured with it.")
+    artifact_id: str | None = Field(
+        description="The source artifact captured with it (none when the memory was "
+                    "rehearsed instead: nothing cites it, ADR 0052).")
 
 
 class AtomsAdded(_Out):
@@ -377,7 +404,9 @@ class RehearseIn(_In):
 # ----------------------------------------------------------------------------- recall
 class RecallIn(_In):
     query: str = Field(min_length=1, max_length=2_000)
-    subject: str = Field(description="Subject ref or id.")
+    subject: str | None = Field(default=None, description=(
+        "Subject ref or id; may be left out when the credential sees exactly one subject "
+        "(that one is meant)."))
     k: int = Field(default=5, ge=1, le=100)
     session_id: str | None = Field(default=None, max_length=200)
     rehearse: bool = Field(default=True, description="Record a signed rehearsal event for "

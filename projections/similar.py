@@ -1,0 +1,209 @@
+"""Memories of one subject that say the same thing as a new text (ADR 0052).
+
+The named query behind ``on_similar`` (``atom add``, ``POST /v1/atoms``, MCP
+``remember``): :func:`find_similar` reads one subject's vector index and keyword index
+for candidates, keeps those that are recallable now (active, not superseded, expired or
+erased, valid now: :func:`projections.atoms.is_candidate`) and answers the ones that
+pass both tests of :func:`is_duplicate`:
+
+1. the cosine of the two texts' embeddings is at least the embedder's threshold
+   (:func:`threshold_for`; measured by ``benchmarks/dedup_quality.py``), and
+2. a keyword check (:func:`keywords_agree`): the two texts name the same things. Their
+   content words overlap (Jaccard at least :data:`MIN_JACCARD`, after a light stemming),
+   and their names (capitalised words after the first), figures and negations are the
+   same. Embeddings put "Prefers tea" next to "Prefers coffee" and "Works at Acme"
+   next to "Worked at Acme until 2024"; the words tell them apart.
+
+Only the given subject's atoms are read (the indexes are searched by subject, and every
+row is checked to be of it): a memory of one person is never similar to another's.
+Nothing is written and nothing is logged but ids and counts.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+import structlog
+
+from ledger import clock
+from projections.atoms import is_candidate
+from projections.embedder import Embedder, embed_matrix
+
+if TYPE_CHECKING:
+    from projections.service import Projections
+
+log = structlog.get_logger("projections.similar")
+
+__all__ = ["MIN_JACCARD", "THRESHOLDS", "Similar", "find_similar", "is_duplicate",
+           "keywords_agree", "pair_cosines", "threshold_for"]
+
+THRESHOLDS: dict[str, float] = {
+    "HashingEmbedder": 0.6,
+    "WordLlamaEmbedder": 0.7,
+    "SentenceTransformerEmbedder": 0.75,
+}
+"""Cosine thresholds per embedder class, chosen from ``benchmarks/dedup_quality.py``'s
+sweep (the note in docs/adr/0052 gives the figures)."""
+
+DEFAULT_THRESHOLD = 0.75
+"""For an embedder not measured here (``http``): a conservative cosine."""
+
+MIN_JACCARD = 0.5
+"""Least share of content words two texts must have in common."""
+
+POOL = 20
+"""Candidates each index proposes per text."""
+
+_WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)?", re.UNICODE)
+_STOP = frozenset("""
+a an the of to in on at by for from with and or but as is are was were be been being
+am has have had do does did this that these those it its they them their he him his
+she her hers i me my we us our you your user person subject who which what when where
+very really also just so than then there here some any one about into over
+""".split())
+_NEGATIONS = frozenset("no not never none nobody nothing neither nor n't without "
+                       "cannot can't don't doesn't didn't isn't aren't wasn't weren't "
+                       "won't".split())
+
+
+@dataclass(frozen=True)
+class Similar:
+    """An atom of the subject that says the same thing as the proposed text."""
+
+    atom_id: str
+    score: float
+    """The cosine of the two texts' embeddings."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {"atom_id": self.atom_id, "score": round(self.score, 6)}
+
+
+def threshold_for(embedder: Embedder) -> float:
+    """The cosine at and above which ``embedder``'s texts may be duplicates: the
+    embedder's own ``dedup_threshold`` if it has one, else the measured one of its
+    class, else :data:`DEFAULT_THRESHOLD`."""
+    own = getattr(embedder, "dedup_threshold", None)
+    if own is not None:
+        return float(own)
+    return THRESHOLDS.get(type(embedder).__name__, DEFAULT_THRESHOLD)
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ing", "ed", "es", "s"):
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            return word[:-len(suffix)]
+    return word
+
+
+def _parts(text: str) -> tuple[set[str], set[str], set[str], bool]:
+    """(content stems, names, figures, negated) of a text."""
+    words = _WORD.findall(text)
+    stems: set[str] = set()
+    names: set[str] = set()
+    figures: set[str] = set()
+    negated = False
+    for n, w in enumerate(words):
+        low = w.lower().replace("\u2019", "'")
+        if low in _NEGATIONS or low.endswith("n't"):
+            negated = True
+            continue
+        if any(ch.isdigit() for ch in low):
+            figures.add(low)
+            continue
+        if low in _STOP:
+            continue
+        if n > 0 and w[0].isupper():
+            names.add(low)
+        stems.add(_stem(low))
+    return stems, names, figures, negated
+
+
+def keywords_agree(a: str, b: str) -> bool:
+    """The keyword check: same names, figures and negation, and content words with a
+    Jaccard overlap of at least :data:`MIN_JACCARD`."""
+    sa_, na, fa, nega = _parts(a)
+    sb, nb, fb, negb = _parts(b)
+    if na != nb or fa != fb or nega != negb:
+        return False
+    if not sa_ or not sb:
+        return " ".join(a.lower().split()) == " ".join(b.lower().split())
+    return len(sa_ & sb) / len(sa_ | sb) >= MIN_JACCARD
+
+
+def is_duplicate(cosine: float, a: str, b: str, threshold: float) -> bool:
+    """Whether two texts say the same thing: cosine at least ``threshold`` and the
+    keyword check passes."""
+    return cosine >= threshold and keywords_agree(a, b)
+
+
+def _unit(matrix: Any) -> Any:
+    import numpy as np
+
+    m = np.asarray(matrix, dtype=np.float64)
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return m / norms
+
+
+def pair_cosines(embedder: Embedder, pairs: Sequence[tuple[str, str]]) -> list[float]:
+    """The cosine of each pair of texts, embedded in one batch."""
+    if not pairs:
+        return []
+    texts = list(dict.fromkeys(t for p in pairs for t in p))
+    where = {t: i for i, t in enumerate(texts)}
+    m = _unit(embed_matrix(embedder, texts))
+    return [max(-1.0, min(1.0, float(m[where[a]] @ m[where[b]]))) for a, b in pairs]
+
+
+def find_similar(proj: Projections, subject_id: str, texts: Sequence[str], *,
+                 k: int = 5, threshold: float | None = None,
+                 now: datetime | None = None) -> list[list[Similar]]:
+    """Per text, up to ``k`` recallable atoms of ``subject_id`` that say the same thing,
+    most similar first. The read models are read as they are: the caller catches up
+    first if it needs the newest writes."""
+    if not texts:
+        return []
+    at = clock.format_instant(now or clock.now())
+    embedder = proj.vectors.embedder
+    limit = threshold_for(embedder) if threshold is None else threshold
+    with proj.store.engine.connect() as conn:
+        qm = _unit(embed_matrix(embedder, list(texts)))
+        pools: list[list[str]] = []
+        for text, q in zip(texts, qm, strict=True):
+            vec = _vector_pool(proj, conn, subject_id, q)
+            kw = [a for a, _ in proj.keyword.search(conn, subject_id, text, POOL)]
+            pools.append(list(dict.fromkeys([*vec, *kw])))
+        wanted = list(dict.fromkeys(a for p in pools for a in p))
+        rows = {r["atom_id"]: r for r in proj.atoms.atoms_by_id(conn, wanted)}
+    live = {a: r for a, r in rows.items()
+            if r["subject_id"] == subject_id and is_candidate(r, at)}
+    ids = list(live)
+    cm = _unit(embed_matrix(embedder, [live[a]["text"] for a in ids])) if ids else None
+    slot = {a: i for i, a in enumerate(ids)}
+    out: list[list[Similar]] = []
+    for text, q, pool in zip(texts, qm, pools, strict=True):
+        found = []
+        for a in pool:
+            if a not in slot:
+                continue
+            cos = float(cm[slot[a]] @ q) if cm is not None else 0.0
+            if not math.isnan(cos) and is_duplicate(cos, text, live[a]["text"], limit):
+                found.append(Similar(a, min(1.0, cos)))
+        found.sort(key=lambda s: (-s.score, s.atom_id))
+        out.append(found[:k])
+    log.info("projections.similar_found", subject_id=subject_id, texts=len(texts),
+             candidates=len(ids), similar=sum(len(f) for f in out))
+    return out
+
+
+def _vector_pool(proj: Projections, conn: sa.Connection, subject_id: str, q: Any
+                 ) -> list[str]:
+    """The subject's atoms nearest to ``q`` in the vector index."""
+    return [a for a, _ in proj.vectors.search(conn, subject_id, [float(x) for x in q],
+                                              POOL)]
