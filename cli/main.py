@@ -31,6 +31,7 @@ from cli.reads import register as register_projections
 from cli.receipt import register as register_receipt
 from cli.serve import register as register_server
 from cli.tokens import register as register_tokens
+from cli.webhooks import register as register_webhooks
 from cli.witness import register as register_witness
 from keys.errors import (
     DataKeyUnavailable,
@@ -807,6 +808,7 @@ def _find_home() -> Path:
 
 
 register_tokens(cli, _find_home)
+register_webhooks(cli, _find_home)
 
 
 # ---------------------------------------------------------------------- entry point

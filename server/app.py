@@ -237,6 +237,9 @@ def build_api(settings: Settings) -> FastAPI:
                   responses=ERRORS)
     api.state.backend = backend
     api.state.lifespans = lifespans
+    from server.webhook_sender import webhook_lifespan
+
+    lifespans.append(webhook_lifespan(settings.home))  # signed webhooks (ADR 0055)
 
     @api.exception_handler(LedgerError)
     async def ledger_error(_request: Request, e: LedgerError) -> Response:
