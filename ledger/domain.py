@@ -414,6 +414,23 @@ class Atom(Aggregate, _Erasable, _Copyable, AtomFields):
             aggregate.redacted_at = self.timestamp.isoformat()
             aggregate.tombstone_event = f"{self.originator_id}/{self.originator_version}"
 
+    class Archived(Event):
+        """Decay archival (ADR 0050): the sweep found the atom's salience below its decay
+        profile's ``minimumSalience``. Out of recall, content kept for audit; the values
+        that made it due are in the clear, signed by the operator who swept."""
+
+        TOPIC = "memory-ledger:atom.archived.v1"
+        SIGNER_ROLES = OPERATOR
+        salience: float
+        minimum_salience: float
+        computed_at: str
+        reason: str
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.status = "archived"
+            aggregate.redaction_mode = None
+            aggregate.redacted_at = self.timestamp.isoformat()
+
     class Unredacted(Event):
         TOPIC = "memory-ledger:atom.unredacted.v1"
         SIGNER_ROLES = WRITER_OR_OPERATOR
