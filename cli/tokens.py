@@ -32,8 +32,9 @@ def register(cli: typer.Typer, find_home: Callable[[], Path]) -> None:
 def tokens_create(
     name: Annotated[str, typer.Argument(help="A label for the token, e.g. claude-desktop.")],
     role: Annotated[str, typer.Option(
-        help="assistant (its subjects' memories), operator (erasures, packs, keys) or "
-             "auditor (read and verify only).")],
+        help="assistant (its subjects' memories), operator (erasures, packs, keys), "
+             "auditor (read and verify only) or privacy-agent (the Data Rights Protocol "
+             "endpoints only; NAME is the agent's DRP agent-id).")],
     subject: Annotated[list[str] | None, typer.Option(
         "--subject", help="A subject ref the token may touch; repeatable. Without it: every "
                           "subject (of its tenant).")] = None,

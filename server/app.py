@@ -30,6 +30,7 @@ from ledger.errors import LedgerError
 from server import problems
 from server.auth_context import CALLER
 from server.backend import Backend
+from server.drp import install_drp
 from service.caller import Caller
 from service.models import (
     MAX_PAGE,
@@ -272,6 +273,7 @@ def build_api(settings: Settings) -> FastAPI:
                                 slug="invalid-request", errors=errors)
 
     _routes(api)
+    install_drp(api, settings.home)  # the Data Rights Protocol, /drp (ADR 0056)
     if settings.resource_metadata is not None:
         meta = settings.resource_metadata
 

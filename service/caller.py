@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-Role = Literal["assistant", "operator", "auditor"]
-ROLES: tuple[Role, ...] = ("assistant", "operator", "auditor")
+Role = Literal["assistant", "operator", "auditor", "privacy-agent"]
+ROLES: tuple[Role, ...] = ("assistant", "operator", "auditor", "privacy-agent")
+# privacy-agent: a Data Rights Protocol agent, refused everywhere but /drp/ (ADR 0056)
 TENANT_SEP = ":"
 LOCAL = "local"  # the credential id of the CLI's caller
 

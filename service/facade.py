@@ -25,17 +25,20 @@ from __future__ import annotations
 from service.certificate_cases import CertificateCases
 from service.copies_cases import CopiesCases
 from service.core import ATOM_CONTENT, FacadeCore, Forbidden
+from service.drp import DrpCases
 from service.erasure_cases import ErasureCases
 from service.ledger_cases import LedgerCases
 from service.memory_cases import MemoryCases
 
 
-class MemoryService(MemoryCases, ErasureCases, LedgerCases, CopiesCases, CertificateCases):
+class MemoryService(MemoryCases, ErasureCases, LedgerCases, CopiesCases, CertificateCases,
+                    DrpCases):
     """Every use case of one ledger, scoped by the caller (module docstring): the memory
     use cases (``service/memory_cases.py``), erasure and its proof
     (``service/erasure_cases.py``), the ledger-wide ones (``service/ledger_cases.py``),
     backups and the erasure journal (``service/copies_cases.py``) and the certificate of
-    erasure (``service/certificate_cases.py``), on the scope and plumbing of
+    erasure (``service/certificate_cases.py``), the Data Rights Protocol
+    (``service/drp.py``), on the scope and plumbing of
     :class:`service.core.FacadeCore`."""
 
 

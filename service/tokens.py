@@ -41,7 +41,7 @@ from sqlalchemy.engine import Engine
 
 from ledger import clock
 from ledger.errors import ConflictError, EnvironmentProblem, InputError, NotFound
-from service.auth import ExpiredToken, InvalidToken, RevokedToken
+from service.auth import ExpiredToken, InsufficientScope, InvalidToken, RevokedToken
 from service.caller import ROLES, TENANT_SEP, Caller, Role
 
 if TYPE_CHECKING:
@@ -80,6 +80,8 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._:@+-]{0,63}")
 _TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}")  # ledger/inputs.py REF_PATTERN
 _KEY = re.compile(r"[a-z][a-z0-9_-]{0,63}")  # keys/keyring.py key names
+_AGENT_ID = re.compile(r"[A-Z_]{1,64}")  # a DRP agent-id (ADR 0056)
+AGENT_ROLE = "privacy-agent"
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,16 @@ def validate_new_token(name: str, role: str, subjects: Iterable[str] = (),
     if role not in ROLES:
         raise InputError(f"role {role!r} is not one of {', '.join(ROLES)}",
                          hint="--role assistant for an assistant, operator for erasures "
-                              "and keys, auditor to read and verify")
+                              "and keys, auditor to read and verify, privacy-agent for a "
+                              "Data Rights Protocol agent")
+    if role == AGENT_ROLE and not _AGENT_ID.fullmatch(name):
+        raise InputError(f"a privacy-agent token is named by its agent's DRP agent-id; "
+                         f"{name!r} is not one (capital letters and _)",
+                         hint="use the agent's id in drp.json, e.g. "
+                              "ledger tokens create CR_AGENT --role privacy-agent")
+    if role == AGENT_ROLE and tuple(subjects):
+        raise InputError("a privacy-agent acts for any person of its tenant; --subject does "
+                         "not apply", hint="drop --subject (--tenant confines it)")
     refs = tuple(sorted(set(subjects)))
     for ref in refs:
         if not _REF.fullmatch(ref):
@@ -381,6 +392,24 @@ class TokenStore:
             log.info("auth.refused", reason=e.reason, token_id=e.token_id)
             raise
         assert record is not None  # only a cached_only check answers None
+        return _not_agent(record)
+
+    def authenticate_agent(self, token: str) -> Caller:
+        """The caller of a privacy-agent token, for the Data Rights Protocol's endpoints
+        only (ADR 0056): raises as :meth:`authenticate` does, and
+        :class:`~service.auth.InsufficientScope` for a token of any other role."""
+        try:
+            record = self._check(token)
+        except (InvalidToken, ExpiredToken, RevokedToken) as e:
+            log.info("auth.refused", reason=e.reason, token_id=e.token_id)
+            raise
+        assert record is not None
+        if record.role != AGENT_ROLE:
+            log.info("auth.refused", reason="not_privacy_agent", token_id=record.token_id)
+            raise InsufficientScope("only a privacy-agent token may call the Data Rights "
+                                    "Protocol endpoints", reason="not_privacy_agent",
+                                    hint="ledger tokens create AGENT_ID --role privacy-agent",
+                                    token_id=record.token_id)
         return record.caller()
 
     def authenticate_cached(self, token: str) -> Caller | None:
@@ -396,7 +425,7 @@ class TokenStore:
                 log.info("auth.refused", reason=e.reason, token_id=e.token_id)
                 raise
             if record is not None:
-                return record.caller()
+                return _not_agent(record)
         return None
 
     def _check(self, token: str, cached_only: bool = False) -> TokenRecord | None:
@@ -483,6 +512,18 @@ class TokenStore:
     def _forget(self, digest: bytes) -> None:
         with self._lock:
             self._cache.pop(digest, None)
+
+
+def _not_agent(record: TokenRecord) -> Caller:
+    """The caller of a token for every surface but the DRP's: a privacy-agent token is
+    refused there (HTTP 403), whatever the route or tool (ADR 0056)."""
+    if record.role == AGENT_ROLE:
+        log.info("auth.refused", reason="privacy_agent", token_id=record.token_id)
+        raise InsufficientScope("a privacy-agent token may call only the Data Rights "
+                                "Protocol endpoints (/drp/v1/...)", reason="privacy_agent",
+                                hint="use an assistant, operator or auditor token here",
+                                token_id=record.token_id)
+    return record.caller()
 
 
 class _Flight:
