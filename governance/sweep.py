@@ -12,8 +12,12 @@ What is due, at the command clock ``now`` (``LEDGER_NOW`` honoured):
   (``governance.erasure.hard_erase``, mode ``delete``: keys destroyed, every route purged
   and probed, raw scan, signed tombstones) for the whole sweep. Archived or otherwise
   retired atoms of those classes are erased too when their retention ends.
-* **Decay** (§3): an active atom whose current salience is below its decay profile's
-  ``minimumSalience`` is archived.
+* **Decay** (§3, ADR 0050): an active atom whose current salience is below its decay
+  profile's ``minimumSalience`` is archived by a signed ``Atom.Archived`` event that
+  carries that salience, the minimum and the instant. Only atoms with a decay profile
+  (their own, or the policy's ``decayPolicy`` default for their kind or class) decay; the
+  others keep their salience and are never due here. Recall never drops an atom for its
+  salience: archival by this rule is the only way decay takes one out of recall.
 * **KEK rotation** (``rightToBeForgottenSla.kekRotationDays``, ADR 0044): when the active
   key-encryption-key epoch began that many days ago or more (or keys are not wrapped yet,
   or a rotation was interrupted), the sweep rotates it after its other work, so every
@@ -49,6 +53,7 @@ from ledger.errors import ConflictError
 from ledger.inputs import PRIVACY_CLASSES
 from ledger.progress import Steps
 from ledger.progress import report as tell
+from projections import decay
 from projections.atoms import decay_state
 from projections.memory import parse_time
 from projections.service import Projections
@@ -92,6 +97,9 @@ class SweepPlan:
     policy_event_id: str | None
     erase: list[Due] = field(default_factory=list)
     archive: list[Due] = field(default_factory=list)
+    """Retention archives (``Atom.Redacted`` mode archive) and decay archives
+    (``Atom.Archived``; ``decayed`` holds the values each of those records)."""
+    decayed: dict[str, dict[str, Any]] = field(default_factory=dict)
     drop: list[Due] = field(default_factory=list)
     kek: dict[str, Any] | None = None
     """The KEK rotation, when the policy asks for one: epoch, due_at, due (bool)."""
@@ -201,12 +209,17 @@ def plan_sweep(proj: Projections, policy: Mapping[str, Any], now: datetime) -> S
                 continue
             state = decay_state(row)
             now_salience = state.salience(now)
-            if now_salience < state.profile.minimum_salience:
+            if state.profile.decays and decay.is_archivable(now_salience, state.profile):
+                reason = (f"decay: salience {now_salience:.4f} below minimumSalience "
+                          f"{state.profile.minimum_salience:g} (Persona Schema §3; profile "
+                          f"from {row.get('profile_source') or 'atom'})")
                 plan.archive.append(Due(
                     str(row["atom_id"]), row["privacy_class"], "archive", "decay",
-                    str(row["fades_at"]),
-                    f"decay: salience {now_salience:.4f} below minimumSalience "
-                    f"{state.profile.minimum_salience:g} (Persona Schema §3)"))
+                    str(row["fades_at"]), reason))
+                plan.decayed[str(row["atom_id"])] = {
+                    "salience": round(now_salience, 6),
+                    "minimum_salience": state.profile.minimum_salience,
+                    "computed_at": plan.now, "reason": reason}
         # 3. Tombstone records past tombstoneRetentionDays.
         sla = doc.get("rightToBeForgottenSla")
         keep = sla.get("tombstoneRetentionDays") if isinstance(sla, Mapping) else None
@@ -275,11 +288,13 @@ def sweep(app: LedgerApp, proj: Projections, *, operator: str = "operator", dry_
             return report
         if plan.archive:
             tell(progress, "Archiving atoms", 0, len(plan.archive))
-            ids = app.archive_atoms({d.atom_id: d.reason for d in plan.archive},
-                                    actor=operator)
+            ids = app.archive_atoms({d.atom_id: d.reason for d in plan.archive
+                                     if d.rule != "decay"}, actor=operator)
+            decayed = app.archive_decayed(plan.decayed, actor=operator)
             tell(progress, "Archiving atoms", len(plan.archive), len(plan.archive))
-            report["archived"]["event_ids"] = ids
-            report["archived"]["count"] = len(ids)
+            report["archived"]["event_ids"] = ids + decayed
+            report["archived"]["count"] = len(ids) + len(decayed)
+            report["archived"]["by_rule"] = {"retention": len(ids), "decay": len(decayed)}
         if plan.erase:
             reason = (f"memoryPolicy retention sweep at {plan.now}: {len(plan.erase)} atoms "
                       f"past their class's retention (policy event {plan.policy_event_id})")
@@ -311,7 +326,9 @@ def _report(plan: SweepPlan, dry_run: bool, status: str) -> dict[str, Any]:
         "status": status, "now": plan.now, "dry_run": dry_run,
         "policy_event_id": plan.policy_event_id, "due": [d.as_json() for d in plan.due],
         "archived": {"count": len(plan.archive), "atom_ids": [d.atom_id for d in plan.archive],
-                     "event_ids": []},
+                     "event_ids": [],
+                     "by_rule": {rule: sum(1 for d in plan.archive if d.rule == rule)
+                                 for rule in ("retention", "decay")}},
         "erased": {"count": len(plan.erase), "atom_ids": [d.atom_id for d in plan.erase],
                    "batch_id": None, "event_ids": []},
         "tombstone_records_dropped": {"count": len(plan.drop),

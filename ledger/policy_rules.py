@@ -213,8 +213,12 @@ def current_salience(salience: float, rehearsal_count: int, emotional_valence: f
     number of rehearsals is ``salience * exp(-ln2 * (last - created) / halfLife)`` and
     salience now is ``salience * boost**count * 2**(-(now - created) / halfLife)`` plus
     the valence floor, clamped to [0, 1]. ``projections.decay`` computes the same value
-    step by step (tests/test_policy_enforcement.py checks they agree).
+    step by step (tests/test_policy_enforcement.py checks they agree). An atom recorded
+    without a profile does not decay (ADR 0050; a memoryPolicy ``decayPolicy`` default is
+    not applied here).
     """
+    if not decay_profile or decay_profile.get("function") == "none":
+        return min(1.0, max(0.0, salience))  # no profile, no decay (ADR 0050)
     p = {**_DEFAULT_DECAY, **{k: v for k, v in (decay_profile or {}).items()
                               if k in _DEFAULT_DECAY and v is not None}}
     days = max(0.0, (now - created_at).total_seconds() / 86_400.0)

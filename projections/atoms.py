@@ -12,6 +12,12 @@ Decay state follows ADR 0005: ``salience`` is the value recorded at creation,
 last rehearsal (else creation), ``detail_brightness`` the rebased brightness of each
 detail, and ``fades_at`` the instant salience drops below the retrieval threshold
 (0.15), stored for inspection and for future SQL-side filtering.
+
+``decay_profile`` holds the profile the atom decays by (ADR 0050): its own, else the
+default the enforced memoryPolicy's ``decayPolicy`` gave its kind or privacy class when it
+was created, else None, no decay; ``profile_source`` says which. The policy's defaults are
+folded from the log like everything else (``proj_atom_decay_policy``), so a rebuild gives
+each atom the profile of the policy in force at its creation.
 """
 
 from __future__ import annotations
@@ -29,11 +35,12 @@ from ledger.domain import (
     Artifact,
     Atom,
     DataKeyDestroyedMixin,
+    Policy,
     Subject,
 )
 from projections._rows import RowSet, contains, delete_ids, dump_table, insert_rows
 from projections.entries import LogEntry, content_gone
-from projections.memory import DecayState, fades_at, profile_of
+from projections.memory import NO_DEFAULTS, DecayDefaults, DecayState, fades_at, profile_of
 from projections.routes import ProbeHit, ProbeResult
 from projections.runner import Applied
 from projections.store import Store, content_digest, content_needles, dumps
@@ -52,7 +59,7 @@ class AtomStore:
     """Read model ``atoms``: current atoms, subjects and artifacts."""
 
     name = "atoms"
-    version = "4"
+    version = "5"  # 5: decay profile resolved with the policy's defaults (ADR 0050)
     holds_content: ClassVar[bool] = True
 
     def __init__(self, store: Store) -> None:
@@ -76,6 +83,7 @@ class AtomStore:
             sa.Column("salience", sa.Float, nullable=False),
             sa.Column("emotional_valence", sa.Float, nullable=False),
             sa.Column("decay_profile", sa.Text),
+            sa.Column("profile_source", sa.String(40)),
             sa.Column("privacy_class", sa.String(40)),
             sa.Column("consent_basis", sa.String(40)),
             sa.Column("session_id", sa.String(200)),
@@ -163,8 +171,14 @@ class AtomStore:
             sa.Column("kind", sa.String(8), nullable=False),
             sa.Column("digest", sa.String(64), nullable=False, index=True),
         )
+        # The enforced policy's decayPolicy as of this view's position (one row, no content).
+        self.decay_policy = sa.Table(
+            "proj_atom_decay_policy", md,
+            sa.Column("id", sa.Integer, primary_key=True),
+            sa.Column("defaults", sa.Text, nullable=False),
+        )
         self.tables = [self.atoms, self.atom_content, self.subjects, self.subject_content,
-                       self.artifacts, self.artifact_content, self.digests]
+                       self.artifacts, self.artifact_content, self.digests, self.decay_policy]
         self.content = [self.atom_content, self.subject_content, self.artifact_content]
         self.route = AtomStoreRoute(self)
         a, c = self.atoms, self.atom_content
@@ -199,12 +213,13 @@ class AtomStore:
         artifacts.load(conn, later - set(atoms.rows) - set(subjects.rows))
         content: dict[str, tuple[sa.Table, dict[str, Any]]] = {}
         purge: list[str] = []
+        defaults = start = self._decay_defaults(conn)
         for e in entries:
             ev = e.event
             if ev is None:
                 continue
             if isinstance(ev, Atom.Created):
-                atoms.add(e.originator_id, _new_atom(e))
+                atoms.add(e.originator_id, _new_atom(e, defaults))
                 if not getattr(ev, "content_erased", False) and ev.text is not None:
                     content[e.originator_id] = (self.atom_content, {
                         "atom_id": e.originator_id, "text": ev.text, "gist": ev.gist,
@@ -231,6 +246,8 @@ class AtomStore:
                     content[e.originator_id] = (self.artifact_content, {
                         "artifact_id": e.originator_id, "title": ev.title, "body": ev.body,
                         "media_url": ev.media_url})
+            elif isinstance(ev, Policy.PolicySet):
+                defaults = DecayDefaults.of_policy(ev.document)
             else:
                 row = (atoms.touch(e.originator_id) or subjects.touch(e.originator_id)
                        or artifacts.touch(e.originator_id))
@@ -259,6 +276,10 @@ class AtomStore:
         atoms.flush(conn)
         subjects.flush(conn)
         artifacts.flush(conn)
+        if defaults != start:
+            conn.execute(self.decay_policy.delete())
+            conn.execute(self.decay_policy.insert().values(
+                id=1, defaults=json.dumps(defaults.as_json(), sort_keys=True)))
         by_table: dict[str, list[dict[str, Any]]] = {}
         for table, values in content.values():
             by_table.setdefault(table.name, []).append(values)
@@ -272,6 +293,13 @@ class AtomStore:
             insert_rows(conn, self.digests, digests)
         purged = purge if purge and self.route.purge_many(conn, purge) else []
         return Applied(purged=purged)
+
+    def _decay_defaults(self, conn: Connection) -> DecayDefaults:
+        stored = conn.execute(sa.select(self.decay_policy.c.defaults)).scalar()
+        if stored is None:
+            return NO_DEFAULTS
+        data = json.loads(stored)
+        return DecayDefaults(data["perKind"], data["perPrivacyClass"], data["defaultProfile"])
 
     # ------------------------------------------------------------------ queries
     def atom(self, conn: Connection, atom_id: str) -> dict[str, Any] | None:
@@ -360,11 +388,12 @@ _AS_IS = tuple(n for n in ATOM_FIELDS if n not in (
     "emotional_valence", "decay_profile", "extensions"))
 
 
-def _new_atom(e: LogEntry) -> dict[str, Any]:
+def _new_atom(e: LogEntry, defaults: DecayDefaults) -> dict[str, Any]:
     ev = e.event
     salience = float(ev.salience if ev.salience is not None else 0.5)
     valence = float(ev.emotional_valence or 0.0)
-    state = DecayState(salience, 0, valence, e.timestamp, profile_of(ev.decay_profile))
+    profile, source = defaults.resolve(ev.decay_profile, ev.kind, ev.privacy_class)
+    state = DecayState(salience, 0, valence, e.timestamp, profile_of(profile))
     details = ev.details if not getattr(ev, "content_erased", False) else None
     return {
         "atom_id": e.originator_id, "version": e.version,
@@ -372,7 +401,8 @@ def _new_atom(e: LogEntry) -> dict[str, Any]:
         "artifact_ids": dumps(ev.artifact_ids or []),
         "human_reviewed": bool(ev.human_reviewed),
         "salience": salience, "emotional_valence": valence,
-        "decay_profile": dumps(ev.decay_profile), "extensions": dumps(ev.extensions),
+        "decay_profile": dumps(profile), "profile_source": source,
+        "extensions": dumps(ev.extensions),
         "superseded_by": None, "status": "active", "redaction_mode": None,
         "redacted_at": None, "flags": "[]", "rehearsal_count": 0,
         "last_rehearsed_at": None, "baseline": salience, "decay_origin": e.timestamp,
@@ -421,6 +451,8 @@ def _atom_event(row: dict[str, Any], ev: Any, e: LogEntry) -> None:
     elif isinstance(ev, Atom.Redacted):
         row.update(status=STATUS_BY_MODE[ev.mode], redaction_mode=ev.mode,
                    redacted_at=e.timestamp)
+    elif isinstance(ev, Atom.Archived):  # decay archival by a sweep (ADR 0050)
+        row.update(status="archived", redaction_mode=None, redacted_at=e.timestamp)
     elif isinstance(ev, Atom.Unredacted):
         row.update(status="active", redaction_mode=None, redacted_at=None)
     elif isinstance(ev, Atom.ErasureReapplied) and ev.mode is not None:

@@ -14,6 +14,9 @@ Decisions (docs/adr/0005-decay-and-salience.md):
   ``baseline * exp(-ln2 * t / halfLife)`` and the count goes up by one, so the boost is
   applied through the count only and a rehearsal never lowers salience.
 * "recent" means created less than one day ago; "faint" means salience below 0.4.
+* An atom without a decay profile of its own (and no memoryPolicy default) does not decay
+  (docs/adr/0050): :data:`NO_DECAY`, function ``"none"``, salience is the baseline, and
+  it is never archivable by decay.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ __all__ = [
     "DETAIL_VISIBILITY_THRESHOLD",
     "FAINT_BELOW",
     "LN2",
+    "NO_DECAY",
     "DecayProfile",
     "Detail",
     "days_since",
@@ -112,8 +116,17 @@ class DecayProfile:
     detail_decay_rate: float = 1.5
 
     def __post_init__(self) -> None:
+        if self.function == "none":
+            # No decay (ADR 0050): an infinite half-life makes every formula below give the
+            # baseline at any age (no rate, no boost, no floor, never archivable).
+            for name, value in (("half_life_days", math.inf), ("rehearsal_boost", 1.0),
+                                ("valence_protection", 0.0), ("minimum_salience", 0.0),
+                                ("detail_decay_rate", 0.0)):
+                object.__setattr__(self, name, value)
+            return
         if self.function != "ebbinghaus":
-            raise ValueError(f"unsupported decay function {self.function!r} (only 'ebbinghaus')")
+            raise ValueError(f"unsupported decay function {self.function!r} "
+                             "('ebbinghaus', or 'none' for no decay)")
         half_life = _number("half_life_days", self.half_life_days)
         if half_life <= 0.0:
             raise ValueError(f"half_life_days must be > 0, got {half_life!r}")
@@ -139,6 +152,7 @@ class DecayProfile:
         """Build from the seed's camelCase JSON; missing keys take defaults.
 
         Unknown keys are rejected (they are usually typos) unless they start with ``x-``.
+        ``{"function": "none"}`` is no decay and takes no other key.
         """
         kwargs: dict[str, Any] = {}
         for key, value in data.items():
@@ -146,14 +160,28 @@ class DecayProfile:
                 kwargs[_JSON_KEYS[key]] = value
             elif not (isinstance(key, str) and key.startswith("x-")):
                 raise ValueError(f"unknown decayProfile key {key!r}")
+        if kwargs.get("function") == "none" and len(kwargs) > 1:
+            raise ValueError("a decayProfile with function 'none' (no decay) takes no other "
+                             f"key, got {sorted(k for k in data if k != 'function')}")
         return cls(**kwargs)
 
+    @property
+    def decays(self) -> bool:
+        """False for the no-decay profile (function ``"none"``)."""
+        return self.function != "none"
+
     def to_json(self) -> dict[str, Any]:
-        """Return the camelCase JSON form (all six keys)."""
+        """Return the camelCase JSON form (all six keys; ``{"function": "none"}`` for no
+        decay, whose infinite half-life JSON cannot carry)."""
+        if not self.decays:
+            return {"function": "none"}
         return {key: getattr(self, attr) for key, attr in _JSON_KEYS.items()}
 
 
 DEFAULT_PROFILE = DecayProfile()
+"""The Persona Schema §3 defaults: what a profile given without some keys fills them with."""
+NO_DECAY = DecayProfile(function="none")
+"""The profile of an atom with none of its own and no memoryPolicy default (ADR 0050)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from projections import decay
 __all__ = [
     "FAR_FUTURE",
     "RETRIEVAL_THRESHOLD",
+    "DecayDefaults",
     "DecayState",
     "fades_at",
     "index_text",
@@ -45,10 +46,76 @@ def parse_time(value: str) -> datetime:
 
 
 def profile_of(data: Mapping[str, Any] | None) -> decay.DecayProfile:
-    """The atom's decay profile (snake_case keys as recorded), defaults when absent."""
+    """A decay profile from its snake_case keys as recorded (missing keys take the Persona
+    defaults); no profile at all is no decay (ADR 0050)."""
     if not data:
-        return decay.DEFAULT_PROFILE
+        return decay.NO_DECAY
     return decay.DecayProfile(**{k: v for k, v in data.items() if k in _PROFILE_FIELDS})
+
+
+def _snake(profile: decay.DecayProfile) -> dict[str, Any] | None:
+    """The recorded (snake_case) form of a profile; None for no decay."""
+    if not profile.decays:
+        return None
+    return {f: getattr(profile, f) for f in sorted(_PROFILE_FIELDS)}
+
+
+@dataclass(frozen=True, slots=True)
+class DecayDefaults:
+    """The decay profiles of an enforced memoryPolicy's ``decayPolicy`` (ADR 0050), for
+    atoms created without one of their own: per kind, else per privacy class, else the
+    policy's ``defaultProfile``, else no decay. Profiles in the policy's camelCase form."""
+
+    per_kind: Mapping[str, Mapping[str, Any]]
+    per_privacy_class: Mapping[str, Mapping[str, Any]]
+    default: Mapping[str, Any] | None
+
+    @classmethod
+    def of_policy(cls, document: Mapping[str, Any] | None) -> DecayDefaults:
+        """The defaults of a recorded policy document (``{"memoryPolicy": ...}`` or the
+        block); none when the policy is absent or not enforced (``enabled`` not true)."""
+        doc = (document or {}).get("memoryPolicy", document) or {}
+        dp = doc.get("decayPolicy") if isinstance(doc, Mapping) else None
+        if doc.get("enabled") is not True or not isinstance(dp, Mapping):
+            return NO_DEFAULTS
+        default = dp.get("defaultProfile")
+        return cls(dict(dp.get("perKind") or {}), dict(dp.get("perPrivacyClass") or {}),
+                   default if isinstance(default, Mapping) else None)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"perKind": dict(self.per_kind), "perPrivacyClass": dict(self.per_privacy_class),
+                "defaultProfile": self.default}
+
+    def resolve(self, own: Mapping[str, Any] | None, kind: str | None,
+                privacy_class: str | None) -> tuple[dict[str, Any] | None, str]:
+        """(recorded profile or None for no decay, where it came from) for one atom:
+        ``atom``, ``policy:perKind``, ``policy:perPrivacyClass``, ``policy:defaultProfile``
+        or ``none``. A policy profile that does not parse counts as absent (the policy's
+        schema refuses one, so only a hand-edited log could hold it)."""
+        if own:
+            return dict(own), "atom"
+        for source, table, key in (("policy:perKind", self.per_kind, kind),
+                                   ("policy:perPrivacyClass", self.per_privacy_class,
+                                    privacy_class)):
+            if key is not None and isinstance(table.get(key), Mapping):
+                found = _parsed(table[key])
+                if found is not None:
+                    return _snake(found), source
+        if self.default is not None:
+            found = _parsed(self.default)
+            if found is not None:
+                return _snake(found), "policy:defaultProfile"
+        return None, "none"
+
+
+def _parsed(camel: Mapping[str, Any]) -> decay.DecayProfile | None:
+    try:
+        return decay.DecayProfile.from_json(camel)
+    except (TypeError, ValueError):
+        return None
+
+
+NO_DEFAULTS = DecayDefaults({}, {}, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +163,10 @@ def fades_at(state: DecayState, threshold: float = RETRIEVAL_THRESHOLD) -> str |
     A pure function of stored state (not of the clock), so it can be stored and indexed:
     ``salience(now) >= threshold`` holds exactly when ``now <= fades_at`` (up to
     rounding at the boundary, which recall re-checks with :func:`decay.salience`).
+    An atom that does not decay (ADR 0050) never fades: None.
     """
+    if not state.profile.decays:
+        return None
     floor = min(1.0, state.profile.valence_protection * abs(state.valence))
     if floor >= threshold:
         return None

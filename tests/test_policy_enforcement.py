@@ -149,10 +149,11 @@ def test_max_atoms_ranks_by_current_salience(app: LedgerApp, home: Path,
     monkeypatch.setenv("LEDGER_NOW", T0)
     app.set_policy(policy(maxAtoms=1))
     app.register_subject({"ref": "u1"})
-    old = app.add_atom(_atom(text="old but strong", salience=0.9))
+    persona = {"halfLifeDays": 14}  # ADR 0050: only an atom with a profile decays
+    old = app.add_atom(_atom(text="old but strong", salience=0.9, decay_profile=persona))
     # 28 days later (two half-lives) 0.9 has decayed to 0.225: a new 0.5 atom outranks it.
     monkeypatch.setenv("LEDGER_NOW", "2031-01-29T00:00:00Z")
-    new = app.add_atom(_atom(text="new", salience=0.5))
+    new = app.add_atom(_atom(text="new", salience=0.5, decay_profile=persona))
     assert app.get_atom(old).status == "archived" and app.get_atom(new).status == "active"
 
 

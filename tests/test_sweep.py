@@ -152,14 +152,19 @@ def test_decay_below_minimum_salience_is_archived_on_time(app: LedgerApp, proj: 
                                                           clock_at: Any) -> None:
     app.set_policy({"memoryPolicy": {"enabled": True}})  # no retention: decay only
     app.register_subject({"ref": "u1"})
-    atom = str(app.add_atom({"subject": "u1", "text": "fading memory", "salience": 0.5}))
+    # ADR 0050: only an atom with a decay profile decays (here the Persona defaults)
+    atom = str(app.add_atom({"subject": "u1", "text": "fading memory", "salience": 0.5,
+                             "decay_profile": {"halfLifeDays": 14}}))
+    still = str(app.add_atom({"subject": "u1", "text": "lasting fact", "salience": 0.5}))
     # 0.5 * 2**(-t/14) < 0.05  <=>  t > 14 * log2(10) = 46.507 days
     clock_at(T0 + timedelta(days=46.5))
     assert sweep(app, proj)["status"] == "nothing-due"
     clock_at(T0 + timedelta(days=46.51))
     done = sweep(app, proj)
     assert done["archived"]["atom_ids"] == [atom] and done["due"][0]["rule"] == "decay"
+    assert done["archived"]["by_rule"] == {"retention": 0, "decay": 1}
     assert app.get_atom(atom).status == "archived"
+    assert app.get_atom(still).status == "active"  # no profile: it does not decay
 
 
 def test_tombstone_records_are_kept_for_their_retention_then_dropped(
