@@ -302,11 +302,15 @@ def atom_add(
     session: Annotated[str | None, typer.Option(help="Session id.")] = None,
     min_sources: int = 1,
     actor: ActorOpt = None, as_json: JsonOpt = False,
+    on_similar: Annotated[str, typer.Option(
+        help="When the subject already has memories that say the same: add (add anyway, "
+             "name them), rehearse (rehearse the most similar instead), supersede (this "
+             "one supersedes it) or refuse (write nothing, exit 2).")] = "add",
 ) -> None:
-    """Record an atom; prints its id.
+    """Record an atom; prints its id (the rehearsed atom's with --on-similar rehearse).
 
     Example: ledger atom add --subject user_9f4e --text "Prefers direct feedback" \\
-    --derivation inferred --artifact art_101 --extractor claude-opus-4
+    --derivation inferred --artifact art_101 --extractor claude-opus-4 --on-similar rehearse
     """
     from service.models import AtomIn, Detail
 
@@ -318,13 +322,25 @@ def atom_add(
         derivation=derivation, artifact_ids=artifact or [], extractor=extractor,
         human_reviewed=human_reviewed, salience=salience, emotional_valence=valence,
         privacy_class=privacy_class, consent_basis=consent_basis, session_id=session,
-        min_sources=min_sources)
+        min_sources=min_sources, on_similar=on_similar)
     with served(actor) as (svc, me):
         added = svc.add_atom(me, data)
     aid, archived = added.atom_id, added.archived
-    out({"atom_id": aid, "archived": {"atoms": len(archived), "ids": archived}},
+    similar = [s.model_dump() for s in added.similar]
+    out({"atom_id": aid, "archived": {"atoms": len(archived), "ids": archived},
+         "outcome": added.outcome, "supersedes": added.supersedes, "similar": similar},
         as_json, str(aid))
     if archived:
+    if added.outcome == "rehearsed":
+        verdict(f"OK: rehearsed atom {aid}, which says the same; no atom was added "
+                "(--on-similar rehearse)")
+    elif added.outcome == "superseded":
+        verdict(f"OK: added atom {aid}, superseding atom {added.supersedes} "
+                "(--on-similar supersede)")
+    elif similar:
+        verdict(f"note: {len(similar)} memory(ies) of the subject say the same: "
+                + ", ".join(s["atom_id"] for s in similar)
+                + " (--on-similar rehearse, supersede or refuse decides)")
         verdict(f"note: {len(archived)} atom(s) archived by the policy (maxAtoms): "
                 + ", ".join(archived[:5]))
 

@@ -355,9 +355,25 @@ def _routes(api: FastAPI) -> None:
         return await b.write(lambda s: s.delete_artifact(c, artifact, reason, flag_unsourced))
 
     # ------------------------------------------------------------------ atoms
-    @api.post("/v1/atoms", status_code=201, tags=["atoms"])
-    async def add_atom(body: AtomIn, c: CallerDep, b: BackendDep) -> AtomAdded:
-        return await b.add_atom(c, body)
+    @api.post("/v1/atoms", status_code=201, tags=["atoms"], response_model=AtomAdded,
+              responses={200: {"description": "on_similar rehearse: the most similar "
+                                              "memory was rehearsed, no atom was added"},
+                         409: {"description": "on_similar refuse: the subject has memories "
+                                              "that say the same (problem+json: `similar`)"}})
+    async def add_atom(body: AtomIn, c: CallerDep, b: BackendDep, response: Response
+                       ) -> AtomAdded | Response:
+        """Add one atom. The subject's memories that say the same thing come back in
+        `similar`; `on_similar` decides what the add does about them (ADR 0052)."""
+        from service.memory_cases import SimilarMemoryExists
+
+        try:
+            added = await b.add_atom(c, body)
+        except SimilarMemoryExists as e:
+            return problems.problem(409, str(e), slug="similar-memory", hint=e.hint,
+                                    similar=e.as_json())
+        if added.outcome == "rehearsed":
+            response.status_code = 200
+        return added
 
     @api.post("/v1/atoms/batch", status_code=201, tags=["atoms"])
     async def add_atoms(body: Annotated[list[AtomIn], Body(min_length=1, max_length=1000)],

@@ -301,7 +301,15 @@ def _tools(mcp: MCPServer[Any], b: Backend) -> None:
          "Record one memory (an atom: a fact, preference, episode...) about a subject you "
          "may see, optionally with the artifact it was drawn from (captured in the same "
          "call and cited by the memory). The text is encrypted under the subject's key and "
-         "the record is signed. Returns the new atom's id.",
+         "the record is signed. Returns the new atom's id, and in `similar` the subject's "
+         "memories that already say the same thing (id and score). Call it whenever the "
+         "person tells you something worth keeping, but do not fill memory with copies: "
+         "with on_similar 'add' (the default) it adds anyway and shows you the similar "
+         "ones; when they merely repeat a memory you already have, pass 'rehearse' (no "
+         "new memory: the existing one is reinforced); when the new statement updates or "
+         "corrects it, pass 'supersede' (the new memory replaces the most similar one, "
+         "whose history is kept); 'refuse' writes nothing if a similar memory exists and "
+         "names it in the error. Nothing is ever merged across subjects or erased.",
          _write(destructive=False, idempotent=False),
          [*_params(AtomIn), _param("artifact", SourceIn | None, (),
                                    "The source it was drawn from, captured with it.", None)],

@@ -10,7 +10,7 @@ import zipfile
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from ledger import clock
 from ledger.errors import ConflictError, InputError, LedgerError, NotFound
@@ -40,6 +40,7 @@ from service.models import (
     ImportReport,
     MemoryRow,
     RecallIn,
+    OnSimilar,
     RecallItemOut,
     RecallOut,
     Rehearsed,
@@ -232,6 +233,10 @@ class MemoryCases(FacadeCore):
         if not items:
             raise InputError("no atoms to remember")
         commands = [self._atom_command(caller, d) for d in items]
+        for d in items:
+            if d.on_similar not in get_args(OnSimilar):
+                raise InputError(f"on_similar must be one of {', '.join(get_args(OnSimilar))}"
+                                 f", got {d.on_similar!r}")
         found = self._similar_of(caller, items)
         refused = [(n, f) for n, (d, f) in enumerate(zip(items, found, strict=True))
                    if d.on_similar == "refuse" and f]
