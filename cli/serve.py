@@ -31,17 +31,22 @@ def register(cli: typer.Typer, home_of: Callable[[], Path | None]) -> None:
                  "(RFC 8707).")] = None,
         issuer: Annotated[str | None, typer.Option(help="With --jwks: the issuer to pin.")]
         = None,
+        metrics: Annotated[bool, typer.Option(
+            help="Count requests, writes and recalls for GET /metrics (Prometheus; an "
+                 "operator or auditor token reads it).")] = True,
     ) -> None:
         """Serve the HTTP API (/v1), the MCP server (/mcp) and the console (/console).
 
         Refuses to start without a credential: create one with `ledger tokens create`, or
         give --jwks and --audience. Stops gracefully on SIGTERM: requests in flight finish.
+        Says on stderr when it answers and when it stopped. Traces go where the standard
+        OTEL_* variables say (docs/deploy.md).
 
         Example: ledger tokens create asst-1 --role assistant --subject user_9f4e; ledger serve
         """
         from server.launch import serve as run
 
-        run(home_of(), host, port, workers, jwks, audience, issuer)
+        run(home_of(), host, port, workers, jwks, audience, issuer, metrics)
 
     @cli.command("mcp")
     def mcp(

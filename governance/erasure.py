@@ -59,6 +59,7 @@ from ledger.errors import (
     VerificationFailed,
 )
 from ledger.progress import Steps, report
+from ledger.tracing import traced
 from projections.memory import index_text
 from projections.routes import Reach, StoreUnavailable
 from projections.service import Projections
@@ -255,6 +256,7 @@ def _successor_texts(proj: Projections, conn: Any, atom_ids: Sequence[str]) -> l
     return texts
 
 
+@traced("erasure.raw_scan", lambda out, *a, **k: {"ledger.erasure.hits": len(out["hits"])})
 def scan_files(folder: Path, needles: Sequence[bytes],
                started: TreeScan | None = None) -> dict[str, Any]:
     """Raw scan of every file below ``folder`` for any needle (see governance/scan.py);
@@ -329,6 +331,7 @@ def _settled(run: Callable[P, dict[str, Any]]) -> Callable[P, dict[str, Any]]:
 
 
 @_settled
+@traced("erasure.run", lambda out, *a, **k: {"ledger.erasure.mode": k.get("mode", "")})
 def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str, reason: str,
                operator: str, request_id: UUID | None = None,
                cascade: dict[str, dict[str, Any]] | None = None,
@@ -582,6 +585,7 @@ def _seal_notes(app: LedgerApp, batch_id: UUID, notes: Mapping[str, Any]) -> Non
         pass  # a batch opened before batches had keys: nothing to seal it under
 
 
+@traced("erasure.tombstones", lambda ids, *a, **k: {"ledger.erasure.tombstones": len(ids)})
 def _tombstones(app: LedgerApp, live: Targets, mode: str, note: str, reached: list[str],
                 batch_id: UUID, cascade: dict[str, dict[str, Any]] | None, operator: str,
                 progress: Steps | None) -> list[str]:
@@ -752,6 +756,8 @@ def _chunks(items: Sequence[str]) -> Iterator[list[str]]:
         yield list(items[i:i + size])
 
 
+@traced("erasure.key_destruction",
+        lambda ids, *a, **k: {"ledger.erasure.keys_destroyed": len(ids)})
 def _destroy_keys(app: LedgerApp, targets: Targets, batch_id: UUID, operator: str,
                   progress: Steps | None = None) -> list[str]:
     """Step 3 in commits of :data:`CHUNK` items: atoms, artifacts, then the subject's key
@@ -819,6 +825,9 @@ def _record_texts(app: LedgerApp, ids: Sequence[str]) -> list[str]:
             for t in needles_of(r.content, MIN_PROBE_CHARS)] if ids else []
 
 
+@traced("erasure.purge", lambda out, proj, items, *a, **k: {
+    "ledger.erasure.items": len(items), "ledger.erasure.routes": [r.name for r in out[0]],
+    "ledger.erasure.routes_not_reached": sorted(out[1])})
 def _purge(proj: Projections, items: list[str], timer: _Timer,
            progress: Steps | None = None, down: Mapping[str, Mapping[str, Any]] | None = None
            ) -> tuple[list[Any], dict[str, dict[str, Any]]]:
@@ -868,6 +877,9 @@ def _purge_route(proj: Projections, items: list[str], route: Any) -> None:
         proj.registry.purge_many(conn, items, [route])
 
 
+@traced("erasure.reach_probes", lambda out, proj, routes, items, *a, **k: {
+    "ledger.erasure.items": len(items), "ledger.erasure.routes": sorted(out[0]),
+    "ledger.erasure.still_reachable": len(out[1])})
 def _probe(proj: Projections, routes: list[Any], items: list[str],
            content: dict[str, list[str]], indexed: dict[str, str], timer: _Timer,
            shared_ok: bool = False, unreachable: dict[str, dict[str, Any]] | None = None
@@ -1109,6 +1121,11 @@ def _identifier_matches(conn: Any, store: Any, idents: Sequence[Identifier]
     return atoms, arts
 
 
+@traced("erasure.plan", lambda plan, *a, **k: {
+    "ledger.erasure.atoms": len(plan.targets.atoms),
+    "ledger.erasure.artifacts": len(plan.targets.artifacts),
+    "ledger.erasure.subjects": len(plan.targets.subjects),
+    "ledger.erasure.flagged": len(plan.flags)})
 def plan_user_erasure(app: LedgerApp, proj: Projections, subject: str,
                       identifiers: Sequence[str] = (), sessions: Sequence[str] = (),
                       broad: int = BROAD_MATCHES) -> ErasurePlan:

@@ -27,10 +27,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger.errors import LedgerError
+from ledger.tracing import span
 from server import problems
 from server.auth_context import CALLER
 from server.backend import Backend
 from server.drp import install_drp
+from server.metrics import add_route as add_metrics_route
+from server.metrics import enabled as metrics_on
+from server.telemetry import memory_span, observe
 from service.caller import Caller
 from service.models import (
     MAX_PAGE,
@@ -87,6 +91,7 @@ class Settings:
     request_timeout: float = 30.0
     long_timeout: float = 600.0  # erasure execution, evidence packs, verification
     max_queue: int = 1024
+    max_headers: int = 16 * 1024  # the request line's target and every header, in bytes
     resource_metadata: dict[str, Any] | None = None  # RFC 9728, OAuth mode
 
 
@@ -109,6 +114,15 @@ class Limits:
             await self.app(scope, receive, send)
             return
         path: str = scope.get("path", "")
+        if _header_bytes(scope) > self.settings.max_headers:
+            # uvicorn's h11 limit holds only while a header block is incomplete: one that
+            # arrives whole in a single read passes it, so the bound is kept here too
+            await _send(problems.problem(431, "the request's headers are larger than "
+                                              f"{self.settings.max_headers} bytes",
+                                         slug="headers-too-large",
+                                         hint="send fewer or shorter headers"),
+                        scope, receive, send)
+            return
         limit = self.settings.max_import if path.startswith("/v1/imports") \
             else self.settings.max_body
         headers = dict(scope.get("headers") or [])
@@ -129,7 +143,7 @@ class Limits:
             return message
 
         token = None
-        if path.startswith("/v1/") or path.startswith("/mcp"):
+        if path.startswith("/v1/") or path.startswith("/mcp") or path == "/metrics":
             if not _public(path):
                 try:
                     auth = headers.get(b"authorization")
@@ -170,6 +184,14 @@ class _TooLarge(Exception):
     pass
 
 
+def _header_bytes(scope: Scope) -> int:
+    """The size of the request's header block as sent: target, names, values, separators."""
+    size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+    for name, value in scope.get("headers") or ():
+        size += len(name) + len(value) + 4  # ": " and CRLF
+    return int(size)
+
+
 def _public(path: str) -> bool:
     return path in ("/v1/health", "/v1/openapi.json")
 
@@ -206,7 +228,7 @@ def create_app(settings: Settings, authenticate: Authenticate,
     api = build_api(settings)
     if mounts is not None:
         mounts(api, api.state.backend)
-    return Limits(api, settings, authenticate)
+    return observe(Limits(api, settings, authenticate), metrics_on())
 
 
 def build_api(settings: Settings) -> FastAPI:
@@ -274,6 +296,8 @@ def build_api(settings: Settings) -> FastAPI:
 
     _routes(api)
     install_drp(api, settings.home)  # the Data Rights Protocol, /drp (ADR 0056)
+    if metrics_on():  # GET /metrics, outside the OpenAPI document (ADR 0054)
+        add_metrics_route(api, backend)
     if settings.resource_metadata is not None:
         meta = settings.resource_metadata
 
@@ -300,8 +324,9 @@ def build_api(settings: Settings) -> FastAPI:
 
 
 def _routes(api: FastAPI) -> None:
-    @api.get("/v1/health", tags=["service"], include_in_schema=False)
+    @api.get("/v1/health", tags=["service"], openapi_extra={"security": []})
     async def health() -> dict[str, str]:
+        """Whether the server answers: `{"status": "ok"}`. Needs no credential."""
         return {"status": "ok"}
 
     # ------------------------------------------------------------------ subjects
@@ -391,7 +416,8 @@ def _routes(api: FastAPI) -> None:
     @api.post("/v1/atoms/{atom}/corrections", status_code=201, tags=["atoms"])
     async def correct_atom(atom: str, body: AtomCorrectionIn, c: CallerDep,
                            b: BackendDep) -> Corrected:
-        return await b.write(lambda s: s.correct_atom(c, atom, body))
+        with memory_span("update_memory", c, **{"gen_ai.memory.id": atom}):
+            return await b.write(lambda s: s.correct_atom(c, atom, body))
 
     @api.post("/v1/atoms/{atom}/redactions", tags=["atoms"])
     async def redact_atom(atom: str, body: RedactIn, c: CallerDep,
@@ -403,7 +429,8 @@ def _routes(api: FastAPI) -> None:
                           b: BackendDep) -> ErasureOutcome:
         """Delete an atom for good: key destroyed, every route purged and probed, a signed
         tombstone left."""
-        return await b.write(lambda s: s.delete_atom(c, atom, body.reason))
+        with memory_span("delete_memory", c, **{"gen_ai.memory.id": atom}):
+            return await b.write(lambda s: s.delete_atom(c, atom, body.reason))
 
     @api.delete("/v1/atoms/{atom}", tags=["atoms"], deprecated=True)
     async def delete_atom_by_query(atom: str, c: CallerDep, b: BackendDep,
@@ -411,7 +438,8 @@ def _routes(api: FastAPI) -> None:
                                    ) -> ErasureOutcome:
         """Deprecated: the reason travels in the URL. Use POST /v1/atoms/{atom}/deletions,
         which takes it in the body (ADR 0043)."""
-        return await b.write(lambda s: s.delete_atom(c, atom, reason))
+        with memory_span("delete_memory", c, **{"gen_ai.memory.id": atom}):
+            return await b.write(lambda s: s.delete_atom(c, atom, reason))
 
     @api.post("/v1/rehearsals", status_code=201, tags=["atoms"])
     async def rehearse(body: RehearseIn, c: CallerDep, b: BackendDep) -> EventIds:
@@ -489,7 +517,9 @@ def _routes(api: FastAPI) -> None:
     @api.post("/v1/requests/{request_id}/execute", tags=["erasure"])
     async def execute_request(request_id: str, body: ExecuteIn, c: CallerDep,
                               b: BackendDep) -> ErasureOutcome:
-        return await b.write(lambda s: s.execute_request(c, request_id, body.plan_digest))
+        with memory_span("delete_memory", c):  # the whole subject's memory (scope user)
+            return await b.write(lambda s: s.execute_request(c, request_id,
+                                                             body.plan_digest))
 
     @api.post("/v1/requests/{request_id}/reject", tags=["erasure"])
     async def reject_request(request_id: str, body: RequestRejectIn, c: CallerDep,
@@ -500,7 +530,8 @@ def _routes(api: FastAPI) -> None:
               responses={200: {"content": {"application/zip": {}},
                                "description": "The Evidence Pack, zipped."}})
     async def evidence_pack(batch_id: str, c: CallerDep, b: BackendDep) -> Response:
-        pack = await b.write(lambda s: s.build_pack(c, batch_id))
+        with span("erasure.pack", {"ledger.erasure.batch_id": batch_id}):
+            pack = await b.write(lambda s: s.build_pack(c, batch_id))
         return Response(pack.content, media_type="application/zip", headers={
             "Content-Disposition": f'attachment; filename="{pack.filename}"'})
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -29,6 +30,9 @@ from typing import Any, TypeVar
 import structlog
 
 from ledger.errors import LedgerError
+from ledger.tracing import carry
+from server import metrics
+from server.telemetry import memory_span
 from service.caller import Caller
 from service.facade import MemoryService
 from service.models import AtomAdded, AtomIn, RecallIn, RecallOut
@@ -87,12 +91,15 @@ class _Worker(threading.Thread):
         self.ready: Future[None] = Future()
         self.groups = 0
         self.grouped_items = 0
+        self.counted = group and metrics.enabled()  # the writer's queue and commands
 
     def submit(self, job: _Job) -> None:
         if self.jobs.qsize() >= self.max_queue:
             raise Overloaded("the server is busy: too many requests are waiting",
                              hint="retry after a second")
         self.jobs.put(job)
+        if self.counted:
+            metrics.QUEUE.set(self.jobs.qsize())
 
     def stop(self) -> None:
         self.jobs.put(None)
@@ -107,6 +114,8 @@ class _Worker(threading.Thread):
         try:
             while True:
                 job = self.jobs.get()
+                if self.counted:
+                    metrics.QUEUE.set(self.jobs.qsize())
                 if job is None:
                     break
                 if job.add is not None and self.group:
@@ -135,8 +144,7 @@ class _Worker(threading.Thread):
         finally:
             close_service(svc)
 
-    @classmethod
-    def _run(cls, svc: MemoryService, job: _Job) -> None:
+    def _run(self, svc: MemoryService, job: _Job) -> None:
         if not job.start():
             return
         outcome: Any
@@ -146,9 +154,11 @@ class _Worker(threading.Thread):
             else:
                 assert job.fn is not None
                 outcome = job.fn(svc)
+            if self.counted:
+                metrics.COMMANDS.inc()
         except BaseException as e:
             outcome = e
-        cls._deliver([(job, outcome)])
+        self._deliver([(job, outcome)])
 
     def _run_adds(self, svc: MemoryService, batch: list[_Job]) -> None:
         live = [j for j in batch if j.start()]
@@ -158,6 +168,9 @@ class _Worker(threading.Thread):
         results = svc.add_atoms_grouped(items)
         self.groups += 1
         self.grouped_items += len(live)
+        if self.counted:
+            metrics.COMMANDS.inc()
+            metrics.GROUP.observe(len(live))
         self._deliver(list(zip(live, results, strict=True)))
 
     @staticmethod
@@ -202,33 +215,41 @@ class Backend:
                 w.join()
 
     async def read(self, fn: Callable[[MemoryService], T]) -> T:
-        job = _Job(fn)
+        job = _Job(carry(fn))  # the spans it opens are children of this request's
         self.reader.submit(job)
         result: T = await asyncio.wrap_future(job.future)
         return result
 
     async def write(self, fn: Callable[[MemoryService], T]) -> T:
-        job = _Job(fn)
+        job = _Job(carry(fn))
         self.writer.submit(job)
         result: T = await asyncio.wrap_future(job.future)
         return result
 
     async def add_atom(self, caller: Caller, item: AtomIn) -> AtomAdded:
         waiter: asyncio.Future[AtomAdded] = asyncio.get_running_loop().create_future()
-        self.writer.submit(_Job(None, add=(caller, item), waiter=waiter))
-        return await waiter
+        with memory_span("update_memory", caller) as span:
+            self.writer.submit(_Job(None, add=(caller, item), waiter=waiter))
+            added = await waiter
+            span.set_attribute("gen_ai.memory.id", added.atom_id)
+        return added
 
     async def recall(self, caller: Caller, body: RecallIn) -> RecallOut:
         """Recall on the reader thread, then the rehearsal events (a signed write) on the
         writer: a recall never waits behind writes for its answer's content. What every
         surface that recalls calls (the HTTP API, the MCP tool)."""
-        found: RecallOut = await self.read(
-            lambda s: s.recall(caller, body.model_copy(update={"rehearse": False})))
-        if body.rehearse and caller.may_write_memory and found.items:
-            ids = [i.atom_id for i in found.items]
-            await self.write(lambda s: s.rehearse(caller, ids, body.session_id))
-            found = found.model_copy(update={"items": [
-                i.model_copy(update={"rehearsed": True}) for i in found.items]})
+        started = time.perf_counter()
+        with memory_span("search_memory", caller) as span:
+            found: RecallOut = await self.read(
+                lambda s: s.recall(caller, body.model_copy(update={"rehearse": False})))
+            if body.rehearse and caller.may_write_memory and found.items:
+                ids = [i.atom_id for i in found.items]
+                await self.write(lambda s: s.rehearse(caller, ids, body.session_id))
+                found = found.model_copy(update={"items": [
+                    i.model_copy(update={"rehearsed": True}) for i in found.items]})
+            span.set_attribute("gen_ai.memory.search.result.count", len(found.items))
+        if self.writer.counted:
+            metrics.RECALL.observe(time.perf_counter() - started)
         return found
 
     def call_sync(self, fn: Callable[[MemoryService], T], write: bool = False) -> T:

@@ -4,7 +4,11 @@ before it listens, uvicorn's app factory and each process's request authenticato
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import sys
+import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,11 +17,15 @@ HOME_ENV = "LEDGER_SERVE_HOME"
 JWKS_ENV = "LEDGER_SERVE_JWKS"
 AUDIENCE_ENV = "LEDGER_SERVE_AUDIENCE"
 ISSUER_ENV = "LEDGER_SERVE_ISSUER"
+MAX_HEADER_READ = 1024 * 1024  # bytes of an incomplete header block h11 buffers
+METRICS_ENV = "LEDGER_METRICS"  # server/metrics.py's switch
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def serve(home: Path | None, host: str, port: int, workers: int, jwks: Path | None,
-          audience: str | None, issuer: str | None) -> None:
-    """Check the configuration, then run uvicorn until SIGTERM (``ledger serve``)."""
+          audience: str | None, issuer: str | None, metrics: bool = True) -> None:
+    """Check the configuration, then run uvicorn until SIGTERM (``ledger serve``); one
+    line on stderr once it answers, one when it stopped (ADR 0054)."""
     import uvicorn
 
     from ledger.errors import EnvironmentProblem, InputError
@@ -48,10 +56,96 @@ def serve(home: Path | None, host: str, port: int, workers: int, jwks: Path | No
             os.environ.pop(env, None)
     if jwks is not None:
         build_authenticate(home)  # a bad JWKS file fails here, not in every worker
-    uvicorn.run("server.launch:app_from_env", factory=True, host=host, port=port,
-                workers=workers, log_level="warning", access_log=False,
-                timeout_graceful_shutdown=30, limit_concurrency=512,
-                h11_max_incomplete_event_size=16 * 1024, server_header=False)
+    from server.telemetry import configure_from_env
+
+    configure_from_env()  # OTEL_* asking for an exporter not installed fails here
+    os.environ[METRICS_ENV] = "on" if metrics else "off"
+    counted = tempfile.mkdtemp(prefix="ledger-metrics-") if metrics else None  # mode 0700
+    if counted is not None:  # fresh at each start: no counts of an earlier server
+        os.environ[MULTIPROC_ENV] = counted
+    else:
+        os.environ.pop(MULTIPROC_ENV, None)
+    auth = f"OAuth access tokens (audience {audience})" if jwks is not None \
+        else "bearer tokens"
+    ready = _Ready(host, port, auth, workers)
+    ready.start()
+    # uvicorn re-raises the signal that stopped it once it shut down gracefully: caught
+    # here, so the folder is removed and the line said, then raised again for the exit
+    # status (-SIGTERM) that says how it stopped
+    stopped_by: list[int] = []
+
+    def stop_here(sig: int, _frame: Any) -> None:
+        stopped_by.append(sig)
+        raise _Stopped()
+
+    previous = {sig: signal.signal(sig, stop_here) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        uvicorn.run("server.launch:app_from_env", factory=True, host=host, port=port,
+                    workers=workers, log_level="warning", access_log=False,
+                    timeout_graceful_shutdown=30, limit_concurrency=512,
+                    # h11 refuses, as a plain 400, only header blocks still incomplete
+                    # past this size; the app answers 431 for any block over 16 KiB
+                    # (server/app.py Limits), however it was read (ADR 0057)
+                    h11_max_incomplete_event_size=MAX_HEADER_READ, server_header=False)
+    except _Stopped:
+        pass
+    finally:
+        ready.stop()
+        if counted is not None:
+            shutil.rmtree(counted, ignore_errors=True)
+        if ready.said:
+            sys.stderr.write(f"ledger serve: stopped ({ready.url})\n")
+            sys.stderr.flush()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if stopped_by:
+        signal.raise_signal(stopped_by[0])
+
+
+class _Stopped(Exception):
+    pass
+
+
+class _Ready(threading.Thread):
+    """Polls the server's health route until it answers, then says so in one line."""
+
+    def __init__(self, host: str, port: int, auth: str, workers: int) -> None:
+        super().__init__(name="ledger-ready", daemon=True)
+        shown = f"[{host}]" if ":" in host else host
+        self.url = f"http://{shown}:{port}"
+        local = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)  # noqa: S104  # the any-address, polled on loopback
+        self.target = (local, port)
+        self.auth = auth
+        self.workers = workers
+        self.said = False
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        import http.client
+
+        while not self.done.wait(0.1):
+            conn = http.client.HTTPConnection(*self.target, timeout=2)
+            try:
+                conn.request("GET", "/v1/health")
+                if conn.getresponse().status != 200:
+                    continue
+            except OSError:
+                continue
+            finally:
+                conn.close()
+            if self.done.is_set():
+                return
+            procs = f"; {self.workers} workers" if self.workers > 1 else ""
+            sys.stderr.write(f"ledger serve: listening on {self.url} (API {self.url}/v1, "
+                             f"console {self.url}/console/, MCP {self.url}/mcp; "
+                             f"authentication: {self.auth}{procs}); Ctrl-C or SIGTERM "
+                             "stops it\n")
+            sys.stderr.flush()
+            self.said = True
+            return
+
+    def stop(self) -> None:
+        self.done.set()
 
 
 def _has_tokens(config: Any) -> bool:
@@ -100,6 +194,9 @@ def app_from_env() -> Any:
     """uvicorn's app factory (one call per worker process)."""
     from server.app import Settings, create_app
     from server.mounts import mount_all
+    from server.telemetry import configure_from_env
+
+    configure_from_env()  # this process's exporter, from OTEL_*
 
     home = Path(os.environ[HOME_ENV])
     metadata = None

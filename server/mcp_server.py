@@ -46,7 +46,9 @@ from starlette.types import ASGIApp
 
 from ledger.errors import LedgerError
 from server.backend import Backend
+from server.telemetry import mcp_span, memory_span
 from service.caller import Caller
+from service.core import named_subject
 from service.facade import MemoryService
 from service.models import (
     MAX_PAGE,
@@ -71,7 +73,9 @@ INSTRUCTIONS = (
     "Signed, event-sourced memory about the people you assist. `recall` before you answer "
     "(it returns a 'What you remember' block for your context); `remember` what the person "
     "states or what you infer, with its source when you have one; `correct_memory` when "
-    "they correct you; `forget_memory` when they ask you to forget one thing. A request to "
+    "they correct you; `forget_memory` when they ask you to forget one thing; "
+    "`extract_memories` to propose memories from an imported chat or a document with your "
+    "own model (it asks you through sampling). A request to "
     "be forgotten altogether is filed with `file_erasure_request`: an operator executes it. "
     "Your credential decides whose memories you can see; anything else reads as not found.")
 
@@ -153,8 +157,10 @@ class _CallerScope:
             log.info("mcp.refused", method=ctx.method, reason=type(e).__name__)
             raise MCPError(code=INVALID_REQUEST, message=_error_text(e)) from None
         token = _CALLER.set(caller)
-        try:
-            return await call_next(ctx)
+        try:  # a SERVER span, its parent from params._meta.traceparent (ADR 0054)
+            with mcp_span(ctx.method, ctx.params, ctx.meta, ctx.request_id,
+                          ctx.protocol_version):
+                return await call_next(ctx)
         finally:
             _CALLER.reset(token)
 
@@ -253,6 +259,7 @@ def build_mcp(backend: Backend, caller_of: CallerOf) -> LedgerMCP:
         cache_hints={"resources/read": CacheHint(ttl_ms=0, scope="private"),
                      "resources/list": CacheHint(ttl_ms=0, scope="private")})
     _tools(mcp, backend)
+    _extract_tool(mcp, backend)
     _resources(mcp, backend)
     return mcp
 
@@ -284,6 +291,9 @@ def _add(mcp: MCPServer[Any], name: str, title: str, description: str,
                  annotations=annotations)
 
 
+ATOM_ID = "The memory's atom_id (as remember and recall return it), or your ref for it."
+
+
 def _tools(mcp: MCPServer[Any], b: Backend) -> None:
     # ------------------------------------------------------------------ remember
     async def remember(c: Caller, a: dict[str, Any]) -> CallToolResult:
@@ -292,8 +302,9 @@ def _tools(mcp: MCPServer[Any], b: Backend) -> None:
         if artifact is None:
             added = await b.add_atom(c, item)
             return _result(Remembered(**added.model_dump()))
-        source = ArtifactIn(subject=item.subject,
-                            **SourceIn.model_validate(artifact).model_dump())
+        subject = named_subject(c, item.subject)  # the credential's only one, if unnamed
+        item = item.model_copy(update={"subject": subject})
+        source = ArtifactIn(subject=subject, **SourceIn.model_validate(artifact).model_dump())
         out = await b.write(lambda s: s.add_atom_with_source(c, item, source))
         return _result(Remembered(**out.model_dump()))
 
@@ -354,30 +365,33 @@ def _tools(mcp: MCPServer[Any], b: Backend) -> None:
          MemoryList, list_memories)
 
     async def get_memory(c: Caller, a: dict[str, Any]) -> CallToolResult:
-        atom = await b.read(lambda s: s.get_atom(c, a["atom"]))
+        atom = await b.read(lambda s: s.get_atom(c, a["atom_id"]))
         return _result(atom)
 
     _add(mcp, "get_memory", "Get a memory",
          "One memory's current state: text, kind, status, provenance, salience inputs.",
-         READ, [_param("atom", str, (Field(min_length=1, max_length=200),),
-                       "The atom's ref or id.")], AtomOut, get_memory)
+         READ, [_param("atom_id", str, (Field(min_length=1, max_length=200),), ATOM_ID)],
+         AtomOut, get_memory)
 
     # ------------------------------------------------------------------ correct, forget
     async def correct_memory(c: Caller, a: dict[str, Any]) -> CallToolResult:
-        atom = a.pop("atom")
+        atom = a.pop("atom_id")
         change = AtomCorrectionIn(**a)
-        return _result(await b.write(lambda s: s.correct_atom(c, atom, change)))
+        with memory_span("update_memory", c, **{"gen_ai.memory.id": atom}):
+            return _result(await b.write(lambda s: s.correct_atom(c, atom, change)))
 
     _add(mcp, "correct_memory", "Correct a memory",
          "Correct a memory: a new atom supersedes it (the old one stays in the signed "
          "history, no longer current). Give the new text, gist or confidence and why.",
          _write(destructive=False, idempotent=False),
-         [_param("atom", str, (Field(min_length=1, max_length=200),),
-                 "The atom's ref or id."), *_params(AtomCorrectionIn)],
+         [_param("atom_id", str, (Field(min_length=1, max_length=200),), ATOM_ID),
+          *_params(AtomCorrectionIn)],
          Corrected, correct_memory)
 
     async def forget_memory(c: Caller, a: dict[str, Any]) -> CallToolResult:
-        out = await b.write(lambda s: forget(s, c, a["atom"], a["reason"]))
+        with memory_span("delete_memory", c) as span:
+            out = await b.write(lambda s: forget(s, c, a["atom_id"], a["reason"]))
+            span.set_attribute("gen_ai.memory.id", out.atom_id)
         return _result(out, text=f"forgot {out.atom_id}; tombstone {out.tombstone_id}")
 
     _add(mcp, "forget_memory", "Forget a memory",
@@ -385,7 +399,7 @@ def _tools(mcp: MCPServer[Any], b: Backend) -> None:
          "content is unrecoverable from every file of the ledger; a signed tombstone records "
          "the deletion. Returns the tombstone's event id. Cannot be undone.",
          _write(destructive=True, idempotent=True),
-         [_param("atom", str, (Field(min_length=1, max_length=200),), "The atom's ref or id."),
+         [_param("atom_id", str, (Field(min_length=1, max_length=200),), ATOM_ID),
           _param("reason", str, (Field(min_length=1, max_length=1_000),),
                  "Why, e.g. 'asked by the user'.")],
          Forgotten, forget_memory)
@@ -451,6 +465,77 @@ def _resources(mcp: MCPServer[Any], b: Backend) -> None:
 
             raise ResourceError(_error_text(e)) from None
         return cp.note
+
+
+def _extract_tool(mcp: MCPServer[Any], b: Backend) -> None:
+    """``extract_memories`` (ADR 0053): the client's own model reads an artifact and
+    proposes memories, asked through MCP sampling (on 2026-07-28 a multi-round-trip
+    ``input_required`` result, which works statelessly; on older revisions a request on
+    the session's back-channel). The prompt is the shipped one; the artifact goes to the
+    model only; the answer is validated strictly and written as one signed command."""
+    from mcp.server.mcpserver.resolve import Resolve, Sample
+    from mcp_types import CreateMessageResult, SamplingMessage
+
+    from service import extraction
+
+    async def ask_model(artifact_id: str, max_memories: int) -> Sample | LedgerError:
+        c = current_caller()
+        try:  # scope and limits first: nothing is sent for an artifact the caller can't see
+            ask = await b.read(lambda s: extraction.prepare(s, c, artifact_id, max_memories))
+        except LedgerError as e:
+            return e  # answered by the tool body, as every tool answers a refusal
+        return Sample([SamplingMessage(role="user",
+                                       content=TextContent(type="text", text=ask.user))],
+                      max_tokens=extraction.MAX_TOKENS, system_prompt=ask.system,
+                      include_context="none", temperature=0.0)
+
+    async def extract_memories(**kw: Any) -> CallToolResult:
+        c = current_caller()
+        sampled = kw["sampled"]
+        try:
+            if isinstance(sampled, LedgerError):
+                raise sampled
+            if not isinstance(sampled, CreateMessageResult) or sampled.content.type != "text":
+                raise extraction.ProposalRefused(
+                    "the model answered with no text; nothing was written",
+                    hint="use a client whose sampling answers with text")
+            if sampled.stop_reason == "maxTokens":
+                raise extraction.ProposalRefused(
+                    "the model's answer was cut off at its token limit; nothing was written",
+                    hint="ask for fewer memories (max_memories)")
+            reply, model = sampled.content.text, sampled.model
+            out = await b.write(lambda s: extraction.record_reply(
+                s, c, kw["artifact_id"], kw["max_memories"], reply, model))
+        except LedgerError as e:
+            log.info("mcp.tool_refused", tool="extract_memories", error=type(e).__name__,
+                     credential=c.credential_id)
+            return _error(_error_text(e))
+        except Exception as e:  # a bug: its class to the log, nothing of it to the client
+            log.error("mcp.tool_failed", tool="extract_memories", error=type(e).__name__,
+                      credential=c.credential_id)
+            return _error("error: extract_memories failed inside the server "
+                          f"({type(e).__name__})\nhint: nothing was written")
+        return _result(out)
+
+    params = [
+        _param("artifact_id", str, (Field(min_length=1, max_length=200),),
+               "The artifact's ref or id (an imported chat, a document)."),
+        _param("max_memories", int, (Field(ge=1, le=extraction.MAX_PROPOSALS),),
+               "At most this many memories.", extraction.DEFAULT_MAX),
+        _param("sampled", Any, (Resolve(ask_model),))]
+    ret = Annotated[CallToolResult, extraction.Extracted]
+    extract_memories.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        params, return_annotation=ret)
+    extract_memories.__annotations__ = {p.name: p.annotation for p in params} | {"return": ret}
+    mcp.add_tool(
+        extract_memories, name="extract_memories", title="Extract memories",
+        description="Propose memories from an artifact (an imported chat, a document) with "
+                    "your own model: the server asks you, through MCP sampling, with the "
+                    "prompt it ships, to read the artifact; every valid proposal becomes an "
+                    "inferred memory of the artifact's subject citing it, with your model's "
+                    "name and the prompt's version as extractor, in one signed command. An "
+                    "invalid answer writes nothing. Returns the new atoms' ids.",
+        annotations=_write(destructive=False, idempotent=False))
 
 
 # ----------------------------------------------------------------------------- use cases
