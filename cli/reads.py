@@ -161,15 +161,22 @@ def recall_command(
         help="Session id recorded with the rehearsal events.")] = None,
     no_rehearse: Annotated[bool, typer.Option(
         "--no-rehearse", help="Do not record rehearsal events for what is recalled.")] = False,
+    since: Annotated[str | None, typer.Option(
+        help="Only memories true or said from this date or instant on.")] = None,
+    until: Annotated[str | None, typer.Option(
+        help="Only memories true or said up to this date (its whole day) or instant.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Recall a subject's memories for a query; prints the "What you remember" block.
 
-    Ranks active, unexpired, unerased atoms with salience >= 0.15 by salience, relevance
-    (keyword + vector) and recency. Each recalled atom gets a signed rehearsal event
-    unless --no-rehearse.
+    Ranks active, unexpired, unarchived, unerased atoms by salience, relevance (keyword
+    + vector) and recency (from when each was true or said: an import's own times). The
+    first n of -k N are the same for every N >= n. With --json: the items, and for the
+    matched memories left out, why (ADR 0051). Each recalled atom gets a signed
+    rehearsal event unless --no-rehearse.
 
-    Example: ledger recall "where does she work" --subject user_9f4e -k 3
+    Example: ledger recall "where did we go last summer" --subject user_9f4e -k 3
+    --since 2025-06-01 --until 2025-08-31
     """
     from ledger import progress
     from service.models import RecallIn
@@ -180,16 +187,18 @@ def recall_command(
             with progress.bar("Catching up read models", total=behind, json=as_json) as bar:
                 svc.catch_up_read_models(me, bar.step)
         result = svc.recall(me, RecallIn.unchecked(
-            query=query, subject=subject, k=k, session_id=session, rehearse=not no_rehearse))
+            query=query, subject=subject, k=k, session_id=session, rehearse=not no_rehearse,
+            since=since, until=until))
     rehearsed = any(item.rehearsed for item in result.items)
-    data = [item.model_dump() for item in result.items]
-    out(data, as_json, result.prompt)
+    out(result.model_dump(), as_json, result.prompt)  # --json: the HTTP API's answer
     if result.items:
         verdict(f"OK: recalled {len(result.items)} of {result.eligible} matching memories"
                  + ("; rehearsals recorded" if rehearsed else ""))
     else:
+        left = ", ".join(f"{n} {why}" for why, n in result.omitted_counts.items())
         verdict(f"note: nothing recalled ({result.pool} memories matched the query, "
-                 f"{result.eligible} of them recallable now)")
+                 f"{result.eligible} of them recallable now"
+                 + (f"; left out: {left}" if left else "") + ")")
 
 
 # ---------------------------------------------------------------------- memory
@@ -275,7 +284,12 @@ def state_command(
         lines.extend(f"  {a['atom_id']}  {a['status']:<10} {a['text']}" for a in d["valid"])
         lines.extend(f"  ({a['atom_id']}  {a['not_valid_because']}: {a['text']})"
                      for a in d["not_valid"])
-    out(data if subject is None else data[0], as_json, "\n".join(lines))
     facts = sum(len(d["valid"]) for d in data)
-    verdict(f"{facts} fact(s) valid at {data[0]['valid_at'] if data else v or t} "
-             f"across {len(data)} subject(s)")
+    summary = (f"{facts} fact(s) valid at {data[0]['valid_at'] if data else v or t} "
+               f"across {len(data)} subject(s)")
+    # The summary ends the listing, once, on its own line (issue 28: on stderr it ran
+    # into the listing's last line wherever both streams were shown together); with
+    # --json stdout is the JSON alone and the summary goes to stderr.
+    out(data if subject is None else data[0], as_json, "\n".join([*lines, summary]))
+    if as_json:
+        verdict(summary)

@@ -128,7 +128,7 @@ def test_recall_rehearses_unless_told_not_to(seeded: dict[str, str], home: Path,
     r = run(home, "recall", "where does she work", "--subject", "u1", "--json",
             "--no-rehearse")
     assert r.code == 0, r.err
-    data = json.loads(r.out)  # a list of recalled memories
+    data = json.loads(r.out)["items"]  # the recalled memories (ADR 0051: an object)
     assert [d["atom_id"] for d in data] == [seeded["new"]]
     assert data[0]["rehearsed"] is False and data[0]["marker"] in ("recent, vivid", "vivid")
     assert {"atom_id", "text", "salience", "marker"} <= set(data[0])
@@ -174,6 +174,6 @@ def test_state_as_of_and_valid_at(seeded: dict[str, str], home: Path) -> None:
     r = run(home, "state", "--as-of", (T0 + timedelta(days=5)).isoformat(),
             "--valid-at", t1)
     assert r.code == 0, r.err
-    assert "Works at Acme" in r.out and "2 fact(s) valid at" in r.err
+    assert "Works at Acme" in r.out and "\n2 fact(s) valid at" in r.out
     r = run(home, "state", "--as-of", "yesterday-ish")
     assert r.code == 2 and "--as-of" in r.err
