@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import tempfile
 import uuid
@@ -136,10 +137,11 @@ class Directory:
         return cls(business=doc["business"], agents={a["id"]: a for a in doc["agents"]})
 
 
-def open_message(body: bytes, verify_key: str) -> bytes:
+def open_message(body: bytes, verify_key: str) -> tuple[bytes, bytes]:
     """Section 3.07 steps 1-2: the body decodes from base64 and starts with an Ed25519
     signature of the rest by ``verify_key`` (base64, the agent's directory entry); the
-    signed JSON bytes are returned. Raises :class:`DrpRefused` (403) otherwise."""
+    signature and the signed JSON bytes are returned. Raises :class:`DrpRefused` (403)
+    otherwise."""
     from nacl.exceptions import BadSignatureError, CryptoError
     from nacl.signing import VerifyKey
 
@@ -153,7 +155,7 @@ def open_message(body: bytes, verify_key: str) -> bytes:
                               "message", fatal=True)
     try:
         key = VerifyKey(base64.b64decode(verify_key))
-        return bytes(key.verify(blob))
+        return blob[:SIGNATURE_BYTES], bytes(key.verify(blob))
     except (BadSignatureError, CryptoError, ValueError):
         raise DrpRefused(403, "the request's signature does not verify with the agent's "
                               "key in this ledger's directory", fatal=True) from None
@@ -280,6 +282,8 @@ class DrpStore:
             sa.Column("reason", sa.String(32), nullable=True),
             sa.Column("details", sa.String(500), nullable=True),
             sa.Column("received_at", sa.String(40), nullable=False),
+            # SHA-256 of the agent's signature of the request: a replay is refused
+            sa.Column("signature_digest", sa.String(64), nullable=False, unique=True),
             sa.Column("pack_digest", sa.String(64), nullable=True),
             sa.Column("pack_zip", sa.LargeBinary, nullable=True),
         )
@@ -315,6 +319,15 @@ class DrpStore:
         with self.engine.begin() as conn:
             conn.execute(self.table.update().where(self.table.c.request_id == request_id)
                          .values(**values))
+
+    def by_signature(self, digest: str) -> str | None:
+        """The id of the request whose signature has this digest, if one was received."""
+        if not self._exists():
+            return None
+        with self.engine.connect() as conn:
+            found = conn.execute(sa.select(self.table.c.request_id).where(
+                self.table.c.signature_digest == digest)).scalar()
+        return None if found is None else str(found)
 
     def get(self, request_id: str) -> dict[str, Any] | None:
         if not self._exists():
@@ -373,7 +386,15 @@ class DrpCases(FacadeCore):
             raise DrpRefused(403, f"agent {agent} is not in this ledger's directory",
                              fatal=True)
         at = now or clock.now()
-        doc = check_exercise(open_message(body, entry["verify_key"]), agent, directory, at)
+        signature, message = open_message(body, entry["verify_key"])
+        doc = check_exercise(message, agent, directory, at)
+        # a signed request is used once: the same bytes sent again before they expire are
+        # refused (the signature's digest is kept: only the agent's key can make one)
+        seen = hashlib.sha256(signature).hexdigest()
+        earlier = self._drp().by_signature(seen)
+        if earlier is not None:
+            raise DrpRefused(409, f"this signed request was received already: it is request "
+                                  f"{earlier}", fatal=False)
         refs = identifiers_of(doc)
         reader = self._as(caller, "auditor")
         found: set[str] = set()
@@ -386,7 +407,8 @@ class DrpCases(FacadeCore):
         row: dict[str, Any] = {
             "request_id": rid, "agent_id": agent, "token_id": caller.credential_id,
             "tenant": caller.tenant, "agent_request_id": doc.get("agent-request-id"),
-            "exercise": doc["exercise"], "received_at": clock.format_instant(at)}
+            "exercise": doc["exercise"], "received_at": clock.format_instant(at),
+            "signature_digest": seen}
         if len(found) != 1:
             details = ("the identity names no person this business knows: send the "
                        "person's identifier (schema.org/Person identifier) as the business "
@@ -479,7 +501,7 @@ class DrpCases(FacadeCore):
         if entry is None:
             raise DrpRefused(403, f"agent {agent} is not in this ledger's directory",
                              fatal=True)
-        message = open_message(body, entry["verify_key"])
+        _, message = open_message(body, entry["verify_key"])
         row = self._row(caller, request_id)
         check_revoke(message)  # the agent's reason is the person's words: not kept
         if row["state"] == "revoked":

@@ -112,7 +112,7 @@ def _signed(doc: dict[str, Any], key: SigningKey, kind: str = "exercise-request"
     return base64.b64encode(bytes(key.sign(json.dumps(doc).encode())))
 
 
-def _drp(world: World, method: str, path: str, token: str = "agent",
+def _drp(world: World, method: str, path: str, token: str = "agent",  # noqa: S107 -- a key of world.tokens, not a secret
          body: bytes | None = None) -> httpx.Response:
     headers = {"Authorization": f"Bearer {world.tokens[token]}",
                "Content-Type": "text/plain"}
@@ -246,7 +246,13 @@ def test_an_identity_matching_no_one_or_several_is_denied_and_files_nothing(worl
 
 
 def test_access_is_fulfilled_with_the_subjects_export(world: World) -> None:
-    status = _exercise(world, _request("access", "dora"))
+    body = _signed(_request("access", "dora"), world.key)
+    status = _status(_drp(world, "POST", "/data-rights-request", body=body))
+    # the same signed bytes again (a replay inside their validity): refused, nothing kept
+    before = _state(world)
+    again = _error(_drp(world, "POST", "/data-rights-request", body=body), 409)
+    assert status["request_id"] in again["message"]
+    assert _state(world) == before
     assert status["status"] == "fulfilled"
     r = httpx.get(f"{world.server.url}{status['results_url']}", timeout=60,
                   headers={"Authorization": f"Bearer {world.tokens['agent']}"})
@@ -264,7 +270,7 @@ def test_refused_requests_change_nothing(world: World) -> None:
     now = datetime.now(UTC)
     refused: list[tuple[httpx.Response, int]] = []
 
-    def post(body: bytes, token: str = "agent") -> httpx.Response:
+    def post(body: bytes, token: str = "agent") -> httpx.Response:  # noqa: S107 -- a key
         return _drp(world, "POST", "/data-rights-request", token=token, body=body)
 
     good = _signed(_request("deletion", "erin"), world.key)
@@ -369,3 +375,51 @@ def test_erasure_states_map_onto_drp_states(erasure: dict[str, Any],
                                             drp: tuple[str, str | None]) -> None:
     out = drp_state({"state": "filed"}, erasure)
     assert (out["status"], out.get("reason")) == drp
+
+
+def test_a_second_deletion_while_one_is_open_is_refused(world: World) -> None:
+    first = _exercise(world, _request("deletion", "erin"))
+    assert first["status"] == "in_progress"
+    before = _state(world)
+    r = _drp(world, "POST", "/data-rights-request",
+             body=_signed(_request("deletion", "erin"), world.key))
+    assert _error(r, 409)["fatal"] is False
+    assert _state(world) == before
+    # revoked, the person is left as they were, and a new request may be filed later
+    r = _drp(world, "DELETE", f"/data-rights-request/{first['request_id']}",
+             body=_signed({}, world.key, "revoke-request"))
+    assert _status(r)["status"] == "revoked"
+
+
+def test_a_request_signed_by_one_agent_is_refused_from_another(world: World) -> None:
+    """Section 3.07 step 3: OTHER_AGENT signs, with its own key and token, a request
+    claiming to come from CR_AGENT; the signature verifies, the agent-id does not match."""
+    before = _state(world)
+    doc = _request("deletion", "erin", agent="CR_AGENT")
+    r = _drp(world, "POST", "/data-rights-request", token="other",
+             body=_signed(doc, world.other_key))
+    assert "agent-id" in _error(r, 403)["message"]
+    assert _state(world) == before
+
+
+def test_the_tenant_of_the_token_scopes_the_identity(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    LedgerApp.initialize(home)
+    h = str(home)
+    for ref in ("acme:alice", "zeta:alice", "zeta:bob"):
+        assert run_cli("--home", h, "subject", "add", ref).code == 0
+    key = SigningKey.generate()
+    (home / "drp.json").write_text(json.dumps(_directory(key, SigningKey.generate())))
+    _, token = issue(home, "CR_AGENT", "privacy-agent", tenant="acme")
+    _, op = issue(home, "op", "operator")
+    world = World(home, None, key, key, {"agent": token})  # type: ignore[arg-type]
+    with serving(home) as server:
+        world.server = server
+        denied = _exercise(world, _request("deletion", "bob"))  # zeta's bob: not acme's
+        assert (denied["status"], denied["reason"]) == ("denied", "no_match")
+        filed = _exercise(world, _request("deletion", "alice"))
+        assert filed["status"] == "in_progress"
+        with server.client(op) as c:
+            rows = c.get("/v1/requests").json()
+            refs = {c.get(f"/v1/subjects/{r['subject_id']}").json()["ref"] for r in rows}
+        assert refs == {"acme:alice"}

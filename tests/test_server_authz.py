@@ -65,6 +65,7 @@ def world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     _, tokens["alice"] = issue(home, "assistant-a", "assistant", ["alice", "carol"])
     _, tokens["bob"] = issue(home, "assistant-b", "assistant", ["bob"])
     _, tokens["tenant"] = issue(home, "tenant-z", "assistant", tenant="zeta")
+    _, tokens["agent"] = issue(home, "CR_AGENT", "privacy-agent")  # DRP only (ADR 0056)
     _, tokens["expired"] = issue(home, "expired-a", "assistant", ["alice"],
                                  expires_at=datetime.now(UTC) + timedelta(seconds=2))
     revoked_id, tokens["revoked"] = issue(home, "revoked-a", "assistant", ["alice"])
@@ -161,6 +162,7 @@ def test_every_endpoint_refuses_every_bad_credential_and_changes_nothing(world: 
         attempts += [(f"malformed {m[:12]!r}", m, {401}) for m in MALFORMED]
         attempts += [("expired", f"Bearer {t['expired']}", {401}),
                      ("revoked", f"Bearer {t['revoked']}", {401})]
+        attempts.append(("privacy agent", f"Bearer {t['agent']}", {403}))
         if scoped:
             attempts.append(("wrong subject", f"Bearer {t['bob']}", {403, 404}))
             if path != "/v1/subjects":  # a tenant registering 'alice' makes zeta:alice
