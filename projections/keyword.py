@@ -53,6 +53,8 @@ TERM_CAP = 2000
 them is dropped from the keyword query (the rarest term always stays): bounds the
 FTS5 work per query (issue 16, ADR 0035)."""
 
+_Plan = tuple[str, str, tuple[Any, ...], list[str]]
+"""A keyword query: FTS5 MATCH text, join filter, its parameters, terms."""
 _TOKENIZE = "porter unicode61 remove_diacritics 2"
 _PG_CONFIG = "english"
 
@@ -63,6 +65,8 @@ _FTS_INSERT = "INSERT INTO {fts}(rowid, skey, body) VALUES (?, ?, ?)"
 _FTS_SEARCH = ("SELECT d.atom_id, bm25({fts}, 0.0, 1.0) AS s FROM {fts} "
                "JOIN {docs} d ON d.doc = {fts}.rowid "
                "WHERE {fts} MATCH ? {flag} ORDER BY s, d.atom_id LIMIT ?")
+_FTS_SCORES = ("SELECT d.atom_id, bm25({fts}, 0.0, 1.0) AS s FROM {fts} "
+               "JOIN {docs} d ON d.doc = {fts}.rowid WHERE {fts} MATCH ? {flag}")
 _FTS_COUNT = "SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH ? LIMIT ?)"
 _FTS_DOCS = "SELECT max(doc) FROM {docs}"
 _FTS_DELETE = "DELETE FROM {fts} WHERE rowid = ?"
@@ -75,6 +79,8 @@ _PG_INSERT = ("INSERT INTO {kw} (atom_id, subject_id, retrievable, tsv) "
               "VALUES (:a, :s, :r, to_tsvector('{config}', :b))")
 _PG_SEARCH = ("SELECT atom_id, ts_rank(tsv, q) AS s FROM {kw}, to_tsquery('{config}', :q) q "
               "WHERE subject_id = :s AND tsv @@ q {flag} ORDER BY s DESC, atom_id LIMIT :k")
+_PG_SCORES = ("SELECT atom_id, ts_rank(tsv, q) AS s FROM {kw}, to_tsquery('{config}', :q) q "
+              "WHERE subject_id = :s AND tsv @@ q {flag} AND atom_id IN :ids")
 _PG_DUMP = "SELECT atom_id, subject_id, retrievable, tsv::text FROM {kw} ORDER BY atom_id"
 _PG_PROBE = "SELECT atom_id FROM {kw} WHERE tsv @@ phraseto_tsquery('{config}', :c)"
 
@@ -124,6 +130,7 @@ class KeywordIndex:
         self.fts = store.q("proj_kw_fts")
         self.route = KeywordRoute(self)
         self._counts: dict[tuple[str, str, str], tuple[int, int]] = {}
+        self._last_plan: tuple[tuple[str, str, int | None], _Plan | None] | None = None
 
     def sql(self, template: str, flag: str = "") -> str:
         """Fill a module SQL template with this store's table names (never with values)."""
@@ -217,7 +224,58 @@ class KeywordIndex:
     def search(self, conn: Connection, subject_id: str, query: str, k: int = 10,
                retrievable_only: bool = True,
                subject_docs: int | None = None) -> list[tuple[str, float]]:
-        """Up to ``k`` (atom_id, score) pairs of the subject, best first.
+        """Up to ``k`` (atom_id, score) pairs of the subject, best first (ties by atom
+        id). ``subject_docs``: see :meth:`_plan`."""
+        plan = self._plan(conn, subject_id, query, subject_docs)
+        if plan is None or k <= 0:
+            return []
+        match, join_filter, params, terms = plan
+        if self.sqlite:
+            flag = join_filter + ("AND d.retrievable = 1" if retrievable_only else "")
+            rows = conn.exec_driver_sql(self.sql(_FTS_SEARCH, flag=flag),
+                                        (match, *params, k)).all()
+            return [(str(a), -float(s)) for a, s in rows]
+        rows = conn.execute(sa.text(
+            self.sql(_PG_SEARCH, flag="AND retrievable" if retrievable_only else "")),
+            {"q": " | ".join(terms), "s": subject_id, "k": k}).all()
+        return [(str(a), float(s)) for a, s in rows]
+
+    def scores(self, conn: Connection, subject_id: str, query: str, atom_ids: Sequence[str],
+               retrievable_only: bool = True,
+               subject_docs: int | None = None) -> dict[str, float]:
+        """The score :meth:`search` gives each of ``atom_ids`` that matches ``query`` (the
+        same terms, so the same number), whether or not it is among the best ``k``:
+        recall scores the vector index's proposals on the keyword signal too (ADR 0051).
+        Atoms that do not match are left out (their keyword score is 0)."""
+        wanted = list(dict.fromkeys(atom_ids))
+        plan = self._plan(conn, subject_id, query, subject_docs) if wanted else None
+        if plan is None:
+            return {}
+        match, join_filter, params, terms = plan
+        out: dict[str, float] = {}
+        for start in range(0, len(wanted), 5000):
+            chunk = wanted[start:start + 5000]
+            if self.sqlite:
+                marks = ", ".join("?" * len(chunk))
+                # "+d.atom_id": no index on it, so the query runs from the MATCH (one
+                # bm25 set-up), not from each id (FTS5 would set it up per row)
+                flag = (join_filter + ("AND d.retrievable = 1 " if retrievable_only else "")
+                        + f"AND +d.atom_id IN ({marks})")
+                rows = conn.exec_driver_sql(self.sql(_FTS_SCORES, flag=flag),
+                                            (match, *params, *chunk)).all()
+                out.update((str(a), -float(s)) for a, s in rows)
+                continue
+            stmt = sa.text(self.sql(_PG_SCORES, flag="AND retrievable" if retrievable_only
+                                    else "")).bindparams(sa.bindparam("ids", expanding=True))
+            rows = conn.execute(stmt, {"q": " | ".join(terms), "s": subject_id,
+                                       "ids": chunk}).all()
+            out.update((str(a), float(s)) for a, s in rows)
+        return out
+
+    def _plan(self, conn: Connection, subject_id: str, query: str, subject_docs: int | None
+              ) -> _Plan | None:
+        """The query of :meth:`search` and :meth:`scores`: (FTS5 MATCH text, join filter,
+        its parameters, terms); None when the query has no terms.
 
         ``subject_docs`` (how many atoms the subject has, when the caller knows) bounds
         the work on SQLite (issue 16), where FTS5 scores every match before the ``LIMIT``:
@@ -232,34 +290,36 @@ class KeywordIndex:
           little weight (bm25's IDF) and were most of the cost: the query's cost now
           follows the rare terms, not the subject's size.
         """
+        key = (subject_id, query, subject_docs)
+        if self._last_plan is not None and self._last_plan[0] == key:
+            return self._last_plan[1]  # recall's scores() after its search()
+        plan = self._make_plan(conn, subject_id, query, subject_docs)
+        self._last_plan = (key, plan)
+        return plan
+
+    def _make_plan(self, conn: Connection, subject_id: str, query: str,
+                   subject_docs: int | None) -> _Plan | None:
         terms = query_terms(query)
         # Function words match most documents and add nothing to the ranking (PostgreSQL's
         # 'english' configuration drops them too); keep them only if nothing else is left.
         terms = [t for t in terms if t not in STOPWORDS] or terms
-        if not terms or k <= 0:
-            return []
-        if self.sqlite:
-            scope = f'skey : "{subject_token(subject_id)}" AND '
-            join_filter = ""
-            params: tuple[Any, ...] = ()
-            if subject_docs is not None:
-                total = int(conn.exec_driver_sql(self.sql(_FTS_DOCS)).scalar() or 0)
-                if 2 * subject_docs >= total:
-                    scope, join_filter, params = "", "AND d.subject_id = ? ", (subject_id,)
-                if subject_docs > TERM_CAP and len(terms) > 1:
-                    counts = {t: self._count(conn, subject_id, scope, t, total)
-                              for t in terms}
-                    terms = ([t for t in terms if counts[t] <= TERM_CAP]
-                             or [min(terms, key=lambda t: counts[t])])
-            match = scope + "body : (" + " OR ".join(f'"{t}"' for t in terms) + ")"
-            flag = join_filter + ("AND d.retrievable = 1" if retrievable_only else "")
-            rows = conn.exec_driver_sql(self.sql(_FTS_SEARCH, flag=flag),
-                                        (match, *params, k)).all()
-            return [(str(a), -float(s)) for a, s in rows]
-        rows = conn.execute(sa.text(
-            self.sql(_PG_SEARCH, flag="AND retrievable" if retrievable_only else "")),
-            {"q": " | ".join(terms), "s": subject_id, "k": k}).all()
-        return [(str(a), float(s)) for a, s in rows]
+        if not terms:
+            return None
+        if not self.sqlite:
+            return "", "", (), terms
+        scope = f'skey : "{subject_token(subject_id)}" AND '
+        join_filter = ""
+        params: tuple[Any, ...] = ()
+        if subject_docs is not None:
+            total = int(conn.exec_driver_sql(self.sql(_FTS_DOCS)).scalar() or 0)
+            if 2 * subject_docs >= total:
+                scope, join_filter, params = "", "AND d.subject_id = ? ", (subject_id,)
+            if subject_docs > TERM_CAP and len(terms) > 1:
+                counts = {t: self._count(conn, subject_id, scope, t, total) for t in terms}
+                terms = ([t for t in terms if counts[t] <= TERM_CAP]
+                         or [min(terms, key=lambda t: counts[t])])
+        match = scope + "body : (" + " OR ".join(f'"{t}"' for t in terms) + ")"
+        return match, join_filter, params, terms
 
     def _count(self, conn: Connection, subject_id: str, scope: str, term: str,
                total: int) -> int:
@@ -307,6 +367,7 @@ class KeywordRoute:
     def purge(self, conn: Connection, item_id: str) -> int:
         m = self.m
         m._counts.clear()
+        m._last_plan = None
         if not m.sqlite:
             return int(conn.execute(m.docs.delete().where(m.docs.c.atom_id == item_id))
                        .rowcount or 0)
@@ -330,6 +391,7 @@ class KeywordRoute:
     def purge_many(self, conn: Connection, item_ids: Sequence[str]) -> int:
         m = self.m
         m._counts.clear()
+        m._last_plan = None
         wanted = list(dict.fromkeys(item_ids))
         n = 0
         for start in range(0, len(wanted), 500):

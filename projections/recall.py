@@ -38,7 +38,52 @@ from sqlalchemy.engine import Connection
 from projections.memory import profile_of
 from projections.routes import ProbeHit, ProbeResult
 
-__all__ = ["EXACT_LIMIT", "RecallIndex", "SubjectIndex", "epoch"]
+__all__ = ["EXACT_LIMIT", "OMISSIONS", "RecallIndex", "SubjectIndex", "epoch", "said_at",
+           "static_reason"]
+
+OMISSIONS = ("erased", "archived", "redacted", "superseded", "expired", "inactive",
+             "not-valid-at-time", "outside-since-until")
+"""Why recall leaves out an atom the indexes matched (ADR 0051), in the order checked.
+The first six come from the atom's state (:func:`static_reason` gives their index + 1);
+the last two from the time asked and the ``since``/``until`` window."""
+NOT_VALID = OMISSIONS.index("not-valid-at-time") + 1
+OUTSIDE = OMISSIONS.index("outside-since-until") + 1
+_SIDECAR = "x-memory-ledger-source"
+"""``ledger.portability.common.SIDECAR``: where an import keeps the source's own times."""
+
+
+def static_reason(status: str, erased: bool, superseded_by: str | None,
+                  has_text: bool) -> int:
+    """0 when the atom's state lets it be recalled, else the index + 1 in
+    :data:`OMISSIONS` of the reason it cannot be (the time asked aside)."""
+    if erased or not has_text or status in ("hard-redacted", "deleted"):
+        return 1
+    if status == "archived":
+        return 2
+    if status.endswith("redacted"):
+        return 3
+    if status == "superseded" or superseded_by is not None:
+        return 4
+    if status == "expired":
+        return 5
+    return 0 if status == "active" else 6
+
+
+def said_at(valid_from: str | None, extensions: Any, created_at: str) -> str:
+    """When the memory was true or said (ADR 0051): its ``valid_from``; else the time the
+    source of an import gave it (the import's sidecar ``created_at``: a Konshus atom's,
+    a .mem episode's, a Persona atom's own time); else when the ledger recorded it."""
+    if valid_from:
+        return valid_from
+    if extensions:
+        if isinstance(extensions, str):
+            if _SIDECAR not in extensions:
+                return created_at
+            extensions = json.loads(extensions)
+        side = extensions.get(_SIDECAR) if isinstance(extensions, dict) else None
+        if isinstance(side, dict) and isinstance(side.get("created_at"), str):
+            return str(side["created_at"])
+    return created_at
 
 EXACT_LIMIT = 20_000
 """Up to this many live vectors the search is exact (one float32 matrix-vector product).
@@ -109,8 +154,8 @@ class SubjectIndex:
         self.ids: list[str] = []
         self.pos: dict[str, int] = {}
         self._n = 0
-        self._cols = ("static_ok", "valid_from", "valid_to", "created", "log_strength",
-                      "rate", "origin", "floor")
+        self._cols = ("static_ok", "reason", "valid_from", "valid_to", "created", "said",
+                      "log_strength", "rate", "origin", "floor")
         self.arrays: dict[str, Any] = {c: np.zeros(0) for c in self._cols}
         self.slot_ids: list[str | None] = []
         self.matrix = np.zeros((0, dim), dtype=np.float32)
@@ -126,6 +171,8 @@ class SubjectIndex:
         self._centered = 0
         self._live: Any = None
         self._dead: Any = None
+        self._present: Any = None
+        self._absent: Any = None
         self._rows = np.zeros((0, dim), dtype=np.float32)
         """Reused buffer for the shortlist's rows (a fresh 8 MiB array per query cost
         its page faults)."""
@@ -152,8 +199,8 @@ class SubjectIndex:
         if not rows:
             return
         (atom_ids, status, erased, superseded_by, has_text, valid_from, valid_to,
-         baseline, count, valence, origin, profile_json, created, last_seq) = zip(*rows,
-                                                                                 strict=True)
+         baseline, count, valence, origin, profile_json, created, last_seq,
+         extensions) = zip(*rows, strict=True)
         ids = [str(x) for x in atom_ids]
         pos = self.pos
         self._grow(self._n + sum(1 for x in ids if x not in pos))
@@ -176,12 +223,16 @@ class SubjectIndex:
                 profiles[pj] = prof
             profs.append(prof)
         a = self.arrays
-        a["static_ok"][where] = [
-            float(st == "active" and not er and sb is None and bool(ht))
-            for st, er, sb, ht in zip(status, erased, superseded_by, has_text, strict=True)]
+        reasons = [static_reason(str(st), bool(er), sb, bool(ht))
+                   for st, er, sb, ht in zip(status, erased, superseded_by, has_text,
+                                             strict=True)]
+        a["reason"][where] = reasons
+        a["static_ok"][where] = [float(r == 0) for r in reasons]
         a["valid_from"][where] = _epochs(valid_from, -_INF)
         a["valid_to"][where] = _epochs(valid_to, _INF)
         a["created"][where] = _epochs(created, 0.0)
+        a["said"][where] = _epochs([said_at(v, x, c) for v, x, c in zip(
+            valid_from, extensions, created, strict=True)], 0.0)
         a["origin"][where] = _epochs(origin, 0.0)
         a["log_strength"][where] = [
             math.log(b) + int(c) * pr.log_boost if b > 0 else -_INF
@@ -208,6 +259,20 @@ class SubjectIndex:
         a = self.arrays
         return ((a["static_ok"][rows] > 0) & (a["valid_from"][rows] <= at)
                 & (at < a["valid_to"][rows]))
+
+    def reasons(self, at: float, rows: Any, since: float, until: float) -> Any:
+        """Per atom index of ``rows``: 0 when it can be recalled at ``at`` from the window
+        ``since <= said < until``, else its reason's index + 1 in :data:`OMISSIONS`."""
+        import numpy as np
+
+        a = self.arrays
+        out = a["reason"][rows].astype(np.int64)
+        out[(out == 0) & (a["static_ok"][rows] <= 0)] = 1  # forgotten by an erasure
+        invalid = (a["valid_from"][rows] > at) | (at >= a["valid_to"][rows])
+        out[(out == 0) & invalid] = NOT_VALID
+        said = a["said"][rows]
+        out[(out == 0) & ((said < since) | (said >= until))] = OUTSIDE
+        return out
 
     # ------------------------------------------------------------------ vectors
     def put_segment(self, segment: int, size: int, ids: bytes, flags: bytes, vals: bytes,
@@ -257,15 +322,19 @@ class SubjectIndex:
             packed = np.pad(packed, ((0, 0), (0, width - packed.shape[1])))
         return np.ascontiguousarray(packed).view(np.uint64)
 
-    def live(self) -> Any:
-        """Indexes of the retrievable slots (cached until a segment or an erasure)."""
+    def live(self, present: bool = False) -> Any:
+        """Indexes of the retrievable slots, or (``present``) of every slot that holds a
+        vector, retrievable or not (cached until a segment or an erasure)."""
         import numpy as np
 
         if self._live is None:
             on = self.flags[:self.used] == 1
             self._live = np.flatnonzero(on)
             self._dead = np.flatnonzero(~on)
-        return self._live
+            some = self.flags[:self.used] != 0
+            self._present = np.flatnonzero(some)
+            self._absent = np.flatnonzero(~some)
+        return self._present if present else self._live
 
     def _recenter(self, live: Any) -> None:
         """Centre on the live vectors' mean and retake every sign bit; done when the
@@ -299,7 +368,7 @@ class SubjectIndex:
                 h += np.bitwise_count(np.bitwise_xor(word, qbits[w]))
         return out
 
-    def _shortlist(self, qbits: Any, m: int) -> Any:
+    def _shortlist(self, qbits: Any, m: int, present: bool = False) -> Any:
         """About ``m`` live slots nearest by Hamming distance (all ties at the cut kept).
 
         Above :data:`FIRST_PASS` used slots, the first word's distance (64 bits) first
@@ -308,39 +377,41 @@ class SubjectIndex:
         import numpy as np
 
         self.live()  # brings self._dead up to date
+        dead = self._absent if present else self._dead
         words = self.bits.shape[0]
         idx = None
         if self.used > FIRST_PASS and words > 1:
             near = np.bitwise_count(np.bitwise_xor(self.bits[0, :self.used], qbits[0]))
-            near[self._dead] = 65
+            near[dead] = 65
             keep = max(16 * m, self.used // 16)
             cut = int(np.searchsorted(np.cumsum(np.bincount(near, minlength=66)), keep))
             idx = np.flatnonzero(near <= min(cut, 64))
             ham = self._hamming(qbits, idx)
         else:
             ham = self._hamming(qbits)
-            ham[self._dead] = self.dim + 1
+            ham[dead] = self.dim + 1
         # a counting sort's threshold, cheaper than argpartition over every slot
         cut = int(np.searchsorted(np.cumsum(np.bincount(ham, minlength=self.dim + 2)), m))
         chosen = np.flatnonzero(ham <= min(cut, self.dim))
         return chosen if idx is None else idx[chosen]
 
-    def vector_top(self, q: Any, n: int) -> list[tuple[str, float]]:
-        """Best ``n`` retrievable slots by cosine: exact up to :data:`EXACT_LIMIT` live
-        vectors, else exact over a Hamming shortlist of (centred) sign bits."""
+    def vector_top(self, q: Any, n: int, present: bool = False) -> list[tuple[str, float]]:
+        """Best ``n`` retrievable slots (``present``: any slot holding a vector) by
+        cosine: exact up to :data:`EXACT_LIMIT` live vectors, else exact over a Hamming
+        shortlist of (centred) sign bits."""
         import numpy as np
 
         if not len(self.flags) or n <= 0:
             return []
         used = self.used
-        live = self.live()
+        live = self.live(present)
         count = len(live)
         m = max(SHORTLIST, 40 * n)
         if count > EXACT_LIMIT and count > m:
             if 2 * self._centered <= count:
                 self._recenter(live)
             qbits = self._signs(q.reshape(1, -1))[0]
-            idx = self._shortlist(qbits, m)
+            idx = self._shortlist(qbits, m, present)
             if len(self._rows) < len(idx):
                 self._rows = np.empty((max(len(idx), 2 * m), self.dim), dtype=np.float32)
             rows = self._rows[:len(idx)]
@@ -355,6 +426,19 @@ class SubjectIndex:
         order = np.lexsort((idx, -scores))
         return [(self.slot_ids[i] or "", float(s))
                 for i, s in zip(idx[order].tolist(), scores[order].tolist(), strict=True)]
+
+    def cosines(self, q: Any, atom_ids: Sequence[str]) -> dict[str, float]:
+        """The exact cosine of each of ``atom_ids`` that holds a vector here (recall scores
+        the keyword index's proposals on the vector signal too: ADR 0051)."""
+        import numpy as np
+
+        known = [(a, s) for a in atom_ids if (s := self.slot_of.get(a)) is not None
+                 and self.flags[s] != 0]
+        if not known:
+            return {}
+        slots = np.fromiter((s for _, s in known), dtype=np.int64, count=len(known))
+        scores = _matvec(self.matrix[slots], q)
+        return {a: float(v) for (a, _), v in zip(known, scores.tolist(), strict=True)}
 
     def forget(self, atom_id: str) -> int:
         """Erase one atom from this entry: vector row zeroed, candidate data dropped."""
@@ -416,7 +500,8 @@ class RecallIndex:
         stmt = (sa.select(a.c.atom_id, a.c.status, a.c.content_erased, a.c.superseded_by,
                           c.c.text.is_not(None), a.c.valid_from, a.c.valid_to, a.c.baseline,
                           a.c.rehearsal_count, a.c.emotional_valence, a.c.decay_origin,
-                          a.c.decay_profile, a.c.created_at, a.c.last_seq)
+                          a.c.decay_profile, a.c.created_at, a.c.last_seq,
+                          a.c.extensions)
                 .select_from(a.outerjoin(c, a.c.atom_id == c.c.atom_id))
                 .where(a.c.subject_id == entry.subject_id))
         if entry.atoms_seq:

@@ -4,14 +4,18 @@ Read models: ``atoms`` (atom store), ``keyword``, ``vectors``, ``audit``, ``asof
 Every content route is registered in :attr:`Projections.registry`. Query helpers
 catch up first (``refresh=True``), so they answer for the log as it is now.
 
-Recall (ADR 0007, ADR 0022): the keyword and vector indexes propose the atoms that match
-the query (the pool); candidates among them are active, not superseded, expired or
-erased, valid now, with current salience at least the retrieval threshold (0.15); they
-are ranked by ``w_s * salience(now) + w_r * relevance + w_c * recency``, where relevance
-blends the keyword and vector scores (a linear blend by default; reciprocal-rank
-fusion on request). With a dense
-embedder the candidates and vectors come from :mod:`projections.recall`'s in-process
-index (decoded once, salience vectorised); only the returned atoms' rows are read.
+Recall (ADR 0007, ADR 0022, ADR 0051): the keyword and vector indexes each propose their
+best ``POOL`` atoms for the query, whatever ``k`` is; every proposal is scored on both
+signals (its exact cosine, its keyword score); candidates among them are active, not
+superseded, archived, expired or erased, valid now, and said within ``since``/``until``
+when asked; they are ranked by ``w_s * salience(now) + w_r * relevance + w_c *
+recency`` (recency from when the memory was true or said), where relevance blends the
+keyword and vector scores (a linear blend by default; reciprocal-rank fusion on
+request). The first n of ``k = N`` are the same for every N >= n. What the indexes
+matched but recall leaves out is reported with a reason each (never its text). With a
+dense embedder the candidates and vectors come from :mod:`projections.recall`'s
+in-process index (decoded once, salience vectorised); only the returned atoms' rows
+are read.
 Recall writes nothing: the caller records rehearsals for the returned atom ids.
 """
 
@@ -21,7 +25,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
@@ -30,9 +34,9 @@ import sqlalchemy as sa
 import structlog
 
 from ledger import clock
-from ledger.clock import format_instant
+from ledger.clock import format_instant, parse_instant
 from ledger.domain import Atom
-from ledger.errors import InputError, NotFound
+from ledger.errors import ClockError, InputError, NotFound
 from ledger.inputs import PRIVACY_CLASSES
 from projections import decay
 from projections.asof import AsOfIndex
@@ -41,8 +45,8 @@ from projections.audit import AuditView
 from projections.cache import RecallCache
 from projections.embedder import Embedder, configured
 from projections.keyword import KeywordIndex
-from projections.memory import RETRIEVAL_THRESHOLD, DecayState, parse_time, profile_of
-from projections.recall import RecallIndex
+from projections.memory import DecayState, parse_time, profile_of
+from projections.recall import NOT_VALID, OMISSIONS, OUTSIDE, RecallIndex, said_at, static_reason
 from projections.routes import ProbeResult, RouteRegistry
 from projections.runner import ModelStatus, Progress, ReadModel, Runner, RunReport
 from projections.store import CompactionReport, FilesRoute, Store
@@ -54,11 +58,20 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("projections")
 
-__all__ = ["MIN_SIMILARITY", "Projections", "RecallItem", "RecallResult", "RecallWeights",
-           "StateView", "render_memories"]
+__all__ = ["MIN_SIMILARITY", "OMITTED_SHOWN", "POOL", "Omission", "Projections", "RecallItem",
+           "RecallResult", "RecallWeights", "StateView", "render_memories"]
 
 MIN_SIMILARITY = 0.15
-"""A vector match below this cosine does not bring an atom into the recall pool."""
+"""A cosine below this is no vector match: it neither brings an atom into the recall pool
+nor counts in its relevance."""
+POOL = 200
+"""How many atoms each index proposes for a query, whatever ``k`` (at most 100) is, so
+the ranking does not depend on ``k`` (ADR 0051)."""
+MAX_PROPOSALS = 12_800
+"""When fewer than ``POOL`` of the proposals can be recalled, the indexes are asked for
+four times as many, up to this many each."""
+OMITTED_SHOWN = 20
+"""Omitted atoms listed (by id and reason) in a recall result; all are counted."""
 
 
 @dataclass(frozen=True)
@@ -95,15 +108,29 @@ class RecallItem:
     text: str
     gist: str | None
     details: tuple[decay.Detail, ...]
+    said_at: str = ""
+    """When the memory was true or said (ADR 0051): what recency and since/until use."""
 
     def as_json(self) -> dict[str, Any]:
         return {"atom_id": self.atom_id, "score": round(self.score, 6),
                 "salience": round(self.salience, 6), "relevance": round(self.relevance, 6),
                 "keyword": round(self.keyword, 6), "vector": round(self.vector, 6),
-                "recency": round(self.recency, 6), "markers": list(self.markers),
-                "text": self.text, "gist": self.gist,
+                "recency": round(self.recency, 6), "said_at": self.said_at,
+                "markers": list(self.markers), "text": self.text, "gist": self.gist,
                 "details": [{"content": d.content, "brightness": round(d.brightness, 6)}
                             for d in self.details]}
+
+
+@dataclass(frozen=True)
+class Omission:
+    """An atom the indexes matched that recall left out, and why (one of
+    :data:`projections.recall.OMISSIONS`). Never its text."""
+
+    atom_id: str
+    reason: str
+
+    def as_json(self) -> dict[str, str]:
+        return {"atom_id": self.atom_id, "reason": self.reason}
 
 
 @dataclass(frozen=True)
@@ -114,9 +141,15 @@ class RecallResult:
     pool: int
     """Atoms the indexes proposed for the query."""
     eligible: int
-    """Of those, the ones that passed candidate selection (status, validity, salience)."""
+    """Of those, the ones that passed candidate selection (status, validity, window)."""
     items: tuple[RecallItem, ...]
     prompt: str
+    omitted: tuple[Omission, ...] = ()
+    """The first :data:`OMITTED_SHOWN` proposals left out, in the indexes' order."""
+    omitted_counts: dict[str, int] = field(default_factory=dict)
+    """Every proposal left out, counted by reason."""
+    since: str | None = None
+    until: str | None = None
 
     @property
     def atom_ids(self) -> list[str]:
@@ -124,9 +157,11 @@ class RecallResult:
 
     def as_json(self) -> dict[str, Any]:
         return {"subject_id": self.subject_id, "now": self.now, "k": self.k,
+                "since": self.since, "until": self.until,
                 "pool": self.pool, "eligible": self.eligible,
                 "atom_ids": self.atom_ids, "items": [i.as_json() for i in self.items],
-                "prompt": self.prompt}
+                "omitted": [o.as_json() for o in self.omitted],
+                "omitted_counts": dict(self.omitted_counts), "prompt": self.prompt}
 
 
 @dataclass(frozen=True)
@@ -336,34 +371,40 @@ class Projections:
 
     # ------------------------------------------------------------------ recall
     def recall(self, query: str, subject: str, k: int = 5, now: datetime | None = None,
-               threshold: float = RETRIEVAL_THRESHOLD,
-               weights: RecallWeights = DEFAULT_WEIGHTS, refresh: bool = True) -> RecallResult:
+               weights: RecallWeights = DEFAULT_WEIGHTS, refresh: bool = True,
+               since: datetime | str | None = None,
+               until: datetime | str | None = None) -> RecallResult:
         """Rank the subject's recallable atoms for ``query``; returns the top ``k``.
 
-        Two stages: the indexes propose the best ``pool_n`` (at least 50, ``10 * k``)
-        retrievable atoms each (keyword hits; vector matches with cosine >= 0.15); those
-        that pass candidate selection (:func:`projections.atoms.is_candidate` and
-        salience >= ``threshold`` at ``now``) are re-ranked. If too few pass, the indexes
-        are asked for more.
+        Two stages: the indexes propose the best :data:`POOL` atoms each (keyword hits;
+        vector matches with cosine >= the embedder's floor), each scored on both signals;
+        those that pass candidate selection (:func:`projections.recall.static_reason`,
+        valid at ``now``, said within ``since``/``until``: a date or an instant, both
+        ends included, a date ``until`` meaning its whole day) are ranked. If fewer than
+        :data:`POOL` pass, the indexes are asked for more. The rest are reported in
+        ``omitted``/``omitted_counts``. Nothing depends on ``k`` but the cut.
         """
         if not query.strip():
             raise InputError("the recall query is empty", hint="give the words to recall by")
         if not 1 <= k <= 100:
             raise InputError(f"k must be between 1 and 100, got {k}")
-        if not 0.0 <= threshold <= 1.0:
-            raise InputError(f"threshold must be between 0 and 1, got {threshold}")
+        lo, since_s = _window(since, "since", end=False)
+        hi, until_s = _window(until, "until", end=True)
+        if lo >= hi:
+            raise InputError(f"since ({since_s}) is after until ({until_s})",
+                             hint="give a since that comes before the until")
         if refresh:
             self.catch_up()
         sid = self._subject(subject)
         at = now or clock.now()
         position = self.app.head_position()
-        key = (sid, query, k, threshold, weights,
+        key = (sid, query, k, weights, since_s, until_s,
                format_instant(at) if now else format_instant(at)[:16])  # same clock minute
         cached = self.cache.get(key, position)
         if cached is not None:
             log.info("projections.recall_cached", subject_id=sid, returned=len(cached.items))
             return cast(RecallResult, cached)
-        result = self._recall(query, sid, k, at, threshold, weights)
+        result = self._recall(query, sid, k, at, weights, (lo, hi), (since_s, until_s))
         self.cache.put(key, position, result)
         return result
 
@@ -379,78 +420,105 @@ class Projections:
             t.c.name.in_([self.atoms.name, self.vectors.name]))).all())
         return int(got.get(self.atoms.name, 0)), int(got.get(self.vectors.name, 0))
 
-    def _recall(self, query: str, sid: str, k: int, at: datetime, threshold: float,
-                weights: RecallWeights) -> RecallResult:
+    def _recall(self, query: str, sid: str, k: int, at: datetime, weights: RecallWeights,
+                window: tuple[float, float], shown: tuple[str | None, str | None]
+                ) -> RecallResult:
         at_s = format_instant(at)
+        at_e = at.timestamp()
+        lo, hi = window
         qvec = self.vectors.embed_query(query)
-        pool_n = max(50, 10 * k)
-        n = pool_n
+        n = POOL
         fast = self.index.usable()
         floor = self._min_similarity()
         rows: dict[str, dict[str, Any]] = {}
-        # per eligible atom: (salience, raw salience, created epoch)
+        # per eligible atom: (salience, raw salience, said epoch)
         eligible: dict[str, tuple[float, float, float]] = {}
+        left: dict[str, str] = {}  # per omitted atom: its reason
         with self.store.engine.connect() as conn:
             entry = self.index.get(conn, sid, self._positions(conn)) if fast else None
+            docs = None if entry is None else len(entry.ids)
             if entry is not None:
                 import numpy as np
 
                 q = np.asarray(qvec, dtype=np.float32)
             while True:
-                kw = self.keyword.search(conn, sid, query, n, subject_docs=None if entry is None
-                                         else len(entry.ids))
+                # proposals of either index, retrievable or not (what is not is reported)
+                kw = self.keyword.search(conn, sid, query, n, retrievable_only=False,
+                                         subject_docs=docs)
+                kw_ids = [a for a, _ in kw]
                 if entry is not None:
-                    vec = [(a, s) for a, s in entry.vector_top(q, n) if s >= floor]
+                    top = entry.vector_top(q, n, present=True)
+                    vec = [(a, s) for a, s in top if s >= floor]
+                    found = {a for a, _ in vec}
+                    cos = entry.cosines(q, [a for a in kw_ids if a not in found])
                 else:
-                    vec = [(a, s) for a, s in self.vectors.search(conn, sid, qvec, n)
-                           if s >= floor]
-                pool = list(dict.fromkeys([a for a, _ in kw] + [a for a, _ in vec]))
+                    top, cos = self.vectors.search_scored(conn, sid, qvec, n, kw_ids,
+                                                          retrievable_only=False)
+                    vec = [(a, s) for a, s in top if s >= floor]
+                cos.update(vec)
+                kw_score = dict(kw)
+                kw_score.update(self.keyword.scores(
+                    conn, sid, query, [a for a, _ in vec if a not in kw_score],
+                    retrievable_only=False, subject_docs=docs))
+                pool = list(dict.fromkeys(kw_ids + [a for a, _ in vec]))
+                eligible, left = {}, {}
                 if entry is not None:
                     known = [a for a in pool if a in entry.pos]
                     idx = np.fromiter((entry.pos[a] for a in known), dtype=np.int64,
                                       count=len(known))
-                    ok = entry.candidates(at.timestamp(), idx)
-                    sal, raw = entry.salience(at.timestamp(), idx)
-                    created = entry.arrays["created"][idx]
-                    keep = np.flatnonzero(ok & (sal >= threshold))
-                    eligible = {known[i]: (float(sal[i]), float(raw[i]), float(created[i]))
-                                for i in keep.tolist()}
+                    why = entry.reasons(at_e, idx, lo, hi)
+                    sal, raw = entry.salience(at_e, idx)
+                    said = entry.arrays["said"][idx]
+                    for i, r in enumerate(why.tolist()):
+                        if r:
+                            left[known[i]] = OMISSIONS[r - 1]
+                        else:
+                            eligible[known[i]] = (float(sal[i]), float(raw[i]), float(said[i]))
                 else:
                     missing = [a for a in pool if a not in rows]
                     rows.update((r["atom_id"], r)
                                 for r in self.atoms.atoms_by_id(conn, missing))
-                    eligible = {}
                     for a in pool:
-                        if a in rows and is_candidate(rows[a], at_s):
+                        if a not in rows:
+                            continue
+                        r = _reason(rows[a], at_s, lo, hi)
+                        if r:
+                            left[a] = OMISSIONS[r - 1]
+                        else:
                             st = decay_state(rows[a])
-                            sal_a = st.salience(at)
-                            if sal_a >= threshold:
-                                eligible[a] = (sal_a, st.raw_salience(at), parse_time(
-                                    rows[a]["created_at"]).timestamp())
-                exhausted = len(kw) < n and len(vec) < n
-                if len(eligible) >= min(pool_n, len(pool)) or exhausted or n >= 100_000:
+                            eligible[a] = (st.salience(at), st.raw_salience(at),
+                                           _said(rows[a]).timestamp())
+                exhausted = len(kw) < n and len(top) < n
+                if len(eligible) >= min(POOL, len(pool)) or exhausted or n >= MAX_PROPOSALS:
                     break
                 n *= 4
-            ranked = _rank(kw, vec, eligible, at.timestamp(), weights)
-            top = ranked[:k]
-            missing = [a for _, a, _, _ in top if a not in rows]
+            ranked = _rank(kw_score, cos, eligible, at_e, weights, floor)
+            top_k = ranked[:k]
+            missing = [a for _, a, _, _ in top_k if a not in rows]
             rows.update((r["atom_id"], r) for r in self.atoms.atoms_by_id(conn, missing))
         items = []
-        for score, atom_id, parts, _tie in top:
+        for score, atom_id, parts, _tie in top_k:
             row = rows[atom_id]
             state = decay_state(row)
             sal, rel, k_rel, v_rel, recency = parts
-            age = decay.days_since(parse_time(row["created_at"]), at)
+            said_t = _said(row)
             items.append(RecallItem(
                 atom_id=atom_id, score=score, salience=sal, relevance=rel, keyword=k_rel,
-                vector=v_rel, recency=recency, markers=tuple(decay.marker(sal, age)),
+                vector=v_rel, recency=recency,
+                markers=tuple(decay.marker(sal, decay.days_since(said_t, at))),
                 text=row["text"], gist=row["gist"],
-                details=tuple(_visible(row, state, at))))
+                details=tuple(_visible(row, state, at)), said_at=format_instant(said_t)))
+        counts: dict[str, int] = {}
+        for reason in left.values():
+            counts[reason] = counts.get(reason, 0) + 1
+        omitted = tuple(Omission(a, left[a]) for a in pool if a in left)[:OMITTED_SHOWN]
         log.info("projections.recalled", subject_id=sid, pool=len(pool),
-                 eligible=len(eligible), returned=len(items))
+                 eligible=len(eligible), omitted=len(left), returned=len(items))
         return RecallResult(subject_id=sid, now=at_s, k=k, pool=len(pool),
                             eligible=len(eligible), items=tuple(items),
-                            prompt=render_memories(items))
+                            prompt=render_memories(items), omitted=omitted,
+                            omitted_counts={r: counts[r] for r in OMISSIONS if r in counts},
+                            since=shown[0], until=shown[1])
 
     # ------------------------------------------------------------------ state as of
     def state_as_of(self, subject: str, as_of: datetime, valid_at: datetime | None = None,
@@ -520,15 +588,58 @@ class Projections:
         return StateView(sid, as_of_s, valid_s, subject, valid, not_valid, artifacts)
 
 
-def _rank(kw: Sequence[tuple[str, float]], vec: Sequence[tuple[str, float]],
+def _window(value: datetime | str | None, what: str, end: bool
+            ) -> tuple[float, str | None]:
+    """One end of a recall's since/until window: (epoch, as shown). ``until`` includes
+    its instant, and the whole day of a date given alone; a time without a zone is UTC."""
+    if value is None:
+        return (math.inf if end else -math.inf), None
+    if isinstance(value, datetime):
+        t = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        day = False
+    else:
+        try:
+            t = parse_instant(value, what)
+        except ClockError as e:
+            raise InputError(str(e), hint="a date (2025-07-01) or an instant "
+                                          "(2025-07-01T12:00:00Z)") from e
+        day = len(value.strip()) == 10
+    shown = format_instant(t)
+    if end:
+        t += timedelta(days=1) if day else timedelta(microseconds=1)
+    return t.timestamp(), shown
+
+
+def _said(row: dict[str, Any]) -> datetime:
+    return parse_time(said_at(row["valid_from"], row["extensions"], row["created_at"]))
+
+
+def _reason(row: dict[str, Any], at: str, lo: float, hi: float) -> int:
+    """:meth:`projections.recall.SubjectIndex.reasons` for one atom row."""
+    r = static_reason(row["status"], row["content_erased"], row["superseded_by"],
+                      row["text"] is not None)
+    if r:
+        return r
+    if not is_candidate(row, at):
+        return NOT_VALID
+    said = _said(row).timestamp()
+    return OUTSIDE if said < lo or said >= hi else 0
+
+
+def _rank(kw: dict[str, float], cos: dict[str, float],
           eligible: dict[str, tuple[float, float, float]], at: float,
-          weights: RecallWeights) -> list[tuple[float, str, tuple[float, ...], Any]]:
-    """Score the eligible atoms (ADR 0022); best first, ties by raw salience, newer, id.
+          weights: RecallWeights, floor: float
+          ) -> list[tuple[float, str, tuple[float, ...], Any]]:
+    """Score the eligible atoms (ADR 0022, ADR 0051); best first, ties by raw salience,
+    newer, id. ``kw`` and ``cos`` hold both signals of every proposal (a keyword match's
+    score; a cosine, which counts from ``floor`` up).
 
     Ranks and the keyword maximum are taken among eligible atoms only, so an atom that
     cannot be recalled does not push the others down."""
-    kw_in = [(a, s) for a, s in kw if a in eligible]
-    vec_in = [(a, s) for a, s in vec if a in eligible]
+    kw_in = sorted(((a, s) for a, s in kw.items() if a in eligible),
+                   key=lambda p: (-round(p[1], 9), p[0]))
+    vec_in = sorted(((a, s) for a, s in cos.items() if a in eligible and s >= floor),
+                    key=lambda p: (-round(p[1], 9), p[0]))
     share = weights.keyword_share
     if weights.fusion == "rrf":
         kk = weights.rrf_k
@@ -543,13 +654,13 @@ def _rank(kw: Sequence[tuple[str, float]], vec: Sequence[tuple[str, float]],
         raise InputError(f"unknown fusion {weights.fusion!r}", hint="rrf or linear")
     half_life = weights.recency_half_life_days * 86_400.0
     out: list[tuple[float, str, tuple[float, ...], Any]] = []
-    for atom_id, (sal, raw, created) in eligible.items():
-        recency = math.pow(2.0, -max(0.0, at - created) / half_life)
+    for atom_id, (sal, raw, said) in eligible.items():
+        recency = math.pow(2.0, -max(0.0, at - said) / half_life)
         k_rel, v_rel = kw_rel.get(atom_id, 0.0), vec_rel.get(atom_id, 0.0)
         rel = share * k_rel + (1.0 - share) * v_rel
         score = weights.salience * sal + weights.relevance * rel + weights.recency * recency
         out.append((score, atom_id, (sal, rel, k_rel, v_rel, recency),
-                    (-round(score, 12), -raw, -created, atom_id)))
+                    (-round(score, 12), -raw, -said, atom_id)))
     out.sort(key=lambda p: p[3])
     return out
 

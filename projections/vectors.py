@@ -377,6 +377,23 @@ class VectorIndex:
         rows = self._rows(conn, subject_id)
         return self._top(rows, qvec, k, {ON} if retrievable_only else {ON, OFF}, use_numpy)
 
+    def search_scored(self, conn: Connection, subject_id: str, query: str | Sequence[float],
+                      k: int, atom_ids: Sequence[str], retrievable_only: bool = True
+                      ) -> tuple[list[tuple[str, float]], dict[str, float]]:
+        """:meth:`search`, and the cosine of each of ``atom_ids`` that holds a vector
+        (recall scores the keyword index's proposals on the vector signal too: ADR 0051),
+        from one read of the subject's rows."""
+        qvec = self.embed_query(query) if isinstance(query, str) else list(query)
+        rows = self._rows(conn, subject_id)
+        wanted = {ON} if retrievable_only else {ON, OFF}
+        top = self._top(rows, qvec, k, wanted, None)
+        ids = set(atom_ids) - {a for a, _ in top}
+        scores = dict(top)
+        if ids:
+            every = self._top(rows, qvec, sum(len(r.flags) for r in rows), {ON, OFF}, None)
+            scores.update((a, s) for a, s in every if a in ids)
+        return top, {a: scores[a] for a in atom_ids if a in scores}
+
     def _top(self, rows: Sequence[_Raw], qvec: Sequence[float], k: int, wanted: set[int],
              use_numpy: bool | None) -> list[tuple[str, float]]:
         if k <= 0 or not rows:

@@ -40,7 +40,10 @@ def test_expired_and_erased_atoms_are_not_recalled(app: LedgerApp, proj: Project
     app.destroy_data_key(erased, "erasure")
     result = proj.recall("tea", "u1", now=T0 + timedelta(hours=1))
     assert result.atom_ids == [str(kept)]
-    assert result.pool == 1 and result.eligible == 1  # expired: not retrievable; erased: purged
+    # the expired atom is matched and reported (ADR 0051); the erased one was purged
+    assert result.pool == 2 and result.eligible == 1
+    assert [o.as_json() for o in result.omitted] == [{"atom_id": str(expired),
+                                                      "reason": "expired"}]
 
 
 def test_faint_and_recent_markers(app: LedgerApp, proj: Projections,
@@ -72,12 +75,13 @@ def test_ranking_prefers_the_relevant_atom(app: LedgerApp, proj: Projections) ->
 
 def test_ranking_prefers_salience_when_relevance_ties(app: LedgerApp,
                                                       proj: Projections) -> None:
-    low, high, _below = app.add_atoms([
+    low, high, below = app.add_atoms([
         {"subject": "u1", "text": "Owns a cat named Miso", "salience": 0.4},
         {"subject": "u1", "text": "Owns a cat named Tofu", "salience": 0.9},
         {"subject": "u1", "text": "Owns a cat named Nori", "salience": 0.1}])
     result = proj.recall("cat", "u1", now=T0 + timedelta(hours=1))
-    assert result.atom_ids == [str(high), str(low)]  # 0.1 < retrievalThreshold 0.15
+    # salience ranks and filters nothing (ADR 0051): the 0.1 one comes last, not out
+    assert result.atom_ids == [str(high), str(low), str(below)]
 
 
 def test_details_render_only_while_brighter_than_0_1(app: LedgerApp, proj: Projections) -> None:

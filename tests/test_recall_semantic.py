@@ -235,7 +235,7 @@ def test_vectorised_salience_equals_the_decay_functions(
     with projections(app, embedder=WordLlamaEmbedder()) as p:
         for days in (0.5, 6.0, 30.0):
             at = clock.tick(days=days)
-            result = p.recall("sailing", "u1", k=3, now=at, threshold=0.0)
+            result = p.recall("sailing", "u1", k=3, now=at)  # no salience threshold
             assert sorted(result.atom_ids) == sorted(str(i) for i in ids)
             for item in result.items:
                 want = p.memory_inspect(item.atom_id, now=at)["decay"]["salience_now"]
