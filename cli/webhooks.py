@@ -48,9 +48,12 @@ def webhooks_add(
 
     Example: ledger webhooks add https://hooks.example.com/ledger --event erasure.completed
     """
-    from service.webhooks import WebhookService
+    from service.webhooks import WebhookService, validate_subscription
 
-    with WebhookService.open(_home[0]()) as hooks:
+    home = _home[0]()
+    # every check before the ledger is opened: a refused command writes nothing
+    validate_subscription(url, event or (), tenant, allow_private)
+    with WebhookService.open(home) as hooks:
         added = hooks.add(url, event or (), tenant, allow_private)
     sub = added.subscription
     out({**sub.to_json(), "secret": added.secret}, as_json, added.secret)

@@ -14,7 +14,8 @@ correction), ``memory.redacted`` (atom redacted, with its mode), ``memory.erased
 atom's data key destroyed, or re-destroyed after a restore), ``erasure.request.filed``,
 ``erasure.completed`` (with ``completion_digest``, see :func:`completion_digest`). The
 open requests' deadlines are kept in ``proj_webhook_requests`` so that the sender can say
-``erasure.overdue`` once a deadline passes (a deadline passing is not an event).
+``erasure.overdue`` once a deadline passes (a deadline passing is not an event);
+``checkpoint.cosigned`` is read from the transparency log's cosignatures by the sender.
 """
 
 from __future__ import annotations
@@ -38,8 +39,11 @@ from projections.store import Store
 __all__ = ["EVENT_TYPES", "WebhookFeed", "completion_digest"]
 
 EVENT_TYPES = ("memory.added", "memory.corrected", "memory.redacted", "memory.erased",
-               "erasure.request.filed", "erasure.completed", "erasure.overdue")
-"""Every webhook type the ledger sends (``erasure.overdue`` comes from the deadlines)."""
+               "erasure.request.filed", "erasure.completed", "erasure.overdue",
+               "checkpoint.cosigned")
+"""Every webhook type the ledger sends. Two are not events of the log: ``erasure.overdue``
+comes from the deadlines kept here, ``checkpoint.cosigned`` from the transparency log's
+cosignatures (``service/webhooks.py``)."""
 
 
 def completion_digest(request_id: str, batch_id: str, event_ids: Sequence[str]) -> str:

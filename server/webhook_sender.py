@@ -37,22 +37,22 @@ class WebhookSender(threading.Thread):
         super().__init__(name="ledger-webhooks", daemon=True)
         self.home = home
         self.policy = policy
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self.passes = 0
 
     def stop(self, timeout: float | None = None) -> None:
-        self._stop.set()
+        self._halt.set()
         if self.is_alive():
             self.join(timeout)
 
     def run(self) -> None:
         hooks: WebhookService | None = None
         try:
-            while not self._stop.is_set():
+            while not self._halt.is_set():
                 try:
                     if hooks is None:
                         if not any_subscription(Config.load(self.home)):
-                            self._stop.wait(max(self.policy.interval, IDLE_CHECK))
+                            self._halt.wait(max(self.policy.interval, IDLE_CHECK))
                             continue
                         hooks = WebhookService.open(self.home, self.policy)
                     report = hooks.pump()
@@ -64,7 +64,7 @@ class WebhookSender(threading.Thread):
                     if hooks is not None:
                         hooks.close()
                         hooks = None
-                self._stop.wait(self.policy.interval)
+                self._halt.wait(self.policy.interval)
         finally:
             if hooks is not None:
                 hooks.close()

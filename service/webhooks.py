@@ -50,6 +50,7 @@ import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -81,6 +82,7 @@ __all__ = [
     "any_subscription",
     "check_url",
     "sign",
+    "validate_subscription",
 ]
 
 log = structlog.get_logger("ledger.webhooks")
@@ -402,17 +404,7 @@ class WebhookService:
             allow_private: bool = False) -> AddedSubscription:
         """Register an endpoint: it hears of events from now on. Every check runs before
         anything is written."""
-        from projections.webhooks import EVENT_TYPES
-
-        types = tuple(sorted(set(events)))
-        unknown = [t for t in types if t not in EVENT_TYPES]
-        if unknown:
-            raise InputError(f"unknown event type {', '.join(unknown)}",
-                             hint=f"event types: {', '.join(EVENT_TYPES)}")
-        if tenant is not None and not _TENANT.fullmatch(tenant):
-            raise InputError(f"--tenant {tenant!r} is invalid",
-                             hint=f"use 1-64 letters, digits or . _ - (no {TENANT_SEP!r})")
-        clean, _ = check_url(url, allow_private, self.resolve)
+        types, clean = validate_subscription(url, events, tenant, allow_private, self.resolve)
         position = self.catch_up()
         self._setup()
         raw = secrets.token_bytes(SECRET_BYTES)
@@ -579,6 +571,42 @@ class WebhookService:
                     queued += 1
                 except sa.exc.IntegrityError:
                     pass  # said already
+        if sub.tenant is None and (sub.types is None or "checkpoint.cosigned" in sub.types):
+            queued += self._fan_out_cosigned(sub, hexid)
+        return queued
+
+    def _fan_out_cosigned(self, sub: Subscription, hexid: str) -> int:
+        """Queue ``checkpoint.cosigned`` for each witness cosignature recorded for a
+        checkpoint of a size past the subscription's start (tenant-scoped subscriptions
+        are not told: a checkpoint's size counts every tenant's events)."""
+        d = self.deliveries
+        with self.engine.connect() as conn:
+            done = conn.execute(sa.select(sa.func.max(d.c.seq)).where(
+                d.c.sub_id == sub.sub_id, d.c.type == "checkpoint.cosigned")).scalar()
+        since = int(done) if done is not None else sub.start + 1
+        store = self.app.tlog.store
+        cos, cps = store.cosignatures, store.checkpoints
+        with self.app.tlog.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(cos.c.size, cos.c.witness, cos.c.timestamp, cps.c.root)
+                .select_from(cos.join(cps, cps.c.size == cos.c.size))
+                .where(cos.c.size >= since).order_by(cos.c.size, cos.c.witness)).all()
+        queued = 0
+        for r in rows:
+            witness = str(r.witness)
+            tag = hashlib.sha256(witness.encode()).hexdigest()[:16]
+            at = clock.format_instant(datetime.fromtimestamp(int(r.timestamp), UTC))
+            row = self._delivery(sub, f"msg_{hexid}_cosigned-{int(r.size)}-{tag}",
+                                 int(r.size), "checkpoint.cosigned", None, at,
+                                 {"size": int(r.size), "witness": witness,
+                                  "root_hash": base64.b64encode(bytes(r.root)).decode("ascii"),
+                                  "cosigned_at": at})
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(d.insert(), [row])
+                queued += 1
+            except sa.exc.IntegrityError:
+                pass  # said already
         return queued
 
     def _delivery(self, sub: Subscription, webhook_id: str, seq: int, kind: str,
@@ -731,6 +759,30 @@ class WebhookService:
         log.info("webhooks.attempt_failed", webhook_id=webhook_id, attempts=attempts,
                  status=status, error=error, dead=dead)
         return dead
+
+
+def validate_subscription(url: str, events: Iterable[str] = (), tenant: str | None = None,
+                          allow_private: bool = False, resolve: Resolver = _resolve
+                          ) -> tuple[tuple[str, ...], str]:
+    """Check a new subscription before anything is opened or written; returns its event
+    types (sorted; empty: every type) and its normalised URL, or raises
+    :class:`InputError`."""
+    from projections.webhooks import EVENT_TYPES
+
+    types = tuple(sorted(set(events)))
+    unknown = [t for t in types if t not in EVENT_TYPES]
+    if unknown:
+        raise InputError(f"unknown event type {', '.join(unknown)}",
+                         hint=f"event types: {', '.join(EVENT_TYPES)}")
+    if tenant is not None and not _TENANT.fullmatch(tenant):
+        raise InputError(f"--tenant {tenant!r} is invalid",
+                         hint=f"use 1-64 letters, digits or . _ - (no {TENANT_SEP!r})")
+    if tenant is not None and "checkpoint.cosigned" in types:
+        raise InputError("a tenant-scoped subscription is not told of checkpoints (a "
+                         "checkpoint's size counts every tenant's events)",
+                         hint="drop --event checkpoint.cosigned, or --tenant")
+    clean, _ = check_url(url, allow_private, resolve)
+    return types, clean
 
 
 def any_subscription(config: Config) -> bool:
