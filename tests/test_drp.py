@@ -208,6 +208,11 @@ def test_deletion_through_the_protocol_states_to_fulfilled_with_the_pack(world: 
     _error(_drp(world, "GET", f"/data-rights-request/{rid}", token="other"), 403)
     assert world.tokens["agent"] not in world.server.output()
     assert "alice@example.com" not in world.server.output()
+    # the identity's claims are in no file of the home in clear (the erasure request keeps
+    # them encrypted under its own key; the DRP table keeps no claim)
+    for f in world.home.rglob("*"):
+        if f.is_file():
+            assert b"alice@example.com" not in f.read_bytes(), f
 
 
 def test_revoke_rejects_the_request_before_its_erasure(world: World) -> None:
