@@ -480,3 +480,22 @@ def test_kill_9_of_the_server_mid_delivery_then_restart_delivers_everything(
             if aid in ref_atoms and aid not in first:
                 first[aid] = len(first)
         assert sorted(first, key=first.__getitem__) == ref_atoms
+
+
+def test_no_secret_url_or_content_in_any_log_line(home: Path, receiver: Receiver) -> None:
+    from structlog.testing import capture_logs
+
+    subject(home, "ann")
+    with capture_logs() as logs, WebhookService.open(home, FAST) as hooks:
+        added = hooks.add(receiver.url("/secret-path"), allow_private=True)
+        receiver.secrets["/secret-path"] = added.secret
+        atom(home, "ann", CONTENT[0])
+        receiver.down()
+        hooks.pump()  # a failed attempt logs too
+        receiver.up()
+        pump_until(hooks, lambda: len(receiver.payloads("/secret-path")) == 1)
+    text = repr(logs)
+    assert "webhooks.delivered" in text and "webhooks.attempt_failed" in text
+    assert added.secret not in text and added.secret[6:] not in text
+    assert "secret-path" not in text and CONTENT[0] not in text
+    assert added.secret not in repr(added) and added.secret[6:] not in repr(added)
