@@ -22,6 +22,7 @@ token is refused everywhere else (service/tokens.py). Errors are DRP's (section 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -70,14 +71,23 @@ def install_drp(api: FastAPI, home: Path) -> None:
     from ledger.home import Config
     from service.tokens import TokenStore
 
-    store = TokenStore.open(Config.load(home))
+    stores: list[TokenStore] = []  # opened at the first DRP call (the OpenAPI build has none)
+
+    opening = threading.Lock()
+
+    def store() -> TokenStore:
+        with opening:
+            if not stores:
+                stores.append(TokenStore.open(Config.load(home)))
+            return stores[0]
 
     @contextlib.asynccontextmanager
     async def closing() -> AsyncIterator[None]:
         try:
             yield
         finally:
-            store.close()
+            for opened in stores:
+                opened.close()
 
     api.state.lifespans.append(closing)
     router = APIRouter(include_in_schema=False)
@@ -91,7 +101,7 @@ def install_drp(api: FastAPI, home: Path) -> None:
         if len(parts) != 2 or parts[0] != "Bearer" or not parts[1]:
             raise AuthError("the Authorization header is not one Bearer token",
                             reason="malformed")
-        caller: Caller = await run_in_threadpool(store.authenticate_agent, parts[1])
+        caller: Caller = await run_in_threadpool(lambda: store().authenticate_agent(parts[1]))
         return caller
 
     async def answer(request: Request,
