@@ -428,3 +428,16 @@ def test_the_tenant_of_the_token_scopes_the_identity(tmp_path: Path) -> None:
             rows = c.get("/v1/requests").json()
             refs = {c.get(f"/v1/subjects/{r['subject_id']}").json()["ref"] for r in rows}
         assert refs == {"acme:alice"}
+
+
+def test_ledger_mcp_on_stdio_refuses_a_privacy_agent_token(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    LedgerApp.initialize(home)
+    _, token = issue(home, "CR_AGENT", "privacy-agent")
+    before = home_digest(home)
+    monkeypatch.setenv("LEDGER_TOKEN", token)
+    r = run_cli("--home", str(home), "mcp")
+    assert r.code != 0 and "Data Rights Protocol" in r.err and token not in r.err, r
+    assert r.out == ""
+    assert home_digest(home) == before
