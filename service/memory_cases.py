@@ -382,14 +382,16 @@ class MemoryCases(FacadeCore):
         off. The local caller (`ledger recall`) gets the read models' checks of the query
         and lookup of the subject, in their words and order (ADR 0040)."""
         sid = data.subject if caller.is_local else self.subject_id(caller, data.subject)
-        result = self.proj.recall(data.query, sid, data.k)
+        result = self.proj.recall(data.query, sid, data.k, since=data.since,
+                                  until=data.until)
         rehearsed = bool(result.atom_ids) and data.rehearse and caller.may_write_memory
         if rehearsed:
             self.app.rehearse_atoms(result.atom_ids, data.session_id)
         items = [RecallItemOut(**{**item.as_json(), "marker": ", ".join(item.markers),
                                   "rehearsed": rehearsed}) for item in result.items]
         return RecallOut(prompt=result.prompt, items=items, eligible=result.eligible,
-                         pool=result.pool)
+                         pool=result.pool, omitted=[o.as_json() for o in result.omitted],
+                         omitted_counts=result.omitted_counts)
 
     def list_memories(self, caller: Caller, subject: str | None = None,
                       privacy_class: str | None = None,

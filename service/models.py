@@ -411,6 +411,10 @@ class RecallIn(_In):
     session_id: str | None = Field(default=None, max_length=200)
     rehearse: bool = Field(default=True, description="Record a signed rehearsal event for "
                                                      "each recalled memory.")
+    since: str | None = Field(default=None, max_length=40, description=(
+        "Only memories true or said from this date or instant on (ADR 0051)."))
+    until: str | None = Field(default=None, max_length=40, description=(
+        "Only memories true or said up to this date (its whole day) or instant."))
 
 
 class RecallItemOut(_Out):
@@ -426,6 +430,12 @@ class RecallOut(_Out):
     items: list[RecallItemOut]
     eligible: int
     pool: int
+    omitted: list[dict[str, str]] = Field(default_factory=list, description=(
+        "Matched memories left out, the first 20 by id with the reason (archived, "
+        "redacted, erased, superseded, expired, inactive, not-valid-at-time, "
+        "outside-since-until); never their text."))
+    omitted_counts: dict[str, int] = Field(default_factory=dict, description=(
+        "Every matched memory left out, counted by reason."))
 
 
 PAGE = 100

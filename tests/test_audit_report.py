@@ -95,7 +95,8 @@ def build(home: Path, backend: str, tmp: Path, mp: pytest.MonkeyPatch) -> Built:
     _ok(*h, "policy", "set", str(policy))
     at(2)
     recalled = [x["atom_id"] for x in json.loads(
-        _ok(*h, "recall", "green tea", "--subject", "alice", "--json", "--session", "s9"))]
+        _ok(*h, "recall", "green tea", "--subject", "alice", "--json", "--session", "s9")
+    )["items"]]
     assert recalled
     _ok(*h, "atom", "rehearse", "b1")
     _ok(*h, "atom", "rehearse", "b1", "--session", "x")

@@ -162,8 +162,9 @@ def test_recall_memory_and_state_print_what_the_layers_gave(
         result = proj.recall("where does she work", "u1", 3)
     recalled = [{**item.as_json(), "marker": ", ".join(item.markers), "rehearsed": False}
                 for item in result.items]
-    r = _run(home, "recall", *query, "--no-rehearse", "--json")
-    assert r.out == _json(recalled) and [d["atom_id"] for d in recalled] == [ids["new"]]
+    r = _run(home, "recall", *query, "--no-rehearse", "--json")  # the API's answer (ADR 0051)
+    assert json.loads(r.out)["items"] == json.loads(_json(recalled))
+    assert [d["atom_id"] for d in recalled] == [ids["new"]]
     assert _verdicts(r) == f"OK: recalled 1 of {result.eligible} matching memories\n"
     assert _run(home, "recall", *query, "--no-rehearse").out == result.prompt
     r = _run(home, "recall", *query, "--session", "s1")

@@ -149,7 +149,7 @@ async def _walk_every_tool(c: Client, home: Path, tmp_path: Path) -> dict[str, A
     rec = await c.call_tool("recall", {"subject": "alice", "query": "feedback style", "k": 3,
                                        "rehearse": False})
     cli_items = _cli_json(home, "recall", "feedback style", "--subject", "alice", "-k", "3",
-                          "--no-rehearse")
+                          "--no-rehearse")["items"]
     assert _ok(rec)["items"] == cli_items and cli_items
     cli_block = run_cli("--home", str(home), "recall", "feedback style", "--subject",
                         "alice", "-k", "3", "--no-rehearse")
