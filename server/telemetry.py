@@ -79,7 +79,10 @@ def configure_from_env() -> bool:
             raise EnvironmentProblem(
                 f"OTEL_TRACES_EXPORTER names {name!r}, which ledger serve does not know",
                 hint="use otlp (OTLP over HTTP, OTEL_EXPORTER_OTLP_ENDPOINT), console or none")
-    provider = TracerProvider(resource=Resource.create({"service.name": STORE}))
+    resource = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({"service.name": STORE}))
+    provider = TracerProvider(resource=resource)
     for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     use(provider)

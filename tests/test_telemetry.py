@@ -301,3 +301,23 @@ def test_unknown_exporter_is_refused_with_a_hint(monkeypatch: pytest.MonkeyPatch
         configure_from_env()
     assert e.value.hint is not None and "otlp" in e.value.hint
     assert not tracing.enabled()
+
+
+@pytest.mark.parametrize("env, service", [
+    ({"OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": "ledger-eu1"}, "ledger-eu1"),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}, "memory-ledger"),
+])
+def test_otel_environment_configures_the_exporter(env: dict[str, str], service: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from server.telemetry import configure_from_env
+
+    for name in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SDK_DISABLED",
+                 "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    try:
+        assert configure_from_env() and tracing.enabled()
+        assert tracing._tracer.resource.attributes["service.name"] == service
+    finally:
+        tracing.disable()
