@@ -441,3 +441,15 @@ def test_ledger_mcp_on_stdio_refuses_a_privacy_agent_token(
     assert r.code != 0 and "Data Rights Protocol" in r.err and token not in r.err, r
     assert r.out == ""
     assert home_digest(home) == before
+
+
+def test_the_console_refuses_a_privacy_agent_token(world: World) -> None:
+    before = _state(world)
+    with httpx.Client(base_url=world.server.url, follow_redirects=False, timeout=60) as c:
+        form = c.get("/console/signin")
+        m = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert m is not None
+        r = c.post("/console/signin", data={"csrf": m[1], "token": world.tokens["agent"]})
+        assert r.headers.get("location") != "/console/requests", r.text
+        assert c.get("/console/requests").status_code in (303, 401, 403)
+    assert _state(world) == before
