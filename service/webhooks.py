@@ -326,6 +326,7 @@ class WebhookService:
             sa.Column("last_error", sa.String(200), nullable=True),
             sa.Column("created_at", sa.String(40), nullable=False),
             sa.Column("delivered_at", sa.String(40), nullable=True),
+            sa.Index("webhook_deliveries_queue", "status", "sub_id", "order_key", "seq"),
         )
         self._md = md
         self._ready = False
@@ -640,21 +641,26 @@ class WebhookService:
 
     def due(self, limit: int = 1000) -> list[Any]:
         """Deliveries to attempt now: the first pending one of each subject of each
-        subscription, when its time has come and no process holds it."""
+        subscription (the later ones wait behind it), when its time has come and no
+        process holds it; at most ``limit``, oldest first."""
         d = self.deliveries
         now = time.time()
+        heads = (sa.select(d.c.sub_id, d.c.order_key, sa.func.min(d.c.seq).label("seq"))
+                 .where(d.c.status == "pending").group_by(d.c.sub_id, d.c.order_key)
+                 .subquery())
+        q = (sa.select(d).join(heads, sa.and_(d.c.sub_id == heads.c.sub_id,
+                                              d.c.order_key == heads.c.order_key,
+                                              d.c.seq == heads.c.seq))
+             .where(d.c.status == "pending", d.c.next_at <= now,
+                    sa.or_(d.c.lease_until.is_(None), d.c.lease_until < now))
+             .order_by(d.c.seq, d.c.sub_id, d.c.webhook_id).limit(limit))
         with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(d).where(d.c.status == "pending")
-                                .order_by(d.c.sub_id, d.c.seq, d.c.webhook_id)
-                                .limit(limit)).all()
+            rows = conn.execute(q).all()
         seen: set[tuple[str, str]] = set()
         out = []
-        for r in rows:
-            key = (r.sub_id, r.order_key)
-            if key in seen:
-                continue  # an earlier delivery of this subject is still pending
-            seen.add(key)
-            if r.next_at <= now and (r.lease_until is None or r.lease_until < now):
+        for r in rows:  # two heads of one subject at the same position: the first only
+            if (r.sub_id, r.order_key) not in seen:
+                seen.add((r.sub_id, r.order_key))
                 out.append(r)
         return out
 
