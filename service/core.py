@@ -44,6 +44,20 @@ def _erased_marker() -> str:
     return str(ERASED)
 
 
+def named_subject(caller: Caller, subject: str | None) -> str:
+    """The subject a request means: the one it names, else the credential's only subject
+    (a token of one subject already says whose memory it is). A credential of several
+    subjects, or of all of them, must name one."""
+    if subject is not None:
+        return subject
+    if caller.subjects is not None and len(caller.subjects) == 1:
+        return next(iter(caller.subjects))
+    many = "every subject" if caller.subjects is None else f"{len(caller.subjects)} subjects"
+    raise InputError(f"subject: name the subject; this credential may see {many}",
+                     hint='add "subject": REF to the request (a credential of exactly one '
+                          "subject may leave it out)")
+
+
 class FacadeCore:
     """The ledger, its read models, and the caller's scope (module docstring)."""
 
@@ -96,12 +110,18 @@ class FacadeCore:
         """The subject's ref as the caller names it, or None when out of its scope."""
         return caller.visible_ref(self._stored_ref_of(subject_id))
 
-    def subject_id(self, caller: Caller, subject: str) -> str:
-        """Resolve a subject ref (as the caller names it) or id inside the caller's scope."""
+    def subject_id(self, caller: Caller, subject: str | None) -> str:
+        """Resolve a subject ref (as the caller names it) or id inside the caller's scope;
+        None: the credential's only subject (:func:`named_subject`)."""
+        subject = named_subject(caller, subject)
         if caller.is_local:
             return str(self.app.resolve_subject(subject))  # the application's words
+        # one hint for an unknown subject and one outside the scope: true of both, so it
+        # tells neither apart (registering answers 403 outside the credential's subjects)
         missing = NotFound(f"no subject {subject!r} in this ledger",
-                           hint="register it first (`ledger subject add`, POST /v1/subjects)")
+                           hint="check the ref: a subject is found once it is registered "
+                                "(`ledger subject add`, POST /v1/subjects), and only with a "
+                                "credential whose subjects include it")
         try:
             if caller.tenant is not None and not is_uuid(subject):
                 sid = str(self.app.resolve_subject(caller.stored_ref(subject)))
