@@ -1128,7 +1128,7 @@ def _identifier_matches(conn: Any, store: Any, idents: Sequence[Identifier]
     "ledger.erasure.flagged": len(plan.flags)})
 def plan_user_erasure(app: LedgerApp, proj: Projections, subject: str,
                       identifiers: Sequence[str] = (), sessions: Sequence[str] = (),
-                      broad: int = BROAD_MATCHES) -> ErasurePlan:
+                      broad: int = BROAD_MATCHES, catch_up: bool = True) -> ErasurePlan:
     """Gather what belongs to the subject, and what of others may refer to it (ADR 0012).
 
     Erase targets are the subject's own atoms and artifacts and its subject record, and
@@ -1136,11 +1136,13 @@ def plan_user_erasure(app: LedgerApp, proj: Projections, subject: str,
     memories other subjects hold in it are flagged, not erased. Identifiers only flag
     (governance/identifiers.py). Memories of others that share a tag with a target are
     flagged too. Subject, session and tag lookups use the atom store's indexes; identifier
-    matching reads every content row, only when identifiers are given.
+    matching reads every content row, only when identifiers are given. ``catch_up``
+    False: the plan of the read models as they stand, writing nothing.
     """
     sid = str(app.resolve_subject(subject))
     idents = compile_identifiers(identifiers)  # refused before anything is read
-    proj.catch_up()
+    if catch_up:
+        proj.catch_up()
     plan = ErasurePlan(sid, Targets())
     t = plan.targets
     store = proj.atoms

@@ -56,6 +56,7 @@ def status_of(e: LedgerError) -> tuple[int, str]:
 TITLES = {400: "Bad input", 401: "Not authenticated", 403: "Not allowed",
           404: "Not found", 409: "Conflict", 413: "Request too large",
           415: "Unsupported media type", 422: "Invalid request", 429: "Too many requests",
+          431: "Request headers too large",
           500: "Verification failed", 503: "Unavailable", 504: "Took too long"}
 
 

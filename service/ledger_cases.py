@@ -132,10 +132,21 @@ class LedgerCases(FacadeCore):
         cp = self.app.latest_checkpoint()
         report, extra = verify_since(self.app, cp.note, root)
         data = {**report.as_json(), **extra}
-        return VerificationOut(ok=bool(data.get("ok")), events=int(data.get("events", 0)),
+        events = int(data.get("events", 0))
+        ok = bool(data.get("ok"))
+        if not ok:
+            detail = "verification failed: see failure"
+        elif events == 0:  # an ok of nothing is not a verdict: say so
+            detail = (f"no event was appended after the latest checkpoint (size {cp.size}): "
+                      "nothing was checked yet; `ledger verify` checks the whole log")
+        else:
+            detail = (f"{events} event{'s' if events != 1 else ''} appended after the "
+                      f"checkpoint of size {cp.size} verified")
+        return VerificationOut(ok=ok, events=events, checked=events > 0, detail=detail,
                                checked_at=clock.format_instant(clock.now()),
                                **{k: v for k, v in data.items()
-                                  if k not in ("ok", "events", "checked_at")})
+                                  if k not in ("ok", "events", "checked_at", "checked",
+                                               "detail")})
 
     def verify_log(self, caller: Caller, root_public_key: bytes | None = None, *,
                    since: str | None = None, checkpoints: Sequence[tuple[str, str]] = (),

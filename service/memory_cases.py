@@ -20,6 +20,7 @@ from service.core import (
     FacadeCore,
     Forbidden,
     _erased_marker,
+    named_subject,
 )
 from service.models import (
     ArtifactIn,
@@ -39,8 +40,8 @@ from service.models import (
     ImportIn,
     ImportReport,
     MemoryRow,
-    RecallIn,
     OnSimilar,
+    RecallIn,
     RecallItemOut,
     RecallOut,
     Rehearsed,
@@ -204,19 +205,33 @@ class MemoryCases(FacadeCore):
 
     def _similar_of(self, caller: Caller, items: Sequence[AtomIn]
                     ) -> list[list[SimilarOut]]:
-        """The similar memories of each proposal, searched by subject (the caller's
-        scope was checked by ``_atom_command`` before)."""
-        sids = [self.subject_id(caller, d.subject) for d in items]
-        self.proj.catch_up()
+        """The similar memories of each proposal that looks for them (``on_similar`` not
+        None), searched by subject (the caller's scope was checked by ``_atom_command``
+        before); the read models are not opened when none does."""
         found: list[list[SimilarOut]] = [[] for _ in items]
+        looking = [n for n, d in enumerate(items) if d.on_similar is not None]
+        if not looking:
+            return found
+        sids = {n: self.subject_id(caller, items[n].subject) for n in looking}
+        self.proj.catch_up()
         by_subject: dict[str, list[int]] = {}
-        for n, sid in enumerate(sids):
+        for n, sid in sids.items():
             by_subject.setdefault(sid, []).append(n)
         for sid, ns in by_subject.items():
             for n, f in zip(ns, self._similar(sid, [items[n].text for n in ns]),
                             strict=True):
                 found[n] = f
         return found
+
+    def _checked_first(self, commands: Sequence[dict[str, Any]]) -> None:
+        """The local caller's proposals checked, in the application's words, before the
+        read models are opened for the search: bad input is refused touching nothing."""
+        from ledger.inputs import AtomInput, parse
+
+        for cmd in commands:
+            inp = parse(AtomInput, cmd)
+            for ref in inp.artifact_ids:
+                self.app.resolve("artifact", ref)
 
     def remember_atoms(self, caller: Caller, items: Sequence[AtomIn],
                        source: ArtifactIn | None = None) -> list[AtomAdded]:
@@ -232,11 +247,13 @@ class MemoryCases(FacadeCore):
         self._require(caller, "assistant", "operator")
         if not items:
             raise InputError("no atoms to remember")
-        commands = [self._atom_command(caller, d) for d in items]
         for d in items:
-            if d.on_similar not in get_args(OnSimilar):
+            if d.on_similar is not None and d.on_similar not in get_args(OnSimilar):
                 raise InputError(f"on_similar must be one of {', '.join(get_args(OnSimilar))}"
                                  f", got {d.on_similar!r}")
+        commands = [self._atom_command(caller, d) for d in items]
+        if caller.is_local and any(d.on_similar is not None for d in items):
+            self._checked_first(commands)
         found = self._similar_of(caller, items)
         refused = [(n, f) for n, (d, f) in enumerate(zip(items, found, strict=True))
                    if d.on_similar == "refuse" and f]
@@ -258,7 +275,7 @@ class MemoryCases(FacadeCore):
         self._require(caller, "assistant", "operator")
         if not items:
             raise InputError("no atoms to add")
-        if any(d.on_similar != "add" for d in items):
+        if any(d.on_similar not in ("add", None) for d in items):
             raise InputError("on_similar other than add is for one atom at a time",
                              hint="send those one by one (POST /v1/atoms, `ledger atom "
                                   "add`); a batch adds every item")
@@ -280,7 +297,7 @@ class MemoryCases(FacadeCore):
         for n, (caller, data) in enumerate(items):
             try:
                 self._require(caller, "assistant", "operator")
-                if data.on_similar != "add":  # a decision of its own (ADR 0052)
+                if data.on_similar not in ("add", None):  # a decision of its own (ADR 0052)
                     results.append(self.remember_atoms(caller, [data])[0])
                     continue
                 commands.append((n, self._atom_command(caller, data)))
@@ -291,16 +308,28 @@ class MemoryCases(FacadeCore):
             return results
         similar: dict[int, list[SimilarOut]] = {}
         try:  # the similar memories each add answers with, found by subject
-            self.proj.catch_up()
             by_subject: dict[str, list[int]] = {}
             for n, _ in commands:
                 caller, data = items[n]
-                by_subject.setdefault(self.subject_id(caller, data.subject), []).append(n)
+                if data.on_similar is not None:  # None: added without looking
+                    by_subject.setdefault(self.subject_id(caller, data.subject),
+                                          []).append(n)
+            if by_subject:
+                self.proj.catch_up()
             for sid, ns in by_subject.items():
                 found = self._similar(sid, [items[n][1].text for n in ns])
                 similar.update(zip(ns, found, strict=True))
         except LedgerError:  # checked again, in its words, by the command below
             similar = {}
+        except Exception as e:  # the read models or the embedder: these adds fail, told so
+            from ledger.errors import EnvironmentProblem
+
+            failed = EnvironmentProblem(
+                f"the search for similar memories failed ({type(e).__name__}); nothing "
+                "was written", hint="retry; or send on_similar null to add without looking")
+            for n, _ in commands:
+                results[n] = failed
+            return results
         try:
             ids = self.app.add_atoms([c for _, c in commands])
             archived = list(getattr(self.app, "last_archived", []))
@@ -381,7 +410,8 @@ class MemoryCases(FacadeCore):
         each recalled memory is rehearsed (a signed event) unless ``data.rehearse`` is
         off. The local caller (`ledger recall`) gets the read models' checks of the query
         and lookup of the subject, in their words and order (ADR 0040)."""
-        sid = data.subject if caller.is_local else self.subject_id(caller, data.subject)
+        sid = named_subject(caller, data.subject) if caller.is_local \
+            else self.subject_id(caller, data.subject)
         result = self.proj.recall(data.query, sid, data.k, since=data.since,
                                   until=data.until)
         rehearsed = bool(result.atom_ids) and data.rehearse and caller.may_write_memory
@@ -401,6 +431,8 @@ class MemoryCases(FacadeCore):
         ``limit`` rows when asked, starting after the atom id ``after`` (the last row of
         the previous page). The local caller gets the read models' checks of the filters
         before the subject's lookup (ADR 0040)."""
+        if subject is None and caller.subjects is not None and len(caller.subjects) == 1:
+            subject = named_subject(caller, None)  # the credential's only subject
         if subject is None and not caller.unrestricted:
             raise InputError("name a subject", hint="this credential is scoped to subjects")
         if limit is not None and limit < 1:

@@ -125,13 +125,14 @@ class AtomIn(_In):
     consent_basis: str | None = None
     session_id: str | None = Field(default=None, max_length=200)
     min_sources: int = Field(default=1, ge=1, le=100)
-    on_similar: OnSimilar = Field(
+    on_similar: OnSimilar | None = Field(
         default="add",
         description="When the subject already has memories that say the same thing: "
                     "'add' adds anyway and lists them in `similar`; 'rehearse' records a "
                     "rehearsal of the most similar one instead of a new memory; "
                     "'supersede' adds this one as the correction of the most similar "
-                    "one; 'refuse' writes nothing and names them (ADR 0052).")
+                    "one; 'refuse' writes nothing and names them; null adds without "
+                    "looking (no `similar`: a bulk loader's choice) (ADR 0052).")
 
     def as_command(self) -> dict[str, Any]:
         data = self.model_dump(exclude={"on_similar"})
@@ -576,8 +577,12 @@ class CheckpointOut(_Out):
 
 class VerificationOut(_Out):
     model_config = ConfigDict(frozen=True, extra="allow")
-    ok: bool
-    events: int
+    ok: bool = Field(description="No failure was found (see `checked`: with no events "
+                                 "to check, nothing was).")
+    events: int = Field(description="Events verified: those after the latest checkpoint.")
+    checked: bool = Field(default=True, description="False when there was nothing to check "
+                                                    "yet (no event after the checkpoint).")
+    detail: str | None = Field(default=None, description="The verdict in words.")
     checked_at: str
     failure: dict[str, Any] | None = None
 

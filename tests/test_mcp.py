@@ -46,6 +46,7 @@ TOOLS = {  # name: (readOnly, destructive, idempotent)
     "forget_memory": (False, True, True),
     "export_memories": (True, False, True),
     "file_erasure_request": (False, False, False),
+    "extract_memories": (False, False, False),  # asks the client's model (ADR 0053)
 }
 ALICE = Caller(credential_id="tok_alice", role="assistant", subjects=frozenset({"alice"}))
 
@@ -137,11 +138,11 @@ async def _walk_every_tool(c: Client, home: Path, tmp_path: Path) -> dict[str, A
     assert run_cli("--home", str(home), "artifact", "show", "art_102").code != 0
     assert _cli_json(home, "memory", "list", "--subject", "alice") == before
     # get_memory = `ledger atom show --json`
-    got = _ok(await c.call_tool("get_memory", {"atom": "atom_001"}))
+    got = _ok(await c.call_tool("get_memory", {"atom_id": "atom_001"}))
     assert {k: got[k] for k in shown} == shown
     # correct_memory
     corr = _ok(await c.call_tool("correct_memory", {
-        "atom": "atom_001", "text": "Prefers direct feedback, in writing", "reason": "asked"}))
+        "atom_id": "atom_001", "text": "Prefers direct feedback, in writing", "reason": "asked"}))
     assert corr["atom_id"] == atom_id
     new_id = corr["new_atom_id"]
     assert _cli_json(home, "atom", "show", atom_id)["superseded_by"] == new_id
@@ -194,7 +195,7 @@ async def _walk_every_tool(c: Client, home: Path, tmp_path: Path) -> dict[str, A
     persona = await c.call_tool("export_memories", {"subject": "alice", "format": "persona"})
     assert _ok(persona)["format"] == "persona" and json.loads(_text(persona))
     # forget_memory: `ledger delete`'s path; the tombstone is the atom's own signed event
-    gone = _ok(await c.call_tool("forget_memory", {"atom": new_id, "reason": "asked"}))
+    gone = _ok(await c.call_tool("forget_memory", {"atom_id": new_id, "reason": "asked"}))
     assert gone["atom_id"] == new_id and gone["tombstone_id"].startswith(f"{new_id}/")
     assert gone["tombstone_id"] in gone["event_ids"]
     after = _cli_json(home, "atom", "show", new_id)
@@ -239,12 +240,12 @@ def test_tools_resources_schemas_and_hints(home: Path) -> None:
             props = tools["remember"].input_schema["properties"]
             assert set(props) == set(AtomIn.model_fields) | {"artifact"}
             assert props["text"]["maxLength"] == AtomIn.model_fields["text"].metadata[1].max_length
-            assert tools["remember"].input_schema["required"] == ["subject", "text"]
+            assert tools["remember"].input_schema["required"] == ["text"]  # subject: see ADR 0057
             source = tools["remember"].input_schema["$defs"]["SourceIn"]
             assert set(source["properties"]) == set(SourceIn.model_fields)
             assert set(tools["recall"].input_schema["properties"]) == set(RecallIn.model_fields)
             assert set(tools["correct_memory"].input_schema["properties"]) == \
-                {"atom", *AtomCorrectionIn.model_fields}
+                {"atom_id", *AtomCorrectionIn.model_fields}
             assert set(tools["file_erasure_request"].input_schema["properties"]) == \
                 set(ErasureRequestIn.model_fields)
             assert tools["export_memories"].input_schema["properties"]["format"]["enum"] == \
@@ -279,12 +280,11 @@ def _foreign_calls(bob_atom: str) -> list[tuple[str, dict[str, Any]]]:
         ("remember", {"subject": "bob", "text": "x", "artifact": {"kind": "chat", "body": "b"}}),
         ("recall", {"subject": "bob", "query": "bees"}),
         ("list_memories", {"subject": "bob"}),
-        ("list_memories", {}),
-        ("get_memory", {"atom": "bob_1"}),
-        ("get_memory", {"atom": bob_atom}),
-        ("correct_memory", {"atom": "bob_1", "text": "Keeps wasps", "reason": "r"}),
-        ("forget_memory", {"atom": "bob_1", "reason": "r"}),
-        ("forget_memory", {"atom": bob_atom, "reason": "r"}),
+        ("get_memory", {"atom_id": "bob_1"}),
+        ("get_memory", {"atom_id": bob_atom}),
+        ("correct_memory", {"atom_id": "bob_1", "text": "Keeps wasps", "reason": "r"}),
+        ("forget_memory", {"atom_id": "bob_1", "reason": "r"}),
+        ("forget_memory", {"atom_id": bob_atom, "reason": "r"}),
         ("export_memories", {"subject": "bob"}),
         ("file_erasure_request", {"subject": "bob", "reason": "r"}),
     ]
@@ -293,8 +293,8 @@ def _foreign_calls(bob_atom: str) -> list[tuple[str, dict[str, Any]]]:
 WRITES: list[tuple[str, dict[str, Any]]] = [  # every tool that writes, with arguments valid for bob
     ("remember", {"subject": "bob", "text": "Is allergic to bees"}),
     ("remember", {"subject": "bob", "text": "x", "artifact": {"kind": "chat", "body": "b"}}),
-    ("correct_memory", {"atom": "bob_1", "text": "Keeps wasps", "reason": "r"}),
-    ("forget_memory", {"atom": "bob_1", "reason": "r"}),
+    ("correct_memory", {"atom_id": "bob_1", "text": "Keeps wasps", "reason": "r"}),
+    ("forget_memory", {"atom_id": "bob_1", "reason": "r"}),
     ("file_erasure_request", {"subject": "bob", "reason": "r"}),
 ]
 
@@ -322,10 +322,13 @@ def test_a_credential_for_alice_sees_nothing_of_bob(home: Path) -> None:
                 await c.read_resource("memory://subjects/bob/memories")
             assert "no subject 'bob'" in str(e.value)
             # unknown and out of scope read the same
-            unknown = _text(await c.call_tool("get_memory", {"atom": "nobody_1"}))
-            foreign = _text(await c.call_tool("get_memory", {"atom": "bob_1"}))
+            unknown = _text(await c.call_tool("get_memory", {"atom_id": "nobody_1"}))
+            foreign = _text(await c.call_tool("get_memory", {"atom_id": "bob_1"}))
             assert foreign == unknown.replace("nobody_1", "bob_1")
             assert home_digest(home) == before
+            # no subject named: the credential's only one, alice (ADR 0057), never bob
+            mine = _ok(await c.call_tool("list_memories", {}))
+            assert mine["subject"] is None and mine["memories"] == []
         async with in_process(home, nobody) as c:
             before = home_digest(home)
             text = _refused(await c.call_tool("remember", {"subject": "alice", "text": "x"}))
@@ -353,11 +356,17 @@ def test_role_and_argument_refusals_change_nothing(home: Path) -> None:
             for args in ({"subject": "alice", "text": ""},
                          {"subject": "alice", "text": "x", "salience": 7},
                          {"subject": "alice", "text": "x", "ref": "bad ref"},
-                         {"text": "x"}):
+                         {"subject": "alice"}):
                 text = _refused(await c.call_tool("remember", args), "invalid arguments")
                 assert "pydantic" not in text and "input_value" not in text
-            _refused(await c.call_tool("forget_memory", {"atom": "bob_1", "reason": ""}),
+            _refused(await c.call_tool("forget_memory", {"atom_id": "bob_1", "reason": ""}),
                      "reason")
+            assert home_digest(home) == before
+        both = Caller(credential_id="tok_both", role="assistant",
+                      subjects=frozenset({"alice", "bob"}))
+        async with in_process(home, both) as c:  # two subjects: it must name one
+            for tool, args in (("remember", {"text": "x"}), ("recall", {"query": "bees"})):
+                _refused(await c.call_tool(tool, args), "name the subject", "2 subjects")
             assert home_digest(home) == before
 
     anyio.run(run)
@@ -390,7 +399,7 @@ def test_stdio_every_tool_equals_the_cli(home: Path, tmp_path: Path, pinned: Non
                 assert c.protocol_version == LATEST_PROTOCOL_VERSION
                 await _walk_every_tool(c, home, tmp_path)
                 before = home_digest(home)
-                text = _refused(await c.call_tool("get_memory", {"atom": "bob_1"}))
+                text = _refused(await c.call_tool("get_memory", {"atom_id": "bob_1"}))
                 assert text.startswith("error: no atom 'bob_1'")
                 assert home_digest(home) == before
                 # revoked mid-session: the next request is refused
@@ -446,7 +455,7 @@ def test_ledger_mcp_writes_nothing_but_protocol_on_stdout(home: Path) -> None:
                                               "text": "Sings in a choir on Thursdays"}}})
         assert added is not None and not added["result"].get("isError"), added
         foreign = send({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
-            "name": "get_memory", "arguments": {"atom": "bob_1"}}})
+            "name": "get_memory", "arguments": {"atom_id": "bob_1"}}})
         assert foreign is not None and foreign["result"]["isError"] is True
         cp = send({"jsonrpc": "2.0", "id": 4, "method": "resources/read",
                    "params": {"uri": "ledger://checkpoint"}})
