@@ -16,7 +16,8 @@ def test_import_contracts_are_kept() -> None:
     r = subprocess.run([str(exe), "--no-cache"], cwd=REPO, capture_output=True, text=True,
                        timeout=300, check=False)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    assert "Contracts: 3 kept, 0 broken." in r.stdout
+    assert "Contracts: 4 kept, 0 broken." in r.stdout
+    assert "The Python client reaches the ledger only over HTTP KEPT" in r.stdout
 
 
 
