@@ -23,6 +23,8 @@ from typing import Any
 
 import httpx
 
+from memory_ledger_client import Client, NotFound
+
 
 def _port() -> int:
     with socket.socket() as s:
@@ -55,11 +57,10 @@ async def _mcp(url: str, token: str) -> None:
         tools = await client.list_tools()
         _say("MCP tools: " + ", ".join(t.name for t in tools.tools))
         r = await client.call_tool("remember", {
-            "subject": "user_9f4e", "text": "Takes the 7:40 train and reads on the way"})
+            "text": "Takes the 7:40 train and reads on the way"})
         data: Any = r.structured_content
         _say(f"MCP remember -> atom {data['atom_id']}")
-        r = await client.call_tool("recall", {"subject": "user_9f4e",
-                                              "query": "how does she commute", "k": 3})
+        r = await client.call_tool("recall", {"query": "how does she commute", "k": 3})
         data = r.structured_content
         _say("MCP recall ->\n" + "\n".join("    " + line for line in
                                             str(data["prompt"]).splitlines()))
@@ -95,18 +96,21 @@ def main(argv: list[str]) -> int:
                 raise SystemExit(f"ledger serve did not start; see {folder / 'serve.log'}")
             time.sleep(0.1)
         _say(f"ledger serve is listening on {url} (pid {proc.pid})")
-        auth = {"Authorization": f"Bearer {asst['token']}"}
-        with httpx.Client(base_url=url, headers=auth, timeout=60) as c:
-            r = c.post("/v1/atoms", json={"subject": "user_9f4e", "kind": "preference",
-                                          "text": "Prefers direct feedback, in writing"})
-            _say(f"HTTP POST /v1/atoms -> {r.status_code} {r.json()['atom_id']}")
-            r = c.post("/v1/recall", json={"subject": "user_9f4e", "query": "feedback style",
-                                           "k": 3})
-            _say(f"HTTP POST /v1/recall -> {r.status_code}, "
-                 f"{len(r.json()['items'])} memory recalled")
-            r = c.get("/v1/subjects/someone_else")
-            _say(f"HTTP GET /v1/subjects/someone_else -> {r.status_code} (outside the "
-                 "token's scope: not found, as an unknown id)")
+        # the typed client (memory_ledger_client, ADR 0057): the token names one subject,
+        # so the calls below need not
+        with Client(url, token=asst["token"]) as c:
+            added = c.remember("Prefers direct feedback, in writing", kind="preference")
+            _say(f"client remember (POST /v1/atoms) -> {added.outcome} {added.atom_id}")
+            found = c.recall("feedback style", k=3)
+            _say(f"client recall (POST /v1/recall) -> {len(found.items)} memory recalled")
+            rows = list(c.memories(page_size=1))
+            _say(f"client memories (GET /v1/memories, pages of 1) -> {len(rows)} "
+                 f"memor{'y' if len(rows) == 1 else 'ies'} listed")
+            try:
+                c.get_subject("someone_else")
+            except NotFound as e:
+                _say(f"client get_subject('someone_else') -> {e.status} NotFound (outside "
+                     "the token's scope: not found, as an unknown id)")
         asyncio.run(_mcp(url, asst["token"]))
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -117,7 +121,7 @@ def main(argv: list[str]) -> int:
 The ledger is in {home}. Try:
   ledger --home {home} serve --port 8765
   curl -s -H 'Authorization: Bearer {asst['token']}' \\
-       -H 'Content-Type: application/json' -d '{{"subject": "user_9f4e", "query": "train"}}' \\
+       -H 'Content-Type: application/json' -d '{{"query": "train"}}' \\
        http://127.0.0.1:8765/v1/recall
   open http://127.0.0.1:8765/console/ and sign in with the operator token {op['token']}
   ledger --home {home} tokens list""")

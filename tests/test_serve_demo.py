@@ -13,8 +13,9 @@ def test_serve_demo_runs_end_to_end(tmp_path: Path) -> None:
                           cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    assert "HTTP POST /v1/atoms -> 201" in out
-    assert "HTTP GET /v1/subjects/someone_else -> 404" in out
+    assert "client remember (POST /v1/atoms) -> added" in out  # the typed client (ADR 0057)
+    assert "client memories (GET /v1/memories, pages of 1) -> 1 memory listed" in out
+    assert "client get_subject('someone_else') -> 404 NotFound" in out
     assert "MCP remember -> atom" in out and "Takes the 7:40 train" in out
     assert "ledger serve stopped" in out
     log = (tmp_path / "d" / "serve.log").read_text()
