@@ -150,10 +150,11 @@ def webhooks_deliver(
     from ledger.errors import InputError
     from service.webhooks import DeliveryPolicy, WebhookService
 
+    home = _home[0]()
     if not once:
         raise InputError("only --once is supported: `ledger serve` delivers continuously",
                          hint="ledger webhooks deliver --once (e.g. from cron)")
-    with WebhookService.open(_home[0](), DeliveryPolicy.from_env()) as hooks:
+    with WebhookService.open(home, DeliveryPolicy.from_env()) as hooks:
         report = hooks.pump()
     data = report.as_json()
     out(data, as_json, " ".join(f"{k} {v}" for k, v in data.items()))

@@ -499,3 +499,10 @@ def test_no_secret_url_or_content_in_any_log_line(home: Path, receiver: Receiver
     assert added.secret not in text and added.secret[6:] not in text
     assert "secret-path" not in text and CONTENT[0] not in text
     assert added.secret not in repr(added) and added.secret[6:] not in repr(added)
+
+
+def test_deliver_without_once_is_a_usage_error(home: Path) -> None:
+    before = home_digest(home)
+    r = run_cli("--home", str(home), "webhooks", "deliver")
+    assert r.code == 2 and "only --once is supported" in r.err
+    assert home_digest(home) == before
