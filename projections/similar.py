@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -35,6 +35,7 @@ import structlog
 from ledger import clock
 from projections.atoms import is_candidate
 from projections.embedder import Embedder, embed_matrix
+from projections.vectors import ON
 
 if TYPE_CHECKING:
     from projections.service import Projections
@@ -135,11 +136,19 @@ def _parts(text: str) -> tuple[set[str], set[str], set[str], bool]:
     return stems, names, figures, negated
 
 
-def keywords_agree(a: str, b: str) -> bool:
+def keywords_agree(a: str, b: str,
+                   parts: dict[str, tuple[set[str], set[str], set[str], bool]] | None = None
+                   ) -> bool:
     """The keyword check: same names, figures and negation, and content words with a
-    Jaccard overlap of at least :data:`MIN_JACCARD`."""
-    sa_, na, fa, nega = _parts(a)
-    sb, nb, fb, negb = _parts(b)
+    Jaccard overlap of at least :data:`MIN_JACCARD`. ``parts``: the texts' parts kept
+    for one search (never beyond it: no copy of a memory outlives the call)."""
+    if parts is None:
+        parts = {}
+    for t in (a, b):
+        if t not in parts:
+            parts[t] = _parts(t)
+    sa_, na, fa, nega = parts[a]
+    sb, nb, fb, negb = parts[b]
     if na != nb or fa != fb or nega != negb:
         return False
     if not sa_ or not sb:
@@ -177,44 +186,63 @@ def find_similar(proj: Projections, subject_id: str, texts: Sequence[str], *,
                  now: datetime | None = None) -> list[list[Similar]]:
     """Per text, up to ``k`` recallable atoms of ``subject_id`` that say the same thing,
     most similar first. The read models are read as they are: the caller catches up
-    first if it needs the newest writes."""
+    first if it needs the newest writes.
+
+    The subject's vectors are read once for all the texts (a dense embedder's from the
+    in-process recall index); candidates pass the keyword check before their texts are
+    embedded beside the proposal (most fail it, and it costs far less)."""
     if not texts:
         return []
     at = clock.format_instant(now or clock.now())
     embedder = proj.vectors.embedder
     limit = threshold_for(embedder) if threshold is None else threshold
+    qm = _unit(embed_matrix(embedder, list(texts)))
     with proj.store.engine.connect() as conn:
-        qm = _unit(embed_matrix(embedder, list(texts)))
-        pools: list[list[str]] = []
+        nearest = _nearest(proj, conn, subject_id)
+        pools = []
         for text, q in zip(texts, qm, strict=True):
-            vec = _vector_pool(proj, conn, subject_id, q)
             kw = [a for a, _ in proj.keyword.search(conn, subject_id, text, POOL)]
-            pools.append(list(dict.fromkeys([*vec, *kw])))
+            pools.append(list(dict.fromkeys([*nearest(q), *kw])))
         wanted = list(dict.fromkeys(a for p in pools for a in p))
         rows = {r["atom_id"]: r for r in proj.atoms.atoms_by_id(conn, wanted)}
     live = {a: r for a, r in rows.items()
             if r["subject_id"] == subject_id and is_candidate(r, at)}
-    ids = list(live)
+    parts: dict[str, tuple[set[str], set[str], set[str], bool]] = {}
+    agreeing = [[a for a in pool
+                 if a in live and keywords_agree(text, live[a]["text"], parts)]
+                for text, pool in zip(texts, pools, strict=True)]
+    ids = list(dict.fromkeys(a for p in agreeing for a in p))
     cm = _unit(embed_matrix(embedder, [live[a]["text"] for a in ids])) if ids else None
     slot = {a: i for i, a in enumerate(ids)}
     out: list[list[Similar]] = []
-    for text, q, pool in zip(texts, qm, pools, strict=True):
+    for q, pool in zip(qm, agreeing, strict=True):
         found = []
         for a in pool:
-            if a not in slot:
-                continue
             cos = float(cm[slot[a]] @ q) if cm is not None else 0.0
-            if not math.isnan(cos) and is_duplicate(cos, text, live[a]["text"], limit):
+            if not math.isnan(cos) and cos >= limit:
                 found.append(Similar(a, min(1.0, cos)))
         found.sort(key=lambda s: (-s.score, s.atom_id))
         out.append(found[:k])
     log.info("projections.similar_found", subject_id=subject_id, texts=len(texts),
-             candidates=len(ids), similar=sum(len(f) for f in out))
+             candidates=len(live), similar=sum(len(f) for f in out))
     return out
 
 
-def _vector_pool(proj: Projections, conn: sa.Connection, subject_id: str, q: Any
-                 ) -> list[str]:
-    """The subject's atoms nearest to ``q`` in the vector index."""
-    return [a for a, _ in proj.vectors.search(conn, subject_id, [float(x) for x in q],
-                                              POOL)]
+def _nearest(proj: Projections, conn: sa.Connection, subject_id: str
+             ) -> Callable[[Any], list[str]]:
+    """A search of the subject's :data:`POOL` atoms nearest to a unit query vector in
+    the vector index, its vectors read once."""
+    import numpy as np
+
+    if proj.index.usable():
+        t = proj.runner.tracking
+        got = dict(conn.execute(sa.select(t.c.name, t.c.position).where(
+            t.c.name.in_([proj.atoms.name, proj.vectors.name]))).all())
+        entry = proj.index.get(conn, subject_id, (int(got.get(proj.atoms.name, 0)),
+                                                  int(got.get(proj.vectors.name, 0))))
+        return lambda q: [a for a, _ in entry.vector_top(np.asarray(q, dtype=np.float32),
+                                                          POOL)]
+    vectors = proj.vectors
+    rows = vectors._rows(conn, subject_id)  # once for every text (sparse vectors)
+    return lambda q: [a for a, _ in vectors._top(rows, [float(x) for x in q], POOL, {ON},
+                                                 None)]

@@ -74,8 +74,9 @@ def _seed(home: Path) -> dict[str, str]:
 # ----------------------------------------------------------------------------- CLI
 def test_cli_each_on_similar_value(home: Path) -> None:
     ids = _seed(home)
-    # add (the default): added, the similar memory named, never bob's identical one
-    code, out, err = _add(home, "--subject", "alice", "--text", "The user prefers tea.")
+    # add: added, the similar memory named, never bob's identical one
+    code, out, err = _add(home, "--subject", "alice", "--text", "The user prefers tea.",
+                          "--on-similar", "add")
     assert code == 0, err
     assert out["outcome"] == "added" and out["supersedes"] is None
     assert [s["atom_id"] for s in out["similar"]] == [ids["tea"]]
@@ -84,7 +85,8 @@ def test_cli_each_on_similar_value(home: Path) -> None:
     second = out["atom_id"]
     # hard negatives: related, not the same
     for text in ("Prefers coffee", "Worked at Acme until 2024", "Does not prefer tea"):
-        code, out, err = _add(home, "--subject", "alice", "--text", text)
+        code, out, err = _add(home, "--subject", "alice", "--text", text,
+                              "--on-similar", "add")
         assert code == 0, err
         assert out["similar"] == [], (text, out)
     n = _count(home, "alice")
@@ -138,6 +140,17 @@ def _state(home: Path) -> tuple[dict[str, str], dict[str, list[str]]]:
     return files, rows
 
 
+def test_cli_without_on_similar_adds_without_looking(home: Path) -> None:
+    """A quick add (ADR 0026): the read models are not opened, nothing is searched."""
+    ids = _seed(home)
+    code, out, err = _add(home, "--subject", "alice", "--text", "Prefers tea")
+    assert code == 0, err
+    assert out["outcome"] == "added" and out["similar"] == [] and out["atom_id"] != ids["tea"]
+    if not Config.load(home).events.is_postgres:
+        assert not (home / "projections.sqlite").exists()
+    assert _count(home, "alice") == 3
+
+
 def test_cli_refuse_writes_nothing(home: Path) -> None:
     ids = _seed(home)
     _count(home, "alice")  # the read models are current before the digest
@@ -153,6 +166,9 @@ def test_cli_refuse_writes_nothing(home: Path) -> None:
                 "Prefers tea", "--on-similar", "merge")
     assert r.code == 2 and "on_similar must be one of add, rehearse, supersede, refuse" \
         in r.err, r.err
+    r = run_cli("--home", str(home), "atom", "add", "--subject", "alice", "--text",
+                "Prefers tea", "--on-similar", "add", "--artifact", "art_missing")
+    assert r.code != 0 and "art_missing" in r.err, r.err
     assert _state(home) == before
     assert raw.rows() == rows
 
