@@ -301,11 +301,12 @@ def atom_add(
     consent_basis: str | None = None,
     session: Annotated[str | None, typer.Option(help="Session id.")] = None,
     min_sources: int = 1,
-    actor: ActorOpt = None, as_json: JsonOpt = False,
-    on_similar: Annotated[str, typer.Option(
-        help="When the subject already has memories that say the same: add (add anyway, "
+    on_similar: Annotated[str | None, typer.Option(
+        help="Look for the subject's memories that say the same, and: add (add anyway, "
              "name them), rehearse (rehearse the most similar instead), supersede (this "
-             "one supersedes it) or refuse (write nothing, exit 2).")] = "add",
+             "one supersedes it) or refuse (write nothing, exit 2). Without it, the atom "
+             "is added without looking (a quick add).")] = None,
+    actor: ActorOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Record an atom; prints its id (the rehearsed atom's with --on-similar rehearse).
 
@@ -330,7 +331,6 @@ def atom_add(
     out({"atom_id": aid, "archived": {"atoms": len(archived), "ids": archived},
          "outcome": added.outcome, "supersedes": added.supersedes, "similar": similar},
         as_json, str(aid))
-    if archived:
     if added.outcome == "rehearsed":
         verdict(f"OK: rehearsed atom {aid}, which says the same; no atom was added "
                 "(--on-similar rehearse)")
@@ -341,6 +341,7 @@ def atom_add(
         verdict(f"note: {len(similar)} memory(ies) of the subject say the same: "
                 + ", ".join(s["atom_id"] for s in similar)
                 + " (--on-similar rehearse, supersede or refuse decides)")
+    if archived:
         verdict(f"note: {len(archived)} atom(s) archived by the policy (maxAtoms): "
                 + ", ".join(archived[:5]))
 

@@ -854,6 +854,12 @@ class LedgerApp(Application[UUID]):
             self.last_archived = archived_by_policy([*new, *loaded])
             self.commit(*artifacts, *existing.values(), *new, *loaded, event_ids=False)
             self.last_sources = [a.id for a in artifacts]
+        for atom in new:
+            log.info("atom.created", atom_id=str(atom.id), subject_id=atom.subject_id)
+        for act, target in actions:
+            if act != "add":
+                log.info("atom.rehearsed" if act == "rehearse" else "atom.superseded",
+                         atom_id=target)
         log.info("atoms.remembered", added=sum(a == "add" for a, _ in actions),
                  superseded=sum(a == "supersede" for a, _ in actions),
                  rehearsed=sum(a == "rehearse" for a, _ in actions))
