@@ -1,5 +1,6 @@
-"""`ledger serve` driven over HTTP by a real client: every endpoint, results equal to the
-CLI's for the same ledger, on SQLite and PostgreSQL."""
+"""`ledger serve` driven over HTTP by real clients (httpx, and the typed client of ADR 0057
+for the memory and erasure flows): every endpoint, results equal to the CLI's for the same
+ledger, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from memory_ledger_client import Client, Conflict, InvalidRequest
+from service.models import AtomIn
 
 from .conftest import run_cli
 from .serving import issue, serving
@@ -30,8 +34,9 @@ def test_every_endpoint_answers_like_the_cli(home: Path, tmp_path: Path) -> None
     op_id, op = issue(home, "operator-1", "operator")
     _, aud = issue(home, "auditor-1", "auditor")
     _, asst = issue(home, "assistant-1", "assistant", ["user_9f4e", "user_7a1c"])
-    with serving(home) as server, server.client(asst) as c, server.client(op) as o, \
-            server.client(aud) as a:
+    with serving(home) as server, server.client(asst) as c, \
+            Client(server.url, token=asst) as cc, Client(server.url, token=op) as oc, \
+            Client(server.url, token=aud) as ac:
         # subjects
         r = c.post("/v1/subjects", json={"ref": "user_7a1c", "display_name": "K. Ito"})
         assert r.status_code == 201, r.text
@@ -47,54 +52,44 @@ def test_every_endpoint_answers_like_the_cli(home: Path, tmp_path: Path) -> None
         cli_art = _cli_json(home, "artifact", "show", "art_101")
         assert isinstance(cli_art, dict)
         assert {k: art[k] for k in cli_art} == cli_art
-        # atoms: one, a batch, show, history, correct, rehearse
-        r = c.post("/v1/atoms", json={"subject": "user_9f4e", "ref": "atom_001",
-                                      "text": "Prefers direct feedback",
-                                      "derivation": "inferred", "artifact_ids": ["art_101"],
-                                      "extractor": "claude-opus-4"})
-        assert r.status_code == 201, r.text
-        atom_id = r.json()["atom_id"]
-        r = c.post("/v1/atoms/batch", json=[
-            {"subject": "user_7a1c", "text": "Prefers aisle seats on long flights"},
-            {"subject": "user_7a1c", "text": "Drinks green tea in the morning"}])
-        assert r.status_code == 201 and len(r.json()["atom_ids"]) == 2
-        shown = c.get("/v1/atoms/atom_001").json()
+        # atoms: one, a batch, show, history, correct, rehearse (the typed client)
+        added = cc.add_atom(AtomIn(subject="user_9f4e", ref="atom_001",
+                                   text="Prefers direct feedback", derivation="inferred",
+                                   artifact_ids=["art_101"], extractor="claude-opus-4"))
+        atom_id = added.atom_id
+        batch_added = cc.add_atoms([
+            AtomIn(subject="user_7a1c", text="Prefers aisle seats on long flights"),
+            AtomIn(subject="user_7a1c", text="Drinks green tea in the morning")])
+        assert len(batch_added.atom_ids) == 2
+        shown = cc.get_atom("atom_001").model_dump(mode="json")
         cli_atom = _cli_json(home, "atom", "show", "atom_001")
         assert isinstance(cli_atom, dict)
         assert {k: shown[k] for k in cli_atom} == cli_atom
-        assert c.get(f"/v1/atoms/{atom_id}/history").json() == \
+        assert [e.model_dump(mode="json") for e in cc.history(atom_id)] == \
             _cli_json(home, "atom", "history", "atom_001")
-        r = c.post("/v1/atoms/atom_001/corrections",
-                   json={"text": "Prefers direct feedback, in writing", "reason": "asked"})
-        assert r.status_code == 201, r.text
-        new_id = r.json()["new_atom_id"]
-        r = c.post("/v1/rehearsals", json={"atom_ids": [new_id], "session_id": "s-1"})
-        assert r.status_code == 201 and len(r.json()["event_ids"]) == 1
+        new_id = cc.correct_atom("atom_001", text="Prefers direct feedback, in writing",
+                                 reason="asked").new_atom_id
+        assert len(cc.rehearse([new_id], session_id="s-1").event_ids) == 1
         # recall, memories, state
-        r = c.post("/v1/recall", json={"subject": "user_9f4e", "query": "feedback style",
-                                       "k": 3, "rehearse": False})
-        assert r.status_code == 200, r.text
+        got = cc.recall("feedback style", subject="user_9f4e", k=3, rehearse=False)
         cli_recall = _cli_json(home, "recall", "feedback style", "--subject", "user_9f4e",
                                "-k", "3", "--no-rehearse")
+        if isinstance(cli_recall, dict):  # recall --json prints an object with its items
+            cli_recall = cli_recall["items"]
         assert isinstance(cli_recall, list)
-        got = r.json()
-        assert [i["atom_id"] for i in got["items"]] == [i["atom_id"] for i in cli_recall]
-        assert [i["text"] for i in got["items"]] == [i["text"] for i in cli_recall]
-        assert "Prefers direct feedback, in writing" in got["prompt"]
-        listed = c.get("/v1/memories", params={"subject": "user_9f4e"}).json()
+        assert [i.atom_id for i in got.items] == [i["atom_id"] for i in cli_recall]
+        assert [i.text for i in got.items] == [i["text"] for i in cli_recall]
+        assert "Prefers direct feedback, in writing" in got.prompt
+        listed = [m.model_dump(mode="json") for m in cc.memories("user_9f4e")]
         cli_list = _cli_json(home, "memory", "list", "--subject", "user_9f4e")
         assert isinstance(cli_list, list)
         assert sorted(m["atom_id"] for m in listed) == sorted(m["atom_id"] for m in cli_list)
         assert "link" not in c.get("/v1/memories", params={"subject": "user_9f4e"}).headers
         # a listing comes in bounded pages: the Link header (rel=next) names the next one
-        paged, url = [], "/v1/memories?subject=user_9f4e&limit=1"
-        while url:
-            r = c.get(url)
-            assert r.status_code == 200 and len(r.json()) == 1, r.text
-            paged += r.json()
-            link = r.headers.get("link")
-            url = link.split(">")[0].lstrip("<") if link else ""
-            assert not link or link.endswith('; rel="next"')
+        r = c.get("/v1/memories", params={"subject": "user_9f4e", "limit": 1})
+        assert len(r.json()) == 1 and r.headers["link"].endswith('; rel="next"'), r.text
+        paged = [m.model_dump(mode="json") for m in cc.memories("user_9f4e", page_size=1)]
+
         def steady(rows: list[dict[str, object]]) -> list[dict[str, object]]:
             return [{k: v for k, v in r.items() if k != "salience_now"} for r in rows]
 
@@ -102,11 +97,11 @@ def test_every_endpoint_answers_like_the_cli(home: Path, tmp_path: Path) -> None
         assert len(listed) == 2 and steady(paged) == steady(listed)
         r = c.get("/v1/memories", params={"subject": "user_9f4e", "after": "atom_none"})
         assert r.status_code == 400 and "after:" in r.json()["detail"], r.text
-        assert c.get("/v1/memories", params={"subject": "user_9f4e",
-                                             "limit": 1001}).status_code == 422
-        inspected = c.get(f"/v1/memories/{new_id}").json()
+        with pytest.raises(InvalidRequest):
+            list(cc.memories("user_9f4e", page_size=1001))
+        inspected = cc.inspect_memory(new_id)
         assert inspected["atom_id"] == new_id and inspected["rehearsal_count"] == 1
-        state = c.get("/v1/subjects/user_9f4e/state").json()
+        state = cc.state("user_9f4e")
         assert [x["atom_id"] for x in state["valid"]] == [new_id]
         # export in all three formats; import back into the server (dry run and for real)
         konshus = c.get("/v1/subjects/user_7a1c/export", params={"format": "konshus"})
@@ -138,23 +133,21 @@ def test_every_endpoint_answers_like_the_cli(home: Path, tmp_path: Path) -> None
                    content=mem.content, headers={"Content-Type": "application/zip"})
         assert r.status_code == 200, r.text
         # erasure: file (assistant), plan and execute (operator), pack (operator)
-        r = c.post("/v1/requests", json={"subject": "user_7a1c", "reason": "GDPR Art. 17",
-                                         "legal_basis": "GDPR Art. 17(1)(a)"})
-        assert r.status_code == 201, r.text
-        rid = r.json()["request_id"]
-        assert r.json()["status"] == "open"
-        assert c.get(f"/v1/requests/{rid}").json()["request_id"] == rid
-        assert [x["request_id"] for x in o.get("/v1/requests").json()] == \
+        filed = cc.file_request("user_7a1c", "GDPR Art. 17", legal_basis="GDPR Art. 17(1)(a)")
+        rid = filed.request_id
+        assert filed.status == "open"
+        assert cc.request_status(rid).request_id == rid
+        assert [x.request_id for x in oc.requests()] == \
             [x["request_id"] for x in _cli_json(home, "requests", "list")]  # type: ignore
-        plan = a.get(f"/v1/requests/{rid}/plan").json()
-        theirs = c.get("/v1/memories", params={"subject": "user_7a1c"}).json()
-        assert sorted(plan["targets"]["atoms"]) == sorted(m["atom_id"] for m in theirs)
-        r = o.post(f"/v1/requests/{rid}/execute", json={"plan_digest": "sha256:" + "0" * 64})
-        assert r.status_code == 409 and "nothing was written" in r.json()["detail"]
-        r = o.post(f"/v1/requests/{rid}/execute", json={"plan_digest": plan["plan_digest"]})
-        assert r.status_code == 200, r.text
-        batch = r.json()["batch_id"]
-        assert c.get(f"/v1/requests/{rid}").json()["status"] == "completed"
+        plan = ac.plan(rid)
+        theirs = list(cc.memories("user_7a1c"))
+        assert sorted(plan.targets["atoms"]) == sorted(m.atom_id for m in theirs)
+        with pytest.raises(Conflict) as stale:
+            oc.execute(rid, "sha256:" + "0" * 64)
+        assert stale.value.status == 409 and "nothing was written" in stale.value.detail
+        batch = oc.execute(rid, plan.plan_digest).batch_id
+        assert batch is not None
+        assert cc.request_status(rid).status == "completed"
         assert c.get("/v1/atoms", params={}).status_code in (404, 405)
         # the signed request and approval record which credential acted, never its secret
         from ledger import envelope
@@ -169,38 +162,31 @@ def test_every_endpoint_answers_like_the_cli(home: Path, tmp_path: Path) -> None
                     if r[3] == "memory-ledger:request.received.v1"]
         assert received[-1]["credential"].startswith("tok_")
         assert not any(op.encode() in r[4] or asst.encode() in r[4] for r in rows)
-        pack = o.post(f"/v1/batches/{batch}/evidence-pack")
-        assert pack.status_code == 200 and pack.headers["content-type"] == "application/zip"
-        (tmp_path / "pack.zip").write_bytes(pack.content)
+        (tmp_path / "pack.zip").write_bytes(oc.evidence_pack(batch))
         v = run_cli("verify-pack", str(tmp_path / "pack.zip"), "--root-key",
                     str(home / "keys" / "root.pub"))
         assert v.code == 0, v.err
         # deletion and redaction of single atoms, artifact deletion
         # the reason goes in the body, never in the URL (ADR 0043)
-        r = c.post(f"/v1/atoms/{new_id}/deletions", json={"reason": "asked to forget"})
-        assert r.status_code == 200, r.text
-        assert r.json()["tombstone_ids"] and r.json()["batch_id"]
-        assert c.get(f"/v1/atoms/{new_id}").json()["content_erased"] is True
-        r = c.post("/v1/atoms", json={"subject": "user_9f4e", "text": "Reads on the train"})
-        extra = r.json()["atom_id"]
-        r = o.post(f"/v1/atoms/{extra}/redactions", json={"mode": "soft", "reason": "review"})
-        assert r.status_code == 200 and r.json()["mode"] == "soft"
+        gone = cc.delete_atom(new_id, "asked to forget")
+        assert gone.tombstone_ids and gone.batch_id
+        assert cc.get_atom(new_id).content_erased is True
+        extra = cc.remember("Reads on the train", subject="user_9f4e").atom_id
+        assert oc.redact_atom(extra, "soft", "review").model_dump()["mode"] == "soft"
         assert c.post(f"/v1/atoms/{extra}/deletions", json={}).status_code == 422
-        r = c.post("/v1/artifacts/art_101/deletions", json={"reason": "user removed the chat"})
-        assert r.status_code == 200, r.text
-        assert set(r.json()["cascade"]) >= {"deleted_atoms", "kept_atoms"}
+        cascade = cc.delete_artifact("art_101", "user removed the chat")
+        assert set(cascade.model_dump()["cascade"]) >= {"deleted_atoms", "kept_atoms"}
         # the deprecated form, reason in the query string, still works
         r = c.delete(f"/v1/atoms/{extra}", params={"reason": "asked to forget"})
         assert r.status_code == 200, r.text
-        assert c.get(f"/v1/atoms/{extra}").json()["content_erased"] is True
+        assert cc.get_atom(extra).content_erased is True
         # integrity
         note = c.get("/v1/checkpoint")
         assert note.headers["content-type"].startswith("text/plain")
-        assert note.text.splitlines()[0].startswith("memory-ledger/")
-        ver = a.get("/v1/verification").json()
-        assert ver["ok"] is True
-        keys = a.get("/v1/keys").json()
-        assert {k["kid"] for k in keys} == {k["kid"] for k in _cli_json(home, "keys", "list")}  # type: ignore
+        assert cc.checkpoint().splitlines()[0].startswith("memory-ledger/")
+        assert ac.verification().ok is True
+        keys = ac.keys()
+        assert {k.kid for k in keys} == {k["kid"] for k in _cli_json(home, "keys", "list")}  # type: ignore
         assert server.stop()
     assert run_cli("--home", h, "verify").code == 0
 
