@@ -11,8 +11,15 @@ Prints, for one SQLite ledger on this machine:
 * the ratios the issue sets targets for: HTTP add throughput with 32 clients over the
   in-process bulk rate (target >= 0.5), HTTP recall p95 over in-process p95 (<= 2).
 
+With ``--overhead`` it measures only what observability costs (ADR 0054): the same
+server process started three ways, off (``--no-metrics``, no ``OTEL_*``), metrics on, and
+tracing on exporting to an in-process no-op exporter behind the SDK's batch processor;
+adds/s with 8 clients and recall p50/p95 with 1, each way run ``--rounds`` times in turn,
+the best of each kept; printed as ratios to off (goal: under 5 % each).
+
 Loopback only, bounded in count and time. Usage:
     python benchmarks/serve.py [--atoms 2000] [--seconds 10]
+    python benchmarks/serve.py --overhead [--seconds 5] [--queries 100] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -231,12 +239,218 @@ async def recalls(url: str, token: str, queries: list[str]
             {"p50": pct(mcp_lat, 0.5), "p95": pct(mcp_lat, 0.95)})
 
 
+MODES = ("off", "metrics", "tracing")
+
+
+def child_serve(home: str, port: int, mode: str) -> None:
+    """The server of one ``--overhead`` run (this script, in its own process)."""
+    if mode == "tracing":
+        from collections.abc import Sequence
+
+        from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+        from opentelemetry.sdk.trace.export import (
+            BatchSpanProcessor,
+            SpanExporter,
+            SpanExportResult,
+        )
+
+        from server.telemetry import use
+
+        class NoOp(SpanExporter):
+            def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+                return SpanExportResult.SUCCESS
+
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(NoOp()))
+        use(provider)
+    for name in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
+                 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        os.environ.pop(name, None)
+    from server.launch import serve
+
+    serve(Path(home), "127.0.0.1", port, 1, None, None, None, metrics=mode == "metrics")
+
+
+def middleware_cost(calls: int) -> dict[str, float]:
+    """CPU microseconds per request that the observability middleware adds in front of an
+    app that answers at once, measured in this process by thread CPU time (other processes
+    on the machine do not count): metrics on, tracing on (no-op exporter), both; and the
+    cost of a span helper while tracing is off."""
+    from collections.abc import Sequence
+
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+
+    from ledger import tracing
+    from server.telemetry import observe, use
+
+    class NoOp(SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    class Route:
+        path = "/v1/recall"
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        scope["route"] = Route
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async def receive() -> Any:
+        return {"type": "http.request", "body": b""}
+
+    async def send(message: Any) -> None:
+        return None
+
+    headers = [(b"traceparent", b"00-4bf92f3577b34da6a3ce929c0e4736aa-00f067aa0ba902b7-01")]
+
+    async def run(wrapped: Any) -> float:
+        for _ in range(200):
+            await wrapped({"type": "http", "method": "POST", "path": "/v1/recall",
+                           "headers": headers}, receive, send)
+        t0 = time.thread_time()
+        for _ in range(calls):
+            await wrapped({"type": "http", "method": "POST", "path": "/v1/recall",
+                           "headers": headers}, receive, send)
+        return (time.thread_time() - t0) / calls * 1e6
+
+    out = {"bare": asyncio.run(run(app)), "metrics": asyncio.run(run(observe(app, True)))}
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(NoOp()))
+    use(provider)
+    try:
+        out["tracing"] = asyncio.run(run(observe(app, False)))
+        out["both"] = asyncio.run(run(observe(app, True)))
+        from server.telemetry import memory_span
+        from service.caller import local_operator
+
+        caller = local_operator()
+        t0 = time.thread_time()
+        for _ in range(calls):
+            with memory_span("search_memory", caller) as s:
+                s.set_attribute("gen_ai.memory.search.result.count", 5)
+        out["memory_span"] = (time.thread_time() - t0) / calls * 1e6
+    finally:
+        tracing.disable()
+        provider.shutdown()
+    t0 = time.thread_time()
+    for _ in range(calls):
+        with tracing.span("erasure.purge"):
+            pass
+    out["span_off"] = (time.thread_time() - t0) / calls * 1e6
+    return out
+
+
+def overhead(args: argparse.Namespace) -> None:
+    """Observability off, metrics on, tracing on: the same traffic, ratios to off."""
+    import signal
+    import subprocess
+
+    import httpx
+
+    from ledger.application import LedgerApp
+    from service.caller import local_operator
+    from service.models import AtomIn, SubjectIn
+    from service.root import opened_service
+    from tests.serving import free_port, issue
+
+    queries = [f"topic {i % 97} memory" for i in range(args.queries)]
+    best: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
+        home = Path(tmp) / "home"
+        LedgerApp.initialize(home)
+        with opened_service(home) as svc:
+            op = local_operator()
+            svc.register_subject(op, SubjectIn(ref="bench"))
+            items = [AtomIn(subject="bench", text=f"memory {i} about topic {i % 97}")
+                     for i in range(1000)]
+            for start in range(0, len(items), 256):
+                svc.add_atoms(op, items[start:start + 256])
+        _, token = issue(home, "bench", "assistant", ["bench"])
+        for _ in range(args.rounds):
+            for mode in MODES:
+                port = free_port()
+                proc = subprocess.Popen([sys.executable, __file__, "--child-serve", str(home),
+                                         str(port), mode], stderr=subprocess.DEVNULL)
+                url = f"http://127.0.0.1:{port}"
+                try:
+                    for _ in range(600):
+                        try:
+                            if httpx.get(f"{url}/v1/health", timeout=1).status_code == 200:
+                                break
+                        except httpx.TransportError:
+                            pass
+                        time.sleep(0.1)
+                    adds = asyncio.run(http_adds(url, token, 8, args.seconds))
+                    recall, _ = asyncio.run(recalls(url, token, queries))
+                finally:
+                    proc.send_signal(signal.SIGTERM)
+                    proc.wait(60)
+                got = {"add_rate": adds["rate"], "add_p50": adds["p50"],
+                       "recall_p50": recall["p50"], "recall_p95": recall["p95"]}
+                prev = best.setdefault(mode, got)
+                best[mode] = {"add_rate": max(prev["add_rate"], got["add_rate"]),
+                              **{k: min(prev[k], got[k]) for k in got if k != "add_rate"}}
+    counted = tempfile.mkdtemp(prefix="bench-metrics-")  # as ledger serve counts
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = counted
+    try:
+        cost = middleware_cost(args.calls)
+    finally:
+        os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        import shutil
+
+        shutil.rmtree(counted, ignore_errors=True)
+    load = os.getloadavg()
+    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; observability overhead, "
+          f"{args.rounds} rounds of {args.seconds:.0f} s of adds (8 clients) and "
+          f"{args.queries} recalls (1 client) per mode, best of the rounds")
+    for mode in MODES:
+        b = best[mode]
+        print(f"{mode:8s} add {b['add_rate']:7.0f} req/s  p50 {b['add_p50']:6.2f} ms   recall "
+              f"p50 {b['recall_p50']:6.2f} ms  p95 {b['recall_p95']:6.2f} ms")
+    print(f"middleware CPU per request (thread time, {args.calls} calls): bare app "
+          f"{cost['bare']:.1f} us; added by metrics {cost['metrics'] - cost['bare']:.1f} us, "
+          f"by tracing {cost['tracing'] - cost['bare']:.1f} us, by both "
+          f"{cost['both'] - cost['bare']:.1f} us; a memory span {cost['memory_span']:.1f} us; "
+          f"a span helper while off {cost['span_off']:.2f} us")
+    off = best["off"]
+    # a traced request opens its server span and one memory span (an erasure a few more)
+    for mode, extra in (("metrics", cost["metrics"] - cost["bare"]),
+                        ("tracing", cost["tracing"] - cost["bare"] + cost["memory_span"])):
+        print(f"ratio {mode} CPU added / off recall p50: "
+              f"{extra / (off['recall_p50'] * 1000):.4f}, / off add p50: "
+              f"{extra / (off['add_p50'] * 1000):.4f} (goal < 0.05)")
+    for mode in ("metrics", "tracing"):
+        b = best[mode]
+        print(f"ratio {mode} / off: add rate {b['add_rate'] / off['add_rate']:.3f} "
+              f"(goal >= 0.95), recall p50 {b['recall_p50'] / off['recall_p50']:.3f} "
+              f"p95 {b['recall_p95'] / off['recall_p95']:.3f} (goal <= 1.05)")
+
+
 def main() -> None:
+    if len(sys.argv) == 5 and sys.argv[1] == "--child-serve":
+        child_serve(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--atoms", type=int, default=2000)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--overhead", action="store_true",
+                    help="measure only the cost of metrics and of tracing (ADR 0054)")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--calls", type=int, default=20000,
+                    help="--overhead: calls of the middleware measured in process")
     args = ap.parse_args()
+    if args.overhead:
+        import logging
+
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        overhead(args)
+        return
     import logging
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
