@@ -20,7 +20,7 @@ from pathlib import Path
 import structlog
 
 from ledger.home import Config
-from service.webhooks import DeliveryPolicy, WebhookService, any_subscription
+from service.webhooks import DeliveryPolicy, SubscriptionProbe, WebhookService
 
 log = structlog.get_logger("ledger.server")
 
@@ -47,11 +47,14 @@ class WebhookSender(threading.Thread):
 
     def run(self) -> None:
         hooks: WebhookService | None = None
+        probe: SubscriptionProbe | None = None
         try:
             while not self._halt.is_set():
                 try:
                     if hooks is None:
-                        if not any_subscription(Config.load(self.home)):
+                        if probe is None:
+                            probe = SubscriptionProbe(Config.load(self.home))
+                        if not probe.any():
                             self._halt.wait(max(self.policy.interval, IDLE_CHECK))
                             continue
                         hooks = WebhookService.open(self.home, self.policy)
@@ -68,6 +71,8 @@ class WebhookSender(threading.Thread):
         finally:
             if hooks is not None:
                 hooks.close()
+            if probe is not None:
+                probe.close()
 
 
 def webhook_lifespan(home: Path) -> Callable[[], contextlib.AbstractAsyncContextManager[None]]:

@@ -78,8 +78,8 @@ __all__ = [
     "DeliveryPolicy",
     "PumpReport",
     "Subscription",
+    "SubscriptionProbe",
     "WebhookService",
-    "any_subscription",
     "check_url",
     "sign",
     "validate_subscription",
@@ -791,21 +791,28 @@ def validate_subscription(url: str, events: Iterable[str] = (), tenant: str | No
     return types, clean
 
 
-def any_subscription(config: Config) -> bool:
-    """Whether the ledger has a webhook subscription (one query; a server's sender opens
-    the ledger only when there is one)."""
-    from keys.datakeys import make_engine
+class SubscriptionProbe:
+    """Whether the ledger has a webhook subscription: one query, on one connection kept
+    open (a server's sender opens the ledger only once there is one; on SQLite, closing
+    the last connection of a database checkpoints its WAL, which a probe every few seconds
+    must not do)."""
 
-    url = config.events
-    engine = make_engine(url.sqlalchemy_url(), url.schema)
-    try:
-        if not sa.inspect(engine).has_table("webhook_subscriptions", schema=url.schema):
-            return False
-        table = sa.table("webhook_subscriptions", sa.column("sub_id"), schema=url.schema)
-        with engine.connect() as conn:
-            return conn.execute(sa.select(table.c.sub_id).limit(1)).first() is not None
-    finally:
-        engine.dispose()
+    def __init__(self, config: Config) -> None:
+        from keys.datakeys import make_engine
+
+        url = config.events
+        self.schema = url.schema
+        self.engine = make_engine(url.sqlalchemy_url(), url.schema, pooled=True)
+        self.table = sa.table("webhook_subscriptions", sa.column("sub_id"), schema=url.schema)
+
+    def any(self) -> bool:
+        with self.engine.connect() as conn:
+            if not sa.inspect(conn).has_table("webhook_subscriptions", schema=self.schema):
+                return False
+            return conn.execute(sa.select(self.table.c.sub_id).limit(1)).first() is not None
+
+    def close(self) -> None:
+        self.engine.dispose()
 
 
 def _key_id(sub_id: str) -> str:
