@@ -305,7 +305,9 @@ def _tools(mcp: MCPServer[Any], b: Backend) -> None:
         subject = named_subject(c, item.subject)  # the credential's only one, if unnamed
         item = item.model_copy(update={"subject": subject})
         source = ArtifactIn(subject=subject, **SourceIn.model_validate(artifact).model_dump())
-        out = await b.write(lambda s: s.add_atom_with_source(c, item, source))
+        with memory_span("update_memory", c) as span:
+            out = await b.write(lambda s: s.add_atom_with_source(c, item, source))
+            span.set_attribute("gen_ai.memory.id", out.atom_id)
         return _result(Remembered(**out.model_dump()))
 
     _add(mcp, "remember", "Remember",
