@@ -473,7 +473,7 @@ def test_kill_9_of_the_server_mid_delivery_then_restart_delivers_everything(
         bodies.setdefault(rec["id"], set()).add(rec["body"])
     assert all(len(b) == 1 for b in bodies.values()), "a webhook-id came with two bodies"
     assert len(bodies) == len(written)  # one id per event
-    assert [r["id"] for r in receiver.received].count(in_flight) == 2  # sent again
+    assert [r["id"] for r in receiver.received].count(in_flight) >= 2  # sent again
     for ref_atoms in (written[0::2][:3] + written[6:], written[1::2][:3]):  # order per subject
         first = {}
         for rec in receiver.received:
