@@ -47,6 +47,7 @@ import random
 import re
 import secrets
 import socket
+import ssl
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -280,7 +281,10 @@ class WebhookService:
     Not thread-safe: a server's sender thread opens its own (:meth:`open`)."""
 
     def __init__(self, app: LedgerApp, store: Store, policy: DeliveryPolicy | None = None,
-                 *, resolve: Resolver = _resolve, owns: bool = False) -> None:
+                 *, resolve: Resolver = _resolve, owns: bool = False,
+                 verify: ssl.SSLContext | bool = True) -> None:
+        """``resolve`` and ``verify`` (the TLS trust: default, the system's CAs) are for
+        tests."""
         from keys.datakeys import make_engine
         from projections.routes import RouteRegistry
         from projections.runner import Runner
@@ -290,6 +294,7 @@ class WebhookService:
         self.store = store
         self.policy = policy or DeliveryPolicy()
         self.resolve = resolve
+        self.verify = verify
         self._owns = owns
         self.feed: WebhookFeed = WebhookFeed(store)
         self.runner: Runner = Runner(app, store, [self.feed], RouteRegistry())
@@ -636,7 +641,8 @@ class WebhookService:
 
         if self._client is None:
             self._client = httpx.Client(timeout=self.policy.timeout, follow_redirects=False,
-                                        trust_env=False, headers={"User-Agent": USER_AGENT})
+                                        trust_env=False, verify=self.verify,
+                                        headers={"User-Agent": USER_AGENT})
         return self._client
 
     def due(self, limit: int = 1000) -> list[Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import signal
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -42,7 +43,8 @@ class Receiver:
     (`standardwebhooks.Webhook.verify`) and records what it accepted; it can go down (the
     port closed) and come back on the same port, or hold requests until released."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        self.tls = tls
         self.port = free_port()
         self.secrets: dict[str, str] = {}  # path -> secret
         self.received: list[dict[str, Any]] = []  # verified deliveries, in arrival order
@@ -88,6 +90,8 @@ class Receiver:
 
         server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         server.daemon_threads = True
+        if self.tls is not None:
+            server.socket = self.tls.wrap_socket(server.socket, server_side=True)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         self.server = server
 
@@ -507,3 +511,60 @@ def test_deliver_without_once_is_a_usage_error(home: Path) -> None:
     r = run_cli("--home", str(home), "webhooks", "deliver")
     assert r.code == 2 and "only --once is supported" in r.err
     assert home_digest(home) == before
+
+
+def _certificate(tmp_path: Path, name: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(server context, client context that trusts it) of a self-signed cert for ``name``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.now(UTC)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - timedelta(days=1)).not_valid_after(now + timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    pem = cert.public_bytes(serialization.Encoding.PEM)
+    (tmp_path / "cert.pem").write_bytes(pem)
+    (tmp_path / "key.pem").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    return server, ssl.create_default_context(cadata=pem.decode())
+
+
+@pytest.mark.parametrize("cert_name", ["hooks.test", "other.test"])
+def test_https_goes_to_the_checked_address_and_still_checks_the_name(
+        home: Path, tmp_path: Path, cert_name: str) -> None:
+    """The connection is pinned to the address just resolved, while TLS still verifies the
+    certificate against the URL's host name (SNI): a certificate for another name fails."""
+    from projections.store import Store
+
+    server_tls, client_tls = _certificate(tmp_path, cert_name)
+    receiver = Receiver(tls=server_tls)
+    subject(home, "ann")
+    app = LedgerApp(Config.load(home))
+    store = Store.open(app.config.projections)
+    hooks = WebhookService(app, store, FAST, resolve=lambda host, port: ["127.0.0.1"],
+                           verify=client_tls)
+    try:
+        added = hooks.add(f"https://hooks.test:{receiver.port}/hook", allow_private=True)
+        receiver.secrets["/hook"] = added.secret
+        atom(home, "ann", "a fact")
+        report = hooks.pump()
+        if cert_name == "hooks.test":
+            assert report.delivered == 1 and len(receiver.payloads()) == 1
+        else:
+            assert report.delivered == 0 and report.errors == {"ConnectError": 1}
+            assert receiver.received == []
+    finally:
+        hooks.close()
+        store.close()
+        app.close()
+        receiver.down()
