@@ -6,13 +6,15 @@ person), recorded through the ordinary bulk path (``LedgerApp.add_atoms``, 5,000
 command). Queries are those people's questions. Ledgers are kept in ``--keep`` (default
 /tmp/recall-bench) and reused by later runs: building 10^6 events takes minutes.
 
-Printed per size, in-process (``Projections.recall``, caught up, no rehearsal, k=5):
-the first recall (which reads the subject's index), then p50/p95 over ``--queries``
-queries, with the load average before and after. For the ledger of ``--rebuild-size``
-events (and any ledger whose read models are not current: a new or a reused one), the
-raw notification read rate and the rebuild rate of all read models, in the same run,
-with progress. Last, one query's embedding time for WordLlama and, when installed,
-MiniLM: the part of recall that depends on the model (ADR 0034).
+Printed per size, in-process (``Projections.recall``, caught up, no rehearsal, the fused
+scoring of ADR 0051 on): the first recall (which reads the subject's index), then p50/p95
+of wall and CPU time over ``--queries`` queries with k=5, with k=50 and with k=5 and a
+since/until window (holding every atom, and holding none), and their CPU time as a
+ratio of the first (same run), with the load average before and after. For the ledger
+of ``--rebuild-size`` events (and any ledger whose read models are not current: a new
+or a reused one), the raw notification read rate and the rebuild rate of all read
+models, in the same run, with progress. Last, one query's embedding time for WordLlama
+and, when installed, MiniLM: the part of recall that depends on the model (ADR 0034).
 
 The embedder is WordLlama unless ``--embedder`` says otherwise: the default of a dev or
 CI install. (With MiniLM installed, it is the default, but a 10^6-atom vector index at
@@ -100,6 +102,30 @@ def read_rate(app: LedgerApp) -> tuple[int, float]:
     return count, count / (time.perf_counter() - t0)
 
 
+WINDOW = {"since": "2000-01-01", "until": "2999-12-31"}
+"""A since/until window (ADR 0051) that holds every atom: the filter's own cost."""
+EMPTY = {"since": "2000-01-01", "until": "2000-01-01"}
+"""One that holds none: the worst case, where the indexes are asked for more until
+``MAX_PROPOSALS``."""
+
+
+def timed(p: Projections, questions: list[str], n: int, **kw: object
+          ) -> tuple[list[float], list[float]]:
+    """Wall and CPU seconds of ``n`` recalls (fixed seed; a random number appended to each
+    question so the recall cache never answers). CPU time is this process's own: on
+    cores shared with other work it moves less than wall time does."""
+    rng = random.Random(5)
+    lat: list[float] = []
+    cpu: list[float] = []
+    for _ in range(n):
+        q = rng.choice(questions) + f" {rng.randrange(10**6)}"
+        t0, c0 = time.perf_counter(), time.process_time()
+        p.recall(q, "u1", refresh=False, **kw)  # type: ignore[arg-type]
+        lat.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return lat, cpu
+
+
 def load() -> str:
     return f"load {os.getloadavg()[0]:.2f}"
 
@@ -170,22 +196,28 @@ def main() -> None:
                           flush=True)
                 else:
                     print(f"{size:>9,} events: built in {secs:.0f}s; read models current")
-                rng = random.Random(5)
                 t0 = time.perf_counter()
                 p.recall("warm up the subject index", "u1", k=5, refresh=False)
                 first = time.perf_counter() - t0
                 before = load()
-                lat: list[float] = []
-                for _ in range(args.queries):
-                    q = rng.choice(questions) + f" {rng.randrange(10**6)}"  # no cache hits
-                    t0 = time.perf_counter()
-                    p.recall(q, "u1", k=5, refresh=False)
-                    lat.append(time.perf_counter() - t0)
-                print(f"{size:>9,} events ({size - 1:,} atoms of one subject): recall k=5 "
-                      f"p50 {pct(lat, 0.5) * 1000:.1f} ms, p95 {pct(lat, 0.95) * 1000:.1f} ms, "
-                      f"mean {statistics.fmean(lat) * 1000:.1f} ms over {len(lat)} queries "
-                      f"({before} before, {load()} after; first recall, reading the subject "
-                      f"index: {first * 1000:.0f} ms)", flush=True)
+                runs = {label: timed(p, questions, args.queries, **kw)
+                        for label, kw in (("k=5", {"k": 5}), ("k=50", {"k": 50}),
+                                          ("k=5, since/until", {"k": 5, **WINDOW}),
+                                          ("k=5, since/until holding nothing",
+                                           {"k": 5, **EMPTY}))}
+                for label, (lat, cpu) in runs.items():
+                    print(f"{size:>9,} events ({size - 1:,} atoms of one subject): recall "
+                          f"{label} p50 {pct(lat, 0.5) * 1000:.1f} ms, "
+                          f"p95 {pct(lat, 0.95) * 1000:.1f} ms, "
+                          f"mean {statistics.fmean(lat) * 1000:.1f} ms; CPU time p50 "
+                          f"{pct(cpu, 0.5) * 1000:.1f} ms, p95 {pct(cpu, 0.95) * 1000:.1f} ms "
+                          f"over {len(lat)} queries", flush=True)
+                base = pct(runs["k=5"][1], 0.5)
+                print("  same run, CPU time p50 against k=5: "
+                      + ", ".join(f"{label} {pct(cpu, 0.5) / base:.2f}x"
+                                  for label, (_lat, cpu) in runs.items() if label != "k=5")
+                      + f" ({before} before, {load()} after; first recall, reading the "
+                      f"subject index: {first * 1000:.0f} ms)", flush=True)
         finally:
             app.close()
     for name in ("wordllama", "minilm"):

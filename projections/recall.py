@@ -163,6 +163,8 @@ class SubjectIndex:
         """Sign bits, one row per 64-bit word (word-major): the first pass of a large
         subject's shortlist reads word 0 of every slot as one contiguous array."""
         self.flags = np.zeros(0, dtype=np.uint8)
+        self.slot_atom = np.zeros(0, dtype=np.int64)
+        """Per slot, the index of its atom in the atom arrays (-1: none, or not read yet)."""
         self.used = 0
         self.slot_of: dict[str, int] = {}
         self.center = np.zeros(dim, dtype=np.float32)
@@ -212,6 +214,9 @@ class SubjectIndex:
                 self._n += 1
                 pos[atom_id] = i
                 self.ids.append(atom_id)
+                slot = self.slot_of.get(atom_id)
+                if slot is not None:
+                    self.slot_atom[slot] = i
             where[k] = i
         profs = []
         for pj in profile_json:
@@ -293,6 +298,9 @@ class SubjectIndex:
             gflags = np.zeros(cap, dtype=np.uint8)
             gflags[:len(self.flags)] = self.flags
             self.flags = gflags
+            gatom = np.full(cap, -1, dtype=np.int64)
+            gatom[:len(self.slot_atom)] = self.slot_atom
+            self.slot_atom = gatom
             self.slot_ids.extend([None] * (cap - len(self.slot_ids)))
         self.used = max(self.used, end)
         self.matrix[start:end] = np.frombuffer(vals, dtype="<f4").reshape(count, self.dim)
@@ -306,10 +314,12 @@ class SubjectIndex:
                 if old is not None:
                     self.slot_of.pop(old, None)
                 self.slot_ids[start + j] = None
+                self.slot_atom[start + j] = -1
             else:
                 atom_id = raw.decode("ascii")
                 self.slot_ids[start + j] = atom_id
                 self.slot_of[atom_id] = start + j
+                self.slot_atom[start + j] = self.pos.get(atom_id, -1)
         self.vec_seq = max(self.vec_seq, seq)
 
     def _signs(self, rows: Any) -> Any:
@@ -368,7 +378,19 @@ class SubjectIndex:
                 h += np.bitwise_count(np.bitwise_xor(word, qbits[w]))
         return out
 
-    def _shortlist(self, qbits: Any, m: int, present: bool = False) -> Any:
+    def recallable(self, at: float, since: float, until: float) -> Any:
+        """Boolean mask over the used slots: retrievable, and its atom recallable at ``at``
+        from the window ``since <= said < until`` (:meth:`reasons` 0). With a window,
+        recall searches these slots only (ADR 0051)."""
+        import numpy as np
+
+        ok = self.reasons(at, np.arange(self._n), since, until) == 0
+        atom = self.slot_atom[:self.used]
+        mask = (self.flags[:self.used] == 1) & (atom >= 0)
+        mask[mask] = ok[atom[mask]]
+        return mask
+
+    def _shortlist(self, qbits: Any, m: int, dead: Any) -> Any:
         """About ``m`` live slots nearest by Hamming distance (all ties at the cut kept).
 
         Above :data:`FIRST_PASS` used slots, the first word's distance (64 bits) first
@@ -376,8 +398,6 @@ class SubjectIndex:
         a quarter of the memory traffic at 10^6 slots."""
         import numpy as np
 
-        self.live()  # brings self._dead up to date
-        dead = self._absent if present else self._dead
         words = self.bits.shape[0]
         idx = None
         if self.used > FIRST_PASS and words > 1:
@@ -395,23 +415,29 @@ class SubjectIndex:
         chosen = np.flatnonzero(ham <= min(cut, self.dim))
         return chosen if idx is None else idx[chosen]
 
-    def vector_top(self, q: Any, n: int, present: bool = False) -> list[tuple[str, float]]:
-        """Best ``n`` retrievable slots (``present``: any slot holding a vector) by
-        cosine: exact up to :data:`EXACT_LIMIT` live vectors, else exact over a Hamming
-        shortlist of (centred) sign bits."""
+    def vector_top(self, q: Any, n: int, present: bool = False,
+                   allowed: Any = None) -> list[tuple[str, float]]:
+        """Best ``n`` retrievable slots (``present``: any slot holding a vector; ``allowed``:
+        the slots of this boolean mask over the used ones) by cosine: exact up to
+        :data:`EXACT_LIMIT` live vectors, else exact over a Hamming shortlist of (centred)
+        sign bits."""
         import numpy as np
 
         if not len(self.flags) or n <= 0:
             return []
         used = self.used
         live = self.live(present)
+        dead = self._absent if present else self._dead
+        if allowed is not None:
+            live, dead = np.flatnonzero(allowed), np.flatnonzero(~allowed)
         count = len(live)
         m = max(SHORTLIST, 40 * n)
         if count > EXACT_LIMIT and count > m:
-            if 2 * self._centered <= count:
-                self._recenter(live)
+            every = self.live()
+            if 2 * self._centered <= len(every):
+                self._recenter(every)
             qbits = self._signs(q.reshape(1, -1))[0]
-            idx = self._shortlist(qbits, m, present)
+            idx = self._shortlist(qbits, m, dead)
             if len(self._rows) < len(idx):
                 self._rows = np.empty((max(len(idx), 2 * m), self.dim), dtype=np.float32)
             rows = self._rows[:len(idx)]

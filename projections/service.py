@@ -437,17 +437,22 @@ class Projections:
         with self.store.engine.connect() as conn:
             entry = self.index.get(conn, sid, self._positions(conn)) if fast else None
             docs = None if entry is None else len(entry.ids)
+            allowed = None
             if entry is not None:
                 import numpy as np
 
                 q = np.asarray(qvec, dtype=np.float32)
+                if lo > -math.inf or hi < math.inf:
+                    allowed = entry.recallable(at_e, lo, hi)
             while True:
                 # proposals of either index, retrievable or not (what is not is reported)
                 kw = self.keyword.search(conn, sid, query, n, retrievable_only=False,
                                          subject_docs=docs)
                 kw_ids = [a for a, _ in kw]
                 if entry is not None:
-                    top = entry.vector_top(q, n, present=True)
+                    # with a window, only the slots recallable in it: their search ends
+                    # when they are all proposed (ADR 0051)
+                    top = entry.vector_top(q, n, present=True, allowed=allowed)
                     vec = [(a, s) for a, s in top if s >= floor]
                     found = {a for a, _ in vec}
                     cos = entry.cosines(q, [a for a in kw_ids if a not in found])
@@ -488,7 +493,7 @@ class Projections:
                             st = decay_state(rows[a])
                             eligible[a] = (st.salience(at), st.raw_salience(at),
                                            _said(rows[a]).timestamp())
-                exhausted = len(kw) < n and len(top) < n
+                exhausted = len(top) < n and (len(kw) < n or allowed is not None)
                 if len(eligible) >= min(POOL, len(pool)) or exhausted or n >= MAX_PROPOSALS:
                     break
                 n *= 4

@@ -74,21 +74,29 @@ AT = T0 + timedelta(days=5)
 @given(words=st.lists(st.sampled_from([*WORDS, "the", "likes", "zebra"]), min_size=1,
                       max_size=4),
        n=st.integers(1, 40), extra=st.integers(0, 60),
-       fusion=st.sampled_from(["linear", "rrf"]))
+       fusion=st.sampled_from(["linear", "rrf"]),
+       window=st.sampled_from([(None, None), ("2030-01-02", "2030-01-02"),
+                               ("2030-01-01T12:00:00Z", None), (None, "2030-01-01")]))
 def test_first_n_of_k_are_the_same_for_every_larger_k(
         seeded: tuple[Projections, dict[str, str]], words: list[str], n: int, extra: int,
-        fusion: str) -> None:
+        fusion: str, window: tuple[str | None, str | None]) -> None:
     """The first n of ``recall -k N`` are the first n of ``recall -k n``, items and
-    scores, for any N >= n: the pool and every score are independent of k."""
+    scores, for any N >= n: the pool and every score are independent of k (with or
+    without a since/until window)."""
     p, _left = seeded
     weights = service_module.RecallWeights(fusion=fusion)
     query = " ".join(words)
-    small = p.recall(query, "u1", k=n, now=AT, weights=weights, refresh=False)
+    since, until = window
+    small = p.recall(query, "u1", k=n, now=AT, weights=weights, refresh=False,
+                     since=since, until=until)
     large = p.recall(query, "u1", k=min(100, n + extra), now=AT, weights=weights,
-                     refresh=False)
+                     refresh=False, since=since, until=until)
     assert [i.as_json() for i in large.items[:n]] == [i.as_json() for i in small.items]
     assert (small.pool, small.eligible, small.omitted, small.omitted_counts) == \
         (large.pool, large.eligible, large.omitted, large.omitted_counts)
+    for item in large.items:  # the atoms were recorded on 1, 2 and 3 January 2030
+        day = item.said_at[:10]
+        assert (since is None or day >= since[:10]) and (until is None or day <= until)
 
 
 def test_every_proposal_is_scored_on_both_signals(
@@ -100,7 +108,7 @@ def test_every_proposal_is_scored_on_both_signals(
     monkeypatch.setattr(service_module, "POOL", 3)
     query = "tea garden"
     result = p.recall(query, "u1", k=6, now=AT, refresh=False)
-    assert result.pool > 3 and len(result.items) == min(6, result.eligible) >= 4
+    assert result.pool > 3 and len(result.items) == min(6, result.eligible) >= 3
     sid = result.subject_id
     q = np.asarray(p.vectors.embed_query(query), dtype=np.float64)
     floor = p._min_similarity()
