@@ -86,6 +86,7 @@ def test_ranking_prefers_salience_when_relevance_ties(app: LedgerApp,
 
 def test_details_render_only_while_brighter_than_0_1(app: LedgerApp, proj: Projections) -> None:
     app.add_atom({"subject": "u1", "text": "Celebrated a birthday at the lake",
+                  "decay_profile": {"halfLifeDays": 14},  # ADR 0050: no profile, no fading
                   "details": [{"content": "the cake was lemon", "brightness": 0.9},
                               {"content": "it rained briefly", "brightness": 0.12}]})
     early = proj.recall("birthday", "u1", now=T0 + timedelta(hours=1))
@@ -127,6 +128,7 @@ def test_memory_list_and_inspect(app: LedgerApp, proj: Projections,
     guest, _staff = app.add_atoms([
         {"subject": "u1", "text": "Prefers a quiet room", "privacy_class": "guest-pii",
          "consent_basis": "service-delivery", "salience": 0.8,
+         "decay_profile": {"halfLifeDays": 14},  # ADR 0050: without one it would not decay
          "details": [{"content": "room 214", "brightness": 0.5}]},
         {"subject": "u1", "text": "Badge number 7", "privacy_class": "staff-pii",
          "salience": 0.2}])
