@@ -130,7 +130,6 @@ class KeywordIndex:
         self.fts = store.q("proj_kw_fts")
         self.route = KeywordRoute(self)
         self._counts: dict[tuple[str, str, str], tuple[int, int]] = {}
-        self._last_plan: tuple[tuple[str, str, int | None], _Plan | None] | None = None
 
     def sql(self, template: str, flag: str = "") -> str:
         """Fill a module SQL template with this store's table names (never with values)."""
@@ -222,12 +221,13 @@ class KeywordIndex:
 
     # ------------------------------------------------------------------ queries
     def search(self, conn: Connection, subject_id: str, query: str, k: int = 10,
-               retrievable_only: bool = True,
-               subject_docs: int | None = None) -> list[tuple[str, float]]:
+               retrievable_only: bool = True, subject_docs: int | None = None,
+               plan: _Plan | bool | None = True) -> list[tuple[str, float]]:
         """Up to ``k`` (atom_id, score) pairs of the subject, best first (ties by atom
-        id). ``subject_docs``: see :meth:`_plan`."""
-        plan = self._plan(conn, subject_id, query, subject_docs)
-        if plan is None or k <= 0:
+        id). ``subject_docs``: see :meth:`plan`, whose answer may be given as ``plan``."""
+        if plan is True:
+            plan = self.plan(conn, subject_id, query, subject_docs)
+        if plan is None or isinstance(plan, bool) or k <= 0:
             return []
         match, join_filter, params, terms = plan
         if self.sqlite:
@@ -241,15 +241,16 @@ class KeywordIndex:
         return [(str(a), float(s)) for a, s in rows]
 
     def scores(self, conn: Connection, subject_id: str, query: str, atom_ids: Sequence[str],
-               retrievable_only: bool = True,
-               subject_docs: int | None = None) -> dict[str, float]:
+               retrievable_only: bool = True, subject_docs: int | None = None,
+               plan: _Plan | bool | None = True) -> dict[str, float]:
         """The score :meth:`search` gives each of ``atom_ids`` that matches ``query`` (the
         same terms, so the same number), whether or not it is among the best ``k``:
         recall scores the vector index's proposals on the keyword signal too (ADR 0051).
         Atoms that do not match are left out (their keyword score is 0)."""
         wanted = list(dict.fromkeys(atom_ids))
-        plan = self._plan(conn, subject_id, query, subject_docs) if wanted else None
-        if plan is None:
+        if plan is True and wanted:
+            plan = self.plan(conn, subject_id, query, subject_docs)
+        if not wanted or plan is None or isinstance(plan, bool):
             return {}
         match, join_filter, params, terms = plan
         out: dict[str, float] = {}
@@ -272,8 +273,8 @@ class KeywordIndex:
             out.update((str(a), float(s)) for a, s in rows)
         return out
 
-    def _plan(self, conn: Connection, subject_id: str, query: str, subject_docs: int | None
-              ) -> _Plan | None:
+    def plan(self, conn: Connection, subject_id: str, query: str, subject_docs: int | None
+             ) -> _Plan | None:
         """The query of :meth:`search` and :meth:`scores`: (FTS5 MATCH text, join filter,
         its parameters, terms); None when the query has no terms.
 
@@ -290,15 +291,6 @@ class KeywordIndex:
           little weight (bm25's IDF) and were most of the cost: the query's cost now
           follows the rare terms, not the subject's size.
         """
-        key = (subject_id, query, subject_docs)
-        if self._last_plan is not None and self._last_plan[0] == key:
-            return self._last_plan[1]  # recall's scores() after its search()
-        plan = self._make_plan(conn, subject_id, query, subject_docs)
-        self._last_plan = (key, plan)
-        return plan
-
-    def _make_plan(self, conn: Connection, subject_id: str, query: str,
-                   subject_docs: int | None) -> _Plan | None:
         terms = query_terms(query)
         # Function words match most documents and add nothing to the ranking (PostgreSQL's
         # 'english' configuration drops them too); keep them only if nothing else is left.
@@ -367,7 +359,6 @@ class KeywordRoute:
     def purge(self, conn: Connection, item_id: str) -> int:
         m = self.m
         m._counts.clear()
-        m._last_plan = None
         if not m.sqlite:
             return int(conn.execute(m.docs.delete().where(m.docs.c.atom_id == item_id))
                        .rowcount or 0)
@@ -391,7 +382,6 @@ class KeywordRoute:
     def purge_many(self, conn: Connection, item_ids: Sequence[str]) -> int:
         m = self.m
         m._counts.clear()
-        m._last_plan = None
         wanted = list(dict.fromkeys(item_ids))
         n = 0
         for start in range(0, len(wanted), 500):

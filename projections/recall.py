@@ -382,9 +382,8 @@ class SubjectIndex:
         """Boolean mask over the used slots: retrievable, and its atom recallable at ``at``
         from the window ``since <= said < until`` (:meth:`reasons` 0). With a window,
         recall searches these slots only (ADR 0051)."""
-        import numpy as np
 
-        ok = self.reasons(at, np.arange(self._n), since, until) == 0
+        ok = self.reasons(at, slice(0, self._n), since, until) == 0  # views, no copies
         atom = self.slot_atom[:self.used]
         mask = (self.flags[:self.used] == 1) & (atom >= 0)
         mask[mask] = ok[atom[mask]]
@@ -431,6 +430,8 @@ class SubjectIndex:
         if allowed is not None:
             live, dead = np.flatnonzero(allowed), np.flatnonzero(~allowed)
         count = len(live)
+        if not count:
+            return []
         m = max(SHORTLIST, 40 * n)
         if count > EXACT_LIMIT and count > m:
             every = self.live()
@@ -443,6 +444,9 @@ class SubjectIndex:
             rows = self._rows[:len(idx)]
             np.take(self.matrix, idx, axis=0, out=rows, mode="clip")  # valid indexes
             scores = _matvec(rows, q)
+        elif 4 * count < used:  # a few slots (a window): only their rows are read
+            idx = live
+            scores = _matvec(self.matrix[idx], q)
         else:
             idx = live
             scores = _matvec(self.matrix[:used], q)[idx]

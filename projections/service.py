@@ -446,8 +446,9 @@ class Projections:
                     allowed = entry.recallable(at_e, lo, hi)
             while True:
                 # proposals of either index, retrievable or not (what is not is reported)
+                plan = self.keyword.plan(conn, sid, query, docs)  # one for both queries
                 kw = self.keyword.search(conn, sid, query, n, retrievable_only=False,
-                                         subject_docs=docs)
+                                         plan=plan)
                 kw_ids = [a for a, _ in kw]
                 if entry is not None:
                     # with a window, only the slots recallable in it: their search ends
@@ -464,7 +465,7 @@ class Projections:
                 kw_score = dict(kw)
                 kw_score.update(self.keyword.scores(
                     conn, sid, query, [a for a, _ in vec if a not in kw_score],
-                    retrievable_only=False, subject_docs=docs))
+                    retrievable_only=False, plan=plan))
                 pool = list(dict.fromkeys(kw_ids + [a for a, _ in vec]))
                 eligible, left = {}, {}
                 if entry is not None:
