@@ -24,6 +24,7 @@ from cli.audit import register as register_audit
 from cli.backup import register as register_backup
 from cli.certificate import register as register_certificate
 from cli.erasure import register as register_governance
+from cli.extract import register as register_extract
 from cli.output import JsonOpt, out, verdict
 from cli.policy import register as register_policy
 from cli.portability import register as register_portability
@@ -816,6 +817,7 @@ register_receipt(cli, served, audit_cli)
 register_certificate(cli, served, audit_cli)
 register_server(cli, lambda: STATE.home)
 register_backup(cli, served, lambda: STATE.home)
+register_extract(cli, served)
 
 
 def _find_home() -> Path:

@@ -174,5 +174,9 @@ def _conversations(plan: Plan, records: list[dict[str, Any]]) -> Plan:
                                "captured_at": min(t["eventTime"] for t in turns),
                                "source": "chatgpt-export", "private": True})
     plan.warnings.append(f"{len(plan.artifacts)} ChatGPT conversation(s) became private chat "
-                         "artifacts; no memories were claimed from them")
+                         "artifacts; no memories were claimed from them. Next step: have a "
+                         "model propose memories from them (ADR 0053): your assistant through "
+                         "MCP (the extract_memories tool, one artifact at a time), or a model "
+                         "endpoint set in [extract] of config.toml: `ledger extract --subject "
+                         f"{plan.subject_ref}`")
     return plan
