@@ -30,6 +30,10 @@ def extract_command(
     = None,
     max_memories: Annotated[int, typer.Option(
         "--max", min=1, max=50, help="At most this many memories per artifact.")] = 20,
+    on_similar: Annotated[str, typer.Option(
+        "--on-similar", help="A proposal that says what a memory of the subject says: "
+                             "rehearse that memory (default), add it anyway, supersede it, "
+                             "or refuse the whole extraction.")] = "rehearse",
     actor: Annotated[str | None, typer.Option(
         "--as", help="Name of the key that signs (default: the home's writer key).")] = None,
     as_json: JsonOpt = False,
@@ -45,22 +49,26 @@ def extract_command(
     from ledger.errors import InputError
     from service import extraction
 
-    if (artifact is None) == (subject is None):
-        raise InputError("give one ARTIFACT or --subject S",
-                         hint="e.g. `ledger extract --subject user_42`")
-    with _served[0](actor) as (svc, me):
-        endpoint = extraction.Endpoint.configured(svc.app.config.home)  # off: exit 3 here
+    with _served[0](actor) as (svc, me):  # a missing home: exit 3 before the usage check
+        if (artifact is None) == (subject is None):
+            raise InputError("give one ARTIFACT or --subject S",
+                             hint="e.g. `ledger extract --subject user_42`")
+        endpoint = extraction.configured_endpoint(svc)  # off: exit 3 here
         ids = [artifact] if artifact is not None else extraction.artifacts_of(svc, me,
                                                                               str(subject))
         with progress.bar("Asking the model", total=len(ids), json=as_json) as bar:
-            done = extraction.extract_with_endpoint(svc, me, endpoint, ids, max_memories,
-                                                    progress=bar.advance)
+            done = extraction.extract_with_endpoint(
+                svc, me, endpoint, ids, max_memories, progress=bar.advance,
+                on_similar=on_similar)  # type: ignore[arg-type]  # checked by record()
     data = done.model_dump()
     out(data, as_json, "\n".join(done.atom_ids))
-    n, m = len(done.atom_ids), len(done.artifacts)
-    if not n:
+    m = len(done.artifacts)
+    if not done.atom_ids:
         verdict(f"OK: the model proposed no memories from {m} artifact(s); nothing was written")
         return
-    verdict(f"OK: recorded {n} inferred memor{'y' if n == 1 else 'ies'} from {m} "
-            f"artifact(s), extractor {done.extractor}; review them with `ledger memory list "
-            "--subject REF` and correct or delete any that are wrong")
+    n, again = len(done.atom_ids), done.outcomes.count("rehearsed")
+    new = n - again
+    said = f", {again} already known (rehearsed)" if again else ""
+    verdict(f"OK: recorded {new} inferred memor{'y' if new == 1 else 'ies'} from {m} "
+            f"artifact(s){said}, extractor {done.extractor}; review them with `ledger memory "
+            "list --subject REF` and correct or delete any that are wrong")

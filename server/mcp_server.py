@@ -61,6 +61,7 @@ from service.models import (
     Corrected,
     ErasureRequestIn,
     MemoryRow,
+    OnSimilar,
     RecallIn,
     RecallOut,
     RequestStatus,
@@ -507,7 +508,8 @@ def _extract_tool(mcp: MCPServer[Any], b: Backend) -> None:
                     hint="ask for fewer memories (max_memories)")
             reply, model = sampled.content.text, sampled.model
             out = await b.write(lambda s: extraction.record_reply(
-                s, c, kw["artifact_id"], kw["max_memories"], reply, model))
+                s, c, kw["artifact_id"], kw["max_memories"], reply, model,
+                kw["on_similar"]))
         except LedgerError as e:
             log.info("mcp.tool_refused", tool="extract_memories", error=type(e).__name__,
                      credential=c.credential_id)
@@ -524,6 +526,11 @@ def _extract_tool(mcp: MCPServer[Any], b: Backend) -> None:
                "The artifact's ref or id (an imported chat, a document)."),
         _param("max_memories", int, (Field(ge=1, le=extraction.MAX_PROPOSALS),),
                "At most this many memories.", extraction.DEFAULT_MAX),
+        _param("on_similar", OnSimilar, (),
+               "A proposal that says what one of the subject's memories already says: "
+               "'rehearse' that memory instead of adding a near-copy (the default), 'add' it "
+               "anyway, 'supersede' the old one, or 'refuse' the whole extraction.",
+               extraction.DEFAULT_ON_SIMILAR),
         _param("sampled", Any, (Resolve(ask_model),))]
     ret = Annotated[CallToolResult, extraction.Extracted]
     extract_memories.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
@@ -535,8 +542,10 @@ def _extract_tool(mcp: MCPServer[Any], b: Backend) -> None:
                     "your own model: the server asks you, through MCP sampling, with the "
                     "prompt it ships, to read the artifact; every valid proposal becomes an "
                     "inferred memory of the artifact's subject citing it, with your model's "
-                    "name and the prompt's version as extractor, in one signed command. An "
-                    "invalid answer writes nothing. Returns the new atoms' ids.",
+                    "name and the prompt's version as extractor, in one signed command; a "
+                    "proposal the subject's memory already holds rehearses it instead "
+                    "(on_similar). An invalid answer writes nothing. Returns the atoms' ids "
+                    "and what happened to each.",
         annotations=_write(destructive=False, idempotent=False))
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 from urllib.parse import urlsplit
 
 import structlog
@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ledger.errors import EnvironmentProblem, InputError, LedgerError
 from ledger.inputs import MAX_ATOM_TEXT, MAX_GIST
 from service.caller import Caller
-from service.models import AtomIn, AtomKind, AtomsAdded, Sensitivity
+from service.models import AtomAdded, AtomIn, AtomKind, OnSimilar, Sensitivity
 
 if TYPE_CHECKING:
     from service.facade import MemoryService
@@ -53,6 +53,9 @@ log = structlog.get_logger("ledger.extract")
 PROMPT_VERSION = "extract-v1"
 DEFAULT_MAX = 20
 """Memories asked for per artifact unless the caller says otherwise."""
+DEFAULT_ON_SIMILAR: OnSimilar = "rehearse"
+"""A proposal that says what a memory of the subject says rehearses it (ADR 0052, 0053):
+extracting the same chat twice adds no near-copies."""
 MAX_PROPOSALS = 50
 MAX_SOURCE_CHARS = 200_000
 """The longest title and body sent to a model in one request (about 50,000 tokens)."""
@@ -130,14 +133,19 @@ class Extracted(BaseModel):
 
     model_config = ConfigDict(frozen=True)
     artifacts: list[str] = Field(description="The artifacts read, by id.")
-    atom_ids: list[str] = Field(description="The atoms recorded, in the order proposed.")
+    atom_ids: list[str] = Field(description="Per proposal, in the order proposed: the atom "
+                                            "recorded, or the similar one rehearsed instead.")
+    outcomes: list[Literal["added", "rehearsed", "superseded"]] = Field(
+        default_factory=list, description="Per proposal, what the update-or-add rule did "
+                                          "(ADR 0052).")
     archived: list[str] = Field(default_factory=list,
                                 description="Atoms the policy's maxAtoms archived.")
     extractor: str | None = Field(description="The model and prompt, as each atom names them "
                                               "(None when nothing was proposed).")
     prompt_version: str
     prompt_sha256: str
-    recorded_by: Literal["add", "on_similar"] = "add"
+    on_similar: OnSimilar = Field(description="The rule a proposal similar to a memory "
+                                              "of the subject followed.")
 
 
 def prepare(svc: MemoryService, caller: Caller, artifact: str,
@@ -228,29 +236,45 @@ def parse(ask: Ask, reply: str, model: str) -> list[AtomIn]:
     return atoms
 
 
+def _check_on_similar(on_similar: str) -> None:
+    if on_similar not in get_args(OnSimilar):
+        raise InputError(f"on_similar must be one of {', '.join(get_args(OnSimilar))}, "
+                         f"not {on_similar!r}")
+
+
 def record(svc: MemoryService, caller: Caller, asks: Sequence[Ask],
-           atoms: Sequence[AtomIn]) -> Extracted:
-    """Write the proposals of ``asks`` as one signed command (all or none)."""
+           atoms: Sequence[AtomIn], on_similar: OnSimilar = DEFAULT_ON_SIMILAR) -> Extracted:
+    """Write the proposals of ``asks`` as one signed command (all or none), through the
+    update-or-add rule of ``remember`` (ADR 0052): a proposal that says what one of the
+    subject's memories already says follows ``on_similar`` (by default that memory is
+    rehearsed and no near-copy is added; ``refuse`` writes nothing if any is similar)."""
+    _check_on_similar(on_similar)
     p = prompt()
     extractor = atoms[0].extractor if atoms else None
     kw: dict[str, Any] = {"artifacts": [a.artifact_id for a in asks], "extractor": extractor,
-                          "prompt_version": p.version, "prompt_sha256": p.sha256}
+                          "prompt_version": p.version, "prompt_sha256": p.sha256,
+                          "on_similar": on_similar}
     if not atoms:
         log.info("extract.nothing_proposed", artifacts=kw["artifacts"],
                  credential=caller.credential_id)
         return Extracted(atom_ids=[], **kw)
-    added: AtomsAdded = svc.add_atoms(caller, atoms)
-    log.info("extract.recorded", artifacts=kw["artifacts"], atoms=len(added.atom_ids),
-             credential=caller.credential_id)
-    return Extracted(atom_ids=added.atom_ids, archived=added.archived, **kw)
+    done: list[AtomAdded] = svc.remember_atoms(
+        caller, [a.model_copy(update={"on_similar": on_similar}) for a in atoms])
+    outcomes = [d.outcome for d in done]
+    log.info("extract.recorded", artifacts=kw["artifacts"], atoms=len(done),
+             rehearsed=outcomes.count("rehearsed"), credential=caller.credential_id)
+    archived = list(dict.fromkeys(a for d in done for a in d.archived))
+    return Extracted(atom_ids=[d.atom_id for d in done], outcomes=outcomes,
+                     archived=archived, **kw)
 
 
 def record_reply(svc: MemoryService, caller: Caller, artifact: str, max_memories: int,
-                 reply: str, model: str) -> Extracted:
+                 reply: str, model: str,
+                 on_similar: OnSimilar = DEFAULT_ON_SIMILAR) -> Extracted:
     """One artifact's answer from the caller's model (MCP sampling): the artifact is read
     again under the caller's scope, the answer validated, the atoms written."""
     ask = prepare(svc, caller, artifact, max_memories)
-    return record(svc, caller, [ask], parse(ask, reply, model))
+    return record(svc, caller, [ask], parse(ask, reply, model), on_similar)
 
 
 # ----------------------------------------------------------------------------- endpoint
@@ -411,11 +435,18 @@ def artifacts_of(svc: MemoryService, caller: Caller, subject: str) -> list[str]:
     return out
 
 
+def configured_endpoint(svc: MemoryService) -> Endpoint:
+    """The endpoint configured for the service's home (:meth:`Endpoint.configured`)."""
+    return Endpoint.configured(svc.app.config.home)
+
+
 def extract_with_endpoint(svc: MemoryService, caller: Caller, endpoint: Endpoint,
                           artifacts: Sequence[str], max_memories: int = DEFAULT_MAX,
-                          progress: Callable[[], None] | None = None) -> Extracted:
+                          progress: Callable[[], None] | None = None,
+                          on_similar: OnSimilar = DEFAULT_ON_SIMILAR) -> Extracted:
     """Ask the endpoint about every artifact, validate every answer, then write all the
     proposals as one signed command: any refusal writes nothing."""
+    _check_on_similar(on_similar)
     if not artifacts:
         raise InputError("no artifact to extract from",
                          hint="capture or import one first (`ledger import ... --format "
@@ -434,4 +465,4 @@ def extract_with_endpoint(svc: MemoryService, caller: Caller, endpoint: Endpoint
             raise
         if progress is not None:
             progress()
-    return record(svc, caller, asks, atoms)
+    return record(svc, caller, asks, atoms, on_similar)

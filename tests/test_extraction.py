@@ -225,6 +225,42 @@ def test_a_refused_or_malformed_sampled_proposal_writes_nothing(home: Path, mode
     assert _memories(home) == listed
 
 
+def test_extraction_goes_through_update_or_add(home: Path) -> None:
+    """The same chat extracted twice adds no near-copies: each proposal that says what a
+    memory already says rehearses it (the default), or is added, or refuses the whole
+    extraction, as on_similar says (ADR 0052)."""
+    aid, _ = _seed(home)
+    texts = ("Wants blunt written notes before board meetings",
+             "Has a daughter, Ines, who is starting school")
+    model = Model(lambda src: _proposals(src, *texts))
+
+    async def run() -> list[dict[str, Any]]:
+        outs = []
+        async with connected(home, ALICE, model) as c:
+            for kw in ({}, {}, {"on_similar": "add"}):
+                r = await c.call_tool("extract_memories", {"artifact_id": aid, **kw})
+                assert not r.is_error, r.content
+                assert r.structured_content is not None
+                outs.append(r.structured_content)
+            await c.call_tool("list_memories", {"subject": "alice"})  # the reads catch up
+            before = home_digest(home)
+            _refused(await c.call_tool("extract_memories", {"artifact_id": aid,
+                                                            "on_similar": "refuse"}),
+                     "similar")
+            assert home_digest(home) == before
+        return outs
+
+    first, again, anyway = anyio.run(run)
+    assert first["outcomes"] == ["added", "added"] and first["on_similar"] == "rehearse"
+    assert again["outcomes"] == ["rehearsed", "rehearsed"]
+    assert again["atom_ids"] == first["atom_ids"]  # the memories already held, rehearsed
+    assert anyway["outcomes"] == ["added", "added"]
+    assert sorted(m["text"] for m in _memories(home)) == sorted(texts * 2)
+    counts = {m["atom_id"]: m["rehearsal_count"] for m in _memories(home)}
+    assert [counts[a] for a in first["atom_ids"]] == [1, 1]
+    assert [counts[a] for a in anyway["atom_ids"]] == [0, 0]
+
+
 def test_extraction_keeps_to_the_callers_scope(home: Path) -> None:
     _, bob_aid = _seed(home)
     model = Model(lambda src: _proposals(src, "Keeps bees"))
@@ -357,6 +393,16 @@ def test_chat_import_ends_with_the_next_step_and_the_endpoint_extracts(
     for secret in (KEY, "bees", "tea", "coffee", "Board prep"):
         assert secret not in printed, secret
     assert "OK: recorded 3 inferred memories from 2 artifact(s)" in r.err
+    # again: what the model proposes is already held, so it is rehearsed, not copied
+    endpoint.answers += [proposing("Keeps bees on the office roof"),
+                         proposing("Drinks green tea every morning")]
+    r = run_cli("--home", str(home), "extract", "--subject", "alice", "--json")
+    assert r.code == 0, r.err
+    again = json.loads(r.out)
+    assert again["outcomes"] == ["rehearsed", "rehearsed"]
+    assert again["atom_ids"] == out["atom_ids"][:2]
+    assert "recorded 0 inferred memories from 2 artifact(s), 2 already known" in r.err
+    assert len(_memories(home)) == 3
 
 
 @pytest.mark.parametrize("answer, code, words", [
