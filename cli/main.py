@@ -302,11 +302,11 @@ def atom_add(
     consent_basis: str | None = None,
     session: Annotated[str | None, typer.Option(help="Session id.")] = None,
     min_sources: int = 1,
-    on_similar: Annotated[str | None, typer.Option(
-        help="Look for the subject's memories that say the same, and: add (add anyway, "
-             "name them), rehearse (rehearse the most similar instead), supersede (this "
-             "one supersedes it) or refuse (write nothing, exit 2). Without it, the atom "
-             "is added without looking (a quick add).")] = None,
+    on_similar: Annotated[str, typer.Option(
+        help="The subject's memories that say the same are looked for, and: add (add "
+             "anyway, name them; the default), rehearse (rehearse the most similar "
+             "instead), supersede (this one supersedes it) or refuse (write nothing, exit "
+             "2); none adds without looking (a quick add for scripts).")] = "add",
     actor: ActorOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Record an atom; prints its id (the rehearsed atom's with --on-similar rehearse).
@@ -324,7 +324,7 @@ def atom_add(
         derivation=derivation, artifact_ids=artifact or [], extractor=extractor,
         human_reviewed=human_reviewed, salience=salience, emotional_valence=valence,
         privacy_class=privacy_class, consent_basis=consent_basis, session_id=session,
-        min_sources=min_sources, on_similar=on_similar)
+        min_sources=min_sources, on_similar=None if on_similar == "none" else on_similar)
     with served(actor) as (svc, me):
         added = svc.add_atom(me, data)
     aid, archived = added.atom_id, added.archived

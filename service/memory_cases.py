@@ -225,13 +225,17 @@ class MemoryCases(FacadeCore):
 
     def _checked_first(self, commands: Sequence[dict[str, Any]]) -> None:
         """The local caller's proposals checked, in the application's words, before the
-        read models are opened for the search: bad input is refused touching nothing."""
+        read models are opened for the search: bad input, or input the memory policy
+        refuses, is refused touching nothing (the application checks the policy again
+        under the write lock)."""
+        from ledger import policy_rules
         from ledger.inputs import AtomInput, parse
 
-        for cmd in commands:
-            inp = parse(AtomInput, cmd)
+        inputs = [parse(AtomInput, cmd) for cmd in commands]
+        for inp in inputs:
             for ref in inp.artifact_ids:
                 self.app.resolve("artifact", ref)
+        policy_rules.check_new_atoms(self.app, inputs)
 
     def remember_atoms(self, caller: Caller, items: Sequence[AtomIn],
                        source: ArtifactIn | None = None) -> list[AtomAdded]:

@@ -140,14 +140,28 @@ def _state(home: Path) -> tuple[dict[str, str], dict[str, list[str]]]:
     return files, rows
 
 
-def test_cli_without_on_similar_adds_without_looking(home: Path) -> None:
-    """A quick add (ADR 0026): the read models are not opened, nothing is searched."""
+def test_cli_adds_and_names_the_similar_by_default(home: Path) -> None:
+    """Without --on-similar, atom add looks, adds anyway and names what says the same."""
     ids = _seed(home)
     code, out, err = _add(home, "--subject", "alice", "--text", "Prefers tea")
     assert code == 0, err
+    assert out["outcome"] == "added" and out["atom_id"] != ids["tea"]
+    assert [s["atom_id"] for s in out["similar"]] == [ids["tea"]]
+    assert f"say the same: {ids['tea']}" in err
+    assert _count(home, "alice") == 3
+
+
+def test_cli_on_similar_none_adds_without_looking(home: Path) -> None:
+    """A quick add (ADR 0026): the read models are not opened, nothing is searched."""
+    ids = _seed(home)
+    read_models = home / "projections.sqlite"
+    before = read_models.read_bytes() if read_models.exists() else None
+    code, out, err = _add(home, "--subject", "alice", "--text", "Prefers tea",
+                          "--on-similar", "none")
+    assert code == 0, err
     assert out["outcome"] == "added" and out["similar"] == [] and out["atom_id"] != ids["tea"]
-    if not Config.load(home).events.is_postgres:
-        assert not (home / "projections.sqlite").exists()
+    if not Config.load(home).events.is_postgres:  # not opened: not a byte changed
+        assert (read_models.read_bytes() if read_models.exists() else None) == before
     assert _count(home, "alice") == 3
 
 

@@ -60,14 +60,15 @@ def test_version_prints_the_package_version() -> None:
 
 
 def test_a_one_atom_add_imports_what_it_writes_with_only(tmp_path: Path) -> None:
-    """`ledger atom add` loads the application (SQLAlchemy, pydantic, eventsourcing ...) but
-    not what only draws or serves: rich and pygments (structlog's coloured tracebacks),
-    the read models, governance, the server."""
+    """A quick `ledger atom add --on-similar none` loads the application (SQLAlchemy,
+    pydantic, eventsourcing ...) but not what only draws or serves: rich and pygments
+    (structlog's coloured tracebacks), the read models, governance, the server. (Without
+    it, atom add looks for similar memories in the read models first, ADR 0052.)"""
     home = str(tmp_path / "home")
     assert run_cli("--home", home, "init").code == 0
     assert run_cli("--home", home, "subject", "add", "u1").code == 0
     names = imported_modules("--home", home, "atom", "add", "--subject", "u1",
-                             "--text", "Prefers tea.")
+                             "--text", "Prefers tea.", "--on-similar", "none")
     assert "ledger.application" in names
     unwanted = ("pygments", "projections.service", "governance.erasure", "governance.audit",
                 "fastapi", "jsonschema")  # and rich's modules ("rich" alone: a refused try)
