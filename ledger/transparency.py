@@ -553,6 +553,15 @@ class TransparencyLog:
             return [(r.line, r.witness) for r in conn.execute(
                 sa.select(t.c.line, t.c.witness).where(t.c.size == size).order_by(t.c.witness))]
 
+    def latest_cosignature(self) -> tuple[int, int] | None:
+        """``(size, unix time)`` of the largest checkpoint any witness cosigned, with
+        the latest time a witness cosigned it; None when no witness ever did."""
+        t = self.store.cosignatures
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(t.c.size, sa.func.max(t.c.timestamp))
+                               .group_by(t.c.size).order_by(t.c.size.desc()).limit(1)).first()
+        return None if row is None else (int(row[0]), int(row[1]))
+
     def witness_sizes(self) -> dict[str, int]:
         t = self.store.witness_sizes
         with self.engine.connect() as conn:

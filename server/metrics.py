@@ -5,8 +5,9 @@ status; the writer's queue depth and group-commit sizes; commands the writer com
 recall latency) and, with ``--workers N``, written to the private folder
 ``PROMETHEUS_MULTIPROC_DIR`` that ``ledger serve`` makes fresh at each start
 (server/launch.py), so any process answers a scrape with the sum over all of them. The
-state of the ledger (read-model lag, erasure requests open and overdue, the current KEK
-epoch's age) is read once per scrape from the ledger itself.
+state of the ledger (read-model lag, erasure requests open and overdue, how far the
+witnesses' cosignatures trail the log, the current KEK epoch's age) is read once per
+scrape from the ledger itself.
 
 Labels are route templates (``/v1/atoms/{atom}``, never the path), methods and status
 codes: no subject id, no atom id, no content. ``/metrics`` answers only an operator or
@@ -81,6 +82,11 @@ def _ledger_state(svc: MemoryService, caller: Any) -> dict[str, float]:
                                                                 "partial")))
     out["overdue"] = float(sum(1 for r in requests if r.overdue
                                and r.status in ("open", "overdue", "partial")))
+    lag = svc.witness_lag(caller)
+    if lag is not None:
+        out["witness_lag"] = float(lag[0])
+        if lag[1] is not None:
+            out["witness_age"] = lag[1]
     current = [e for e in svc.kek_epochs(caller) if e.state == "active"]
     if current:
         started = datetime.fromisoformat(current[-1].started_at.replace("Z", "+00:00"))
@@ -104,6 +110,14 @@ class _State:
         requests.add_metric(["open"], self.values["open"])
         requests.add_metric(["overdue"], self.values["overdue"])
         yield requests
+        if "witness_lag" in self.values:
+            yield GaugeMetricFamily("ledger_witness_cosigning_lag_events",
+                                    "Events appended after the largest checkpoint a witness "
+                                    "cosigned", value=self.values["witness_lag"])
+        if "witness_age" in self.values:
+            yield GaugeMetricFamily("ledger_witness_cosigned_age_seconds",
+                                    "Seconds since a witness last cosigned the largest "
+                                    "cosigned checkpoint", value=self.values["witness_age"])
         if "kek_age" in self.values:
             yield GaugeMetricFamily("ledger_kek_epoch_age_seconds",
                                     "Age of the current KEK epoch", value=self.values["kek_age"])

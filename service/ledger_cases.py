@@ -4,6 +4,7 @@ models and the keystore. Joined into :class:`service.facade.MemoryService`."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -305,6 +306,20 @@ class LedgerCases(FacadeCore):
         report = self.proj.rebuild(name, progress)
         return ReadModelsRebuilt(report=report.as_json(), head=report.head,
                                  notifications=report.notifications, seconds=report.seconds)
+
+    def witness_lag(self, caller: Caller) -> tuple[int, float | None] | None:
+        """How far the witnesses' cosignatures trail the log: events appended after the
+        largest cosigned checkpoint, and seconds since it was cosigned (None: never).
+        None when no witness is configured and none ever cosigned (metrics, ADR 0054)."""
+        self._require(caller, "operator", "auditor")
+        latest = self.app.tlog.latest_cosignature()
+        if latest is None and not self.app.config.witnesses:
+            return None
+        head = self.proj.runner.head()
+        if latest is None:
+            return head, None
+        size, at = latest
+        return max(head - size, 0), max(time.time() - at, 0.0)
 
     def read_models_behind(self, caller: Caller) -> int:
         """Events the slowest read model is behind the log (0: all current)."""

@@ -130,3 +130,38 @@ def test_no_metrics_serves_no_metrics_route(home: Path, tmp_path: Path) -> None:
         assert server.proc.wait(60) in (130, -signal.SIGINT)
     assert "ledger serve: stopped" in server.output()
     assert os.environ.get("PROMETHEUS_MULTIPROC_DIR") is None
+
+
+@pytest.mark.slow
+def test_witness_cosigning_lag(home: Path, tmp_path: Path) -> None:
+    """How far the witnesses' cosignatures trail the log: events after the largest
+    cosigned checkpoint, and the seconds since; nothing said while no witness is set."""
+    from .conftest import run_cli
+    from .witness_support import InProcessWitness
+
+    _, op = issue(home, "operator-1", "operator")
+
+    def scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        with serving(home) as server, server.client(op) as c:
+            r = c.get("/metrics")
+        assert r.status_code == 200, r.text
+        return _samples(r.text)
+
+    lag, age = ("ledger_witness_cosigning_lag_events", ()), \
+        ("ledger_witness_cosigned_age_seconds", ())
+    view = scrape()
+    assert lag not in view and age not in view  # no witness configured, none cosigned
+    witness = InProcessWitness(tmp_path / "witness", "w.example/witness")
+    try:
+        witness.cosign_for(home)
+        view = scrape()  # a witness is set, nothing cosigned yet: the whole log trails
+        assert view[lag] > 0 and age not in view
+        assert run_cli("--home", str(home), "checkpoint").code == 0
+        assert scrape()[lag] == 0
+        for ref in ("s1", "s2", "s3"):
+            assert run_cli("--home", str(home), "subject", "add", ref).code == 0
+        view = scrape()
+        assert view[lag] == 3  # three events since the cosigned checkpoint
+        assert 0 <= view[age] < 600
+    finally:
+        witness.stop()

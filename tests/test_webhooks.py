@@ -6,7 +6,6 @@ scope, private-range targets and DNS rebinding refused. SQLite and PostgreSQL.""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import signal
 import ssl
@@ -153,19 +152,10 @@ def witness(tmp_path: Path) -> Iterator[InProcessWitness]:
     w.stop()
 
 
-def cosigned_by(home: Path, w: InProcessWitness) -> None:
-    """Have the ledger's checkpoints cosigned by ``w`` (config.toml's witnesses)."""
-    cfg = Config.load(home)
-    with _app(home) as app:
-        vkey = app.log_vkey()
-    w.follow(cfg.origin, vkey)
-    dataclasses.replace(cfg, witnesses=((w.url, w.vkey),)).write()
-
-
 def test_every_event_kind_is_delivered_signed_with_ids_and_digests_only(
         home: Path, receiver: Receiver, witness: InProcessWitness,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    cosigned_by(home, witness)
+    witness.cosign_for(home)
     sub = subscribe(home, receiver)
     scoped = subscribe(home, receiver, "/scoped", "--tenant", "acme")
     jane = subject(home, "jane")

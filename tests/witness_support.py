@@ -145,6 +145,22 @@ class InProcessWitness:
         self.sock.close()
         self.witness.close()
 
+    def cosign_for(self, home: Path) -> None:
+        """Follow the ledger of ``home`` and be its witness (config.toml's witnesses)."""
+        import dataclasses
+
+        from ledger.application import LedgerApp
+        from ledger.home import Config
+
+        cfg = Config.load(home)
+        app = LedgerApp(cfg)
+        try:
+            vkey = app.log_vkey()
+        finally:
+            app.close()
+        self.follow(cfg.origin, vkey)
+        dataclasses.replace(cfg, witnesses=((self.url, self.vkey),)).write()
+
 
 def free_url() -> str:
     """A loopback URL where nothing listens (a witness that is down)."""
