@@ -95,7 +95,8 @@ class Settings:
     resource_metadata: dict[str, Any] | None = None  # RFC 9728, OAuth mode
 
 
-LONG_PATHS = ("/execute", "/evidence-pack", "/verification", "/imports", "/console/audit")
+LONG_PATHS = ("/execute", "/evidence-pack", "/verification", "/imports", "/console/audit",
+              "/drp/")  # a DRP status may build the Evidence Pack, results an export
 
 
 class Limits:

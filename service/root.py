@@ -84,6 +84,7 @@ def open_local(home: Path | None = None) -> MemoryService:
 
 def close_service(svc: MemoryService) -> None:
     try:
+        svc.drp_close()  # the DRP's own connection, opened at its first call
         if svc.proj_opened:
             svc.proj.close()
     finally:
