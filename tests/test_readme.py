@@ -117,7 +117,7 @@ def test_the_witness_block_works_pasted_into_a_fresh_shell(tmp_path: Path) -> No
 
 
 def test_the_python_api_block_runs_as_written(tmp_path: Path) -> None:
-    code = block("## For assistant builders", "python")
+    code = block("## For assistant builders: the Python API", "python")
     for _ in range(2):
         r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=fresh_env(tmp_path),
                            capture_output=True, text=True, timeout=300, check=False)
