@@ -1,0 +1,87 @@
+"""The cost of looking for similar memories on every add (ADR 0052), in one run.
+
+The server's writer adds atoms in groups (``MemoryService.add_atoms_grouped``). With
+``on_similar`` null it writes them; with ``add`` (the default of ``POST /v1/atoms``, MCP
+``remember`` and ``ledger atom add``) it first catches the read models up and searches the
+subject's memories for each text. Both are timed on the same ledger, groups interleaved,
+at growing sizes of one subject, and the search's share is split into its parts (catching
+up, the search) by timing them alone. Texts share words, as a busy subject's do, so the
+keyword index matches many rows.
+
+Run: python benchmarks/remember.py [--sizes 1000,10000] [--groups 30] [--group 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+    sys.path.pop(0)  # benchmarks/projections.py would shadow the projections package
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1000,10000")
+    ap.add_argument("--groups", type=int, default=30)
+    ap.add_argument("--group", type=int, default=4)
+    args = ap.parse_args()
+    os.environ.setdefault("LEDGER_LOG_LEVEL", "warning")
+    from ledger.application import LedgerApp
+    from service.caller import Caller
+    from service.models import AtomIn, SubjectIn
+    from service.root import close_service, open_service
+
+    me = Caller(credential_id="bench", role="assistant", subjects=frozenset({"bench"}))
+    print(f"one subject; groups of {args.group} adds; {args.groups} groups per mode, "
+          f"interleaved; load {os.getloadavg()[0]:.2f}")
+    for size in (int(s) for s in args.sizes.split(",")):
+        folder = Path(tempfile.mkdtemp(prefix="remember-bench-"))
+        try:
+            LedgerApp.initialize(folder / "home")
+            svc = open_service(folder / "home")
+            try:
+                svc.register_subject(me, SubjectIn(ref="bench"))
+                for start in range(0, size, 5000):
+                    svc.add_atoms(me, [AtomIn(subject="bench",
+                                              text=f"memory {i} about topic {i % 97}")
+                                       for i in range(start, min(size, start + 5000))])
+                svc.proj.catch_up()
+                times: dict[str, list[float]] = {"none": [], "add": [], "catch-up": [],
+                                                 "search": []}
+                for g in range(args.groups):
+                    for mode in ("none", "add"):
+                        items = [(me, AtomIn(subject="bench", text=f"memory {mode} {g}-{j} "
+                                             f"about topic {j}",
+                                             on_similar=None if mode == "none" else "add"))
+                                 for j in range(args.group)]
+                        t0 = time.perf_counter()
+                        svc.add_atoms_grouped(items)
+                        times[mode].append((time.perf_counter() - t0) / args.group)
+                    t0 = time.perf_counter()
+                    svc.proj.catch_up()
+                    times["catch-up"].append(time.perf_counter() - t0)
+                    t0 = time.perf_counter()
+                    svc.similar_memories(me, "bench", [f"memory probe {g}-{j} about topic "
+                                                       f"{j}" for j in range(args.group)])
+                    times["search"].append((time.perf_counter() - t0) / args.group)
+            finally:
+                close_service(svc)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        med = {k: statistics.median(v) * 1000 for k, v in times.items()}
+        print(f"{size:>8,} atoms: per add, without looking {med['none']:.2f} ms, looking "
+              f"{med['add']:.2f} ms ({med['add'] / med['none']:.1f}x); the search alone "
+              f"{med['search']:.2f} ms per text once current; catching the read models up "
+              f"with one group's {args.group} atoms {med['catch-up']:.2f} ms)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
