@@ -250,6 +250,12 @@ class Projections:
     def catch_up(self, progress: Progress | None = None) -> RunReport:
         return self.runner.catch_up(progress=progress)
 
+    def catch_up_for_search(self) -> RunReport:
+        """Catch up only the read models a search of memories reads (atoms, keywords,
+        vectors): what the writer needs before it looks for similar memories (ADR 0052).
+        The others (audit, as-of) follow at the next full catch-up."""
+        return self.runner.catch_up([self.atoms.name, self.keyword.name, self.vectors.name])
+
     def catch_up_steps(self, progress: Steps | None,
                        stage: str = "Catching up read models") -> RunReport:
         """:meth:`catch_up`, telling ``progress`` (ledger/progress.py) the events applied

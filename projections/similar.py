@@ -35,7 +35,7 @@ import structlog
 from ledger import clock
 from projections.atoms import is_candidate
 from projections.embedder import Embedder, embed_matrix
-from projections.vectors import ON
+from projections.vectors import ID_WIDTH, ON
 
 if TYPE_CHECKING:
     from projections.service import Projections
@@ -198,10 +198,13 @@ def find_similar(proj: Projections, subject_id: str, texts: Sequence[str], *,
     limit = threshold_for(embedder) if threshold is None else threshold
     qm = _unit(embed_matrix(embedder, list(texts)))
     with proj.store.engine.connect() as conn:
-        nearest = _nearest(proj, conn, subject_id)
+        nearest, docs = _nearest(proj, conn, subject_id)
         pools = []
         for text, q in zip(texts, qm, strict=True):
-            kw = [a for a, _ in proj.keyword.search(conn, subject_id, text, POOL)]
+            # bounded as recall's is (KeywordIndex.plan): for a subject of many atoms, the
+            # terms most of them hold are dropped, so the cost follows the rare terms
+            kw = [a for a, _ in proj.keyword.search(conn, subject_id, text, POOL,
+                                                    subject_docs=docs)]
             pools.append(list(dict.fromkeys([*nearest(q), *kw])))
         wanted = list(dict.fromkeys(a for p in pools for a in p))
         rows = {r["atom_id"]: r for r in proj.atoms.atoms_by_id(conn, wanted)}
@@ -229,9 +232,9 @@ def find_similar(proj: Projections, subject_id: str, texts: Sequence[str], *,
 
 
 def _nearest(proj: Projections, conn: sa.Connection, subject_id: str
-             ) -> Callable[[Any], list[str]]:
+             ) -> tuple[Callable[[Any], list[str]], int]:
     """A search of the subject's :data:`POOL` atoms nearest to a unit query vector in
-    the vector index, its vectors read once."""
+    the vector index, its vectors read once; and how many vectors the subject has."""
     import numpy as np
 
     if proj.index.usable():
@@ -240,9 +243,10 @@ def _nearest(proj: Projections, conn: sa.Connection, subject_id: str
             t.c.name.in_([proj.atoms.name, proj.vectors.name]))).all())
         entry = proj.index.get(conn, subject_id, (int(got.get(proj.atoms.name, 0)),
                                                   int(got.get(proj.vectors.name, 0))))
-        return lambda q: [a for a, _ in entry.vector_top(np.asarray(q, dtype=np.float32),
-                                                          POOL)]
+        return (lambda q: [a for a, _ in entry.vector_top(np.asarray(q, dtype=np.float32),
+                                                           POOL)]), len(entry.ids)
     vectors = proj.vectors
     rows = vectors._rows(conn, subject_id)  # once for every text (sparse vectors)
-    return lambda q: [a for a, _ in vectors._top(rows, [float(x) for x in q], POOL, {ON},
-                                                 None)]
+    count = sum(len(r.ids) for r in rows) // ID_WIDTH
+    return (lambda q: [a for a, _ in vectors._top(rows, [float(x) for x in q], POOL, {ON},
+                                                  None)]), count

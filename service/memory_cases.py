@@ -194,7 +194,7 @@ class MemoryCases(FacadeCore):
         similar first (ADR 0052; ``projections/similar.py``). Writes nothing."""
         self._require(caller, "assistant", "operator")
         sid = self.subject_id(caller, subject)
-        self.proj.catch_up()
+        self.proj.catch_up_for_search()
         return self._similar(sid, texts)
 
     def _similar(self, sid: str, texts: Sequence[str]) -> list[list[SimilarOut]]:
@@ -213,7 +213,7 @@ class MemoryCases(FacadeCore):
         if not looking:
             return found
         sids = {n: self.subject_id(caller, items[n].subject) for n in looking}
-        self.proj.catch_up()
+        self.proj.catch_up_for_search()
         by_subject: dict[str, list[int]] = {}
         for n, sid in sids.items():
             by_subject.setdefault(sid, []).append(n)
@@ -319,7 +319,7 @@ class MemoryCases(FacadeCore):
                     by_subject.setdefault(self.subject_id(caller, data.subject),
                                           []).append(n)
             if by_subject:
-                self.proj.catch_up()
+                self.proj.catch_up_for_search()
             for sid, ns in by_subject.items():
                 found = self._similar(sid, [items[n][1].text for n in ns])
                 similar.update(zip(ns, found, strict=True))
