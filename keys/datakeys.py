@@ -342,6 +342,12 @@ class DataKeyStore:
                                 "`ledger keys rotate-kek` to finish the rotation")
         return int(rows[0][0]) if rows else UNWRAPPED_EPOCH
 
+    def check_wrapping(self) -> None:
+        """Raise what wrapping a new data key would raise now (the active epoch's KEK
+        unreadable, say), writing nothing: a command can refuse before it touches any
+        other store."""
+        self._wrap(self.current_epoch(), [("probe", bytes(32))])
+
     def current_epoch(self) -> int:
         """The epoch new data keys are wrapped under (0: not wrapped, a ledger made before
         wrapping that was never rotated)."""

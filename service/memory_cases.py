@@ -225,9 +225,9 @@ class MemoryCases(FacadeCore):
 
     def _checked_first(self, commands: Sequence[dict[str, Any]]) -> None:
         """The local caller's proposals checked, in the application's words, before the
-        read models are opened for the search: bad input, or input the memory policy
-        refuses, is refused touching nothing (the application checks the policy again
-        under the write lock)."""
+        read models are opened for the search: bad input, input the memory policy refuses,
+        or a key-encryption key out of reach, is refused touching nothing (the
+        application checks them again under the write lock)."""
         from ledger import policy_rules
         from ledger.inputs import AtomInput, parse
 
@@ -236,6 +236,7 @@ class MemoryCases(FacadeCore):
             for ref in inp.artifact_ids:
                 self.app.resolve("artifact", ref)
         policy_rules.check_new_atoms(self.app, inputs)
+        self.app.datakeys.check_wrapping()  # a KEK out of reach refuses now, not after
 
     def remember_atoms(self, caller: Caller, items: Sequence[AtomIn],
                        source: ArtifactIn | None = None) -> list[AtomAdded]:
