@@ -137,3 +137,22 @@ def test_demo_runs_the_whole_flow(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "OK: pack verified against the trusted root key" in r.stdout
     assert "nothing recalled" in r.stdout
+
+
+def test_global_options_work_after_the_command_too(home: Path) -> None:
+    """`--home`, `-q` and `-v` mean the same after a command's name as before it
+    (issue 32), on every command that has no option of that name of its own."""
+    from cli.main import _leaves, command
+
+    for path, leaf in _leaves(command()):
+        opts = {o for p in leaf.params for o in (*p.opts, *p.secondary_opts)}
+        for wanted in (("--home",), ("-q", "--quiet"), ("-v", "--verbose")):
+            assert opts & set(wanted), (path, wanted)
+    h = str(home)
+    assert run_cli("--home", h, "subject", "add", "u1").code == 0
+    for args in (["--home", h, "-q", "memory", "list", "--subject", "u1"],
+                 ["memory", "list", "--subject", "u1", "-q", "--home", h],
+                 ["memory", "list", "--subject", "u1", "--verbose", "--home", h]):
+        r = run_cli(*args)
+        assert r.code == 0, (args, r.err)
+        assert "No such option" not in r.err
