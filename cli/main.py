@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -850,7 +850,8 @@ def _set_verbose(ctx: Any, param: Any, value: bool) -> None:
         progress.configure(quiet=progress.quiet(), verbose=True)
 
 
-_GLOBAL_AFTER = {"--home": _set_home, "--quiet": _set_quiet, "--verbose": _set_verbose}
+_GLOBAL_AFTER: dict[str, Callable[[Any, Any, Any], None]] = {
+    "--home": _set_home, "--quiet": _set_quiet, "--verbose": _set_verbose}
 """The root's options every command also takes after its name, and what each sets."""
 
 
