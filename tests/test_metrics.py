@@ -19,7 +19,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from .serving import home_digest, issue, serving
+from .serving import Server, home_digest, issue, serving
 
 SUBJECT = "user_lynx_6203"
 MARKER = "Vermilion-axolotl-8812"
@@ -141,27 +141,29 @@ def test_witness_cosigning_lag(home: Path, tmp_path: Path) -> None:
 
     _, op = issue(home, "operator-1", "operator")
 
-    def scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        with serving(home) as server, server.client(op) as c:
+    def scrape(server: Server) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        with server.client(op) as c:
             r = c.get("/metrics")
         assert r.status_code == 200, r.text
         return _samples(r.text)
 
     lag, age = ("ledger_witness_cosigning_lag_events", ()), \
         ("ledger_witness_cosigned_age_seconds", ())
-    view = scrape()
+    with serving(home) as server:
+        view = scrape(server)
     assert lag not in view and age not in view  # no witness configured, none cosigned
     witness = InProcessWitness(tmp_path / "witness", "w.example/witness")
     try:
         witness.cosign_for(home)
-        view = scrape()  # a witness is set, nothing cosigned yet: the whole log trails
-        assert view[lag] > 0 and age not in view
-        assert run_cli("--home", str(home), "checkpoint").code == 0
-        assert scrape()[lag] == 0
-        for ref in ("s1", "s2", "s3"):
-            assert run_cli("--home", str(home), "subject", "add", ref).code == 0
-        view = scrape()
-        assert view[lag] == 3  # three events since the cosigned checkpoint
-        assert 0 <= view[age] < 600
+        with serving(home) as server:  # the witness configured: read at start
+            view = scrape(server)  # nothing cosigned yet: the whole log trails
+            assert view[lag] > 0 and age not in view
+            assert run_cli("--home", str(home), "checkpoint").code == 0
+            assert scrape(server)[lag] == 0
+            for ref in ("s1", "s2", "s3"):
+                assert run_cli("--home", str(home), "subject", "add", ref).code == 0
+            view = scrape(server)
+            assert view[lag] == 3  # three events since the cosigned checkpoint
+            assert 0 <= view[age] < 600
     finally:
         witness.stop()
