@@ -80,6 +80,11 @@ def in_process(home: Path, atoms: int, queries: list[str]) -> dict[str, float]:
     return out
 
 
+ON_SIMILAR: dict[str, object] = {}
+"""Added to every benchmark add: ``{"on_similar": None}`` with ``--on-similar none`` (adds
+that do not look for similar memories); nothing by default, which is the API's ``add``."""
+
+
 async def http_adds(url: str, token: str, clients: int, seconds: float) -> dict[str, float]:
     """``clients`` keep-alive connections, each posting one atom at a time and waiting for
     its answer. The client is a few lines over asyncio streams with the requests built
@@ -91,7 +96,8 @@ async def http_adds(url: str, token: str, clients: int, seconds: float) -> dict[
     deadline = time.monotonic() + seconds
 
     def request(n: int, i: int) -> bytes:
-        body = json.dumps({"subject": "bench", "text": f"http memory {n}-{i}"}).encode()
+        body = json.dumps({"subject": "bench", "text": f"http memory {n}-{i}",
+                           **ON_SIMILAR}).encode()
         return (f"POST /v1/atoms HTTP/1.1\r\nHost: {host}\r\n"
                 f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(body)}\r\n\r\n").encode() + body
@@ -442,9 +448,14 @@ def main() -> None:
     ap.add_argument("--overhead", action="store_true",
                     help="measure only the cost of metrics and of tracing (ADR 0054)")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--on-similar", choices=["add", "none"], default="add",
+                    help="the HTTP adds look for similar memories (add, the API's default) "
+                         "or not (none: on_similar null)")
     ap.add_argument("--calls", type=int, default=20000,
                     help="--overhead: calls of the middleware measured in process")
     args = ap.parse_args()
+    if args.on_similar == "none":
+        ON_SIMILAR["on_similar"] = None
     if args.overhead:
         import logging
 
@@ -480,7 +491,8 @@ def main() -> None:
         framework = bare_ceiling(32, args.seconds, FRAMEWORK_APP)
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {args.atoms} atoms "
-          f"in process, {args.seconds:.0f} s per HTTP run")
+          f"in process, {args.seconds:.0f} s per HTTP run; HTTP adds with on_similar "
+          f"{args.on_similar}")
     print(f"in-process  groups of 32 {inproc['group32_rate']:6.0f} atoms/s (the writer's "
           f"best with 32 clients: {inproc['group32_rate'] / inproc['bulk_rate']:.2f} of bulk)")
     print(f"in-process  bulk add {inproc['bulk_rate']:8.0f} atoms/s   one-atom add "
