@@ -78,6 +78,7 @@ cli.add_typer(keys_cli, name="keys")
 
 ActorOpt = Annotated[str | None, typer.Option("--as", help="Name of the key that signs "
                                                            "(default: the home's writer key).")]
+ReasonOpt = Annotated[str | None, typer.Option(help="Why (recorded in the signed event).")]
 
 
 class State:
@@ -215,12 +216,14 @@ def artifact_add(
     kind: Annotated[str, typer.Option(help="chat, document, journal, voice, message, email, "
                                            "calendar.")],
     ref: Annotated[str | None, typer.Option(help="Your id for it, e.g. art_101.")] = None,
-    title: str | None = None,
+    title: Annotated[str | None, typer.Option(help="A title (encrypted with the body).")]
+    = None,
     body: Annotated[str | None, typer.Option(help="Text of the artifact (encrypted).")] = None,
     body_file: Annotated[Path | None, typer.Option(help="Read the body from a file.")] = None,
     source: Annotated[str | None, typer.Option(help="e.g. chatgpt-export, manual.")] = None,
     private: Annotated[bool, typer.Option(help="Never export for training or sharing.")] = False,
-    captured_at: str | None = None,
+    captured_at: Annotated[str | None, typer.Option(
+        help="When it was captured, an ISO 8601 date or instant (default: now).")] = None,
     actor: ActorOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Capture an artifact (a chat, document, note) that atoms can cite.
@@ -281,27 +284,36 @@ def atom_add(
     kind: Annotated[str, typer.Option(help="fact, preference, relationship, belief, goal, skill, "
                                            "episodic, semantic, procedural.")] = "fact",
     ref: Annotated[str | None, typer.Option(help="Your id for it, e.g. atom_001.")] = None,
-    gist: str | None = None,
+    gist: Annotated[str | None, typer.Option(
+        help="A shorter form of the text, kept when details fade.")] = None,
     detail: Annotated[list[str] | None, typer.Option(
         help="A detail with brightness, 'TEXT=0.4' (repeatable).")] = None,
     tag: Annotated[list[str] | None, typer.Option(help="A tag (repeatable).")] = None,
-    confidence: float | None = None,
+    confidence: Annotated[float | None, typer.Option(
+        help="How sure the source is, 0 to 1.")] = None,
     sensitivity: Annotated[str, typer.Option(
         help="public, private, medical, financial, legal.")] = "private",
-    valid_from: str | None = None,
-    valid_to: str | None = None,
+    valid_from: Annotated[str | None, typer.Option(
+        help="When it became true (ISO 8601); recall's --since/--until read it.")] = None,
+    valid_to: Annotated[str | None, typer.Option(
+        help="When it stops being true (ISO 8601).")] = None,
     derivation: Annotated[str, typer.Option(help="stated, inferred or observed.")] = "stated",
     artifact: Annotated[list[str] | None, typer.Option(
         help="Artifact ref or id it was drawn from (repeatable).")] = None,
     extractor: Annotated[str | None, typer.Option(help="Model or person that extracted it.")]
     = None,
-    human_reviewed: bool = False,
-    salience: float = 0.5,
+    human_reviewed: Annotated[bool, typer.Option(
+        help="A person checked it (an inferred memory, say).")] = False,
+    salience: Annotated[float, typer.Option(help="How much it matters, 0 to 1.")] = 0.5,
     valence: Annotated[float, typer.Option(help="Emotional valence, -1 to 1.")] = 0.0,
-    privacy_class: str | None = None,
-    consent_basis: str | None = None,
+    privacy_class: Annotated[str | None, typer.Option(
+        help="The memory policy's privacy class (e.g. sensitive-pii).")] = None,
+    consent_basis: Annotated[str | None, typer.Option(
+        help="The lawful basis the policy asks for (e.g. explicit-consent).")] = None,
     session: Annotated[str | None, typer.Option(help="Session id.")] = None,
-    min_sources: int = 1,
+    min_sources: Annotated[int, typer.Option(
+        help="Artifacts it needs to stay sourced; below, deleting one flags or deletes it.")]
+    = 1,
     on_similar: Annotated[str, typer.Option(
         help="The subject's memories that say the same are looked for, and: add (add "
              "anyway, name them; the default), rehearse (rehearse the most similar "
@@ -388,8 +400,9 @@ def atom_history(atom: str, as_json: JsonOpt = False) -> None:
 def atom_correct(
     atom: str,
     text: Annotated[str, typer.Option(help="The corrected sentence.")],
-    reason: str | None = None,
-    confidence: float | None = None,
+    reason: ReasonOpt = None,
+    confidence: Annotated[float | None, typer.Option(
+        help="How sure the correction is, 0 to 1.")] = None,
     valid_from: Annotated[str | None, typer.Option(
         help="When the corrected fact became true (default: now).")] = None,
     actor: ActorOpt = None, as_json: JsonOpt = False,
@@ -409,8 +422,10 @@ def atom_correct(
 
 
 @atom_cli.command("rehearse")
-def atom_rehearse(atom: str, session: str | None = None, reason: str | None = None,
-                  actor: ActorOpt = None, as_json: JsonOpt = False) -> None:
+def atom_rehearse(atom: str,
+                  session: Annotated[str | None, typer.Option(help="Session id.")] = None,
+                  reason: ReasonOpt = None, actor: ActorOpt = None,
+                  as_json: JsonOpt = False) -> None:
     """Record that an atom was recalled (a signed rehearsal event).
 
     Example: ledger atom rehearse atom_001 --session sess:42
@@ -421,8 +436,8 @@ def atom_rehearse(atom: str, session: str | None = None, reason: str | None = No
 
 
 @atom_cli.command("expire")
-def atom_expire(atom: str, reason: str | None = None, actor: ActorOpt = None,
-                as_json: JsonOpt = False) -> None:
+def atom_expire(atom: str, reason: ReasonOpt = None,
+                actor: ActorOpt = None, as_json: JsonOpt = False) -> None:
     """Mark an atom no longer valid from now.  Example: ledger atom expire atom_001"""
     with served(actor) as (svc, me):
         svc.expire_atom(me, atom, reason)
@@ -473,7 +488,7 @@ def keys_revoke(
     kid: Annotated[str, typer.Argument(help="Key id (see `ledger keys list`).")],
     role: Annotated[str | None, typer.Option(help="Only this role (default: all).")] = None,
     at: Annotated[str | None, typer.Option(help="Revoked from (default now).")] = None,
-    reason: str | None = None,
+    reason: ReasonOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Revoke a key; events it signs after that time fail verification.
@@ -487,7 +502,8 @@ def keys_revoke(
 
 
 @keys_cli.command("rotate")
-def keys_rotate(name: str, reason: str | None = None, as_json: JsonOpt = False) -> None:
+def keys_rotate(name: str, reason: ReasonOpt = None,
+                as_json: JsonOpt = False) -> None:
     """Replace a key with a new one holding the same roles; the old one is revoked.
 
     Example: ledger keys rotate writer
