@@ -62,13 +62,14 @@ def in_process(home: Path, atoms: int, queries: list[str]) -> dict[str, float]:
         groups = max(4, atoms // 64)
         t0 = time.perf_counter()
         for g in range(groups):
-            svc.add_atoms_grouped([(op, AtomIn(subject="bench", text=f"group {g} item {i}"))
+            svc.add_atoms_grouped([(op, AtomIn(subject="bench", text=f"group {g} item {i}",
+                                               **ON_SIMILAR))
                                    for i in range(32)])
         out["group32_rate"] = groups * 32 / (time.perf_counter() - t0)
         n = min(300, atoms // 4)
         t0 = time.perf_counter()
         for i in range(n):
-            svc.add_atom(op, AtomIn(subject="bench", text=f"single memory {i}"))
+            svc.add_atom(op, AtomIn(subject="bench", text=f"single memory {i}", **ON_SIMILAR))
         out["single_rate"] = n / (time.perf_counter() - t0)
         svc.recall(op, RecallIn(subject="bench", query="warm up", rehearse=False))
         lat = []
