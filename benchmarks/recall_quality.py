@@ -37,7 +37,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -405,11 +405,16 @@ def clip(text: str, limit: int = 500) -> str:
     return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0]
 
 
+DAY_LABEL = "default, the question's day as since/until"
+
+
 def memorybank_ledger(people: Sequence[DatedPerson], folder: Path,
-                      embedder: Embedder | None) -> dict[str, Scores]:
+                      embedder: Embedder | None,
+                      variants: Mapping[str, RecallWeights] | None = None) -> dict[str, Scores]:
     """The ledger's recall over the chats, each turn recorded on its day (the clock pinned
     with LEDGER_NOW, as a live assistant would have recorded it), asked the day after the
-    last chat: with the default weights, and with the question's day as --since/--until."""
+    last chat: with the default weights, and with the question's day as --since/--until;
+    then each of ``variants`` (other weights) with the question's day too."""
     home = folder / "memorybank"
     saved = os.environ.get("LEDGER_NOW")
     try:
@@ -443,13 +448,15 @@ def memorybank_ledger(people: Sequence[DatedPerson], folder: Path,
             index = {id(p): i for i, p in enumerate(people)}
             timed = "since" in inspect.signature(proj.recall).parameters
 
-            def ranker(use_day: bool) -> Ranker:
+            def ranker(use_day: bool, weights: RecallWeights | None = None) -> Ranker:
                 def rank(p: Person, q: Question) -> list[int]:
                     i = index[id(p)]
                     day = cast(DatedPerson, p).asked[p.questions.index(q)]
                     extra: dict[str, Any] = {}
                     if use_day and day is not None:
                         extra = {"since": f"{day}T00:00:00Z", "until": f"{day}T23:59:59Z"}
+                    if weights is not None:
+                        extra["weights"] = weights
                     r = proj.recall(q.text, f"m{i}", k=10, now=asked_at, refresh=False,
                                     **extra)
                     return [ids[i][a] for a in r.atom_ids]
@@ -457,7 +464,9 @@ def memorybank_ledger(people: Sequence[DatedPerson], folder: Path,
 
             out[DEFAULT_LABEL] = score(people, ranker(False))
             if timed:
-                out["default, the question's day as since/until"] = score(people, ranker(True))
+                out[DAY_LABEL] = score(people, ranker(True))
+                for label, weights in (variants or {}).items():
+                    out[f"{label}, the question's day"] = score(people, ranker(True, weights))
             else:
                 print("  (recall takes no since/until here: the time-filtered run is left out)")
     finally:
@@ -465,7 +474,8 @@ def memorybank_ledger(people: Sequence[DatedPerson], folder: Path,
     return out
 
 
-def run_memorybank(checkout: Path, embedders: Sequence[Embedder], default_id: str) -> None:
+def run_memorybank(checkout: Path, embedders: Sequence[Embedder], default_id: str,
+                   variants: Mapping[str, RecallWeights]) -> None:
     for filler in (False, True):
         people = memorybank_people(checkout, filler)
         nq = sum(len(p.questions) for p in people)
@@ -485,11 +495,13 @@ def run_memorybank(checkout: Path, embedders: Sequence[Embedder], default_id: st
         with tempfile.TemporaryDirectory(prefix="recall-memorybank-") as tmp:
             for e in embedders:
                 is_default = e.id == default_id
-                for label, res in memorybank_ledger(people, Path(tmp) / e.id.replace("/", "-"),
-                                                    None if is_default else e).items():
+                found = memorybank_ledger(people, Path(tmp) / e.id.replace("/", "-"),
+                                          None if is_default else e,
+                                          variants if is_default else None)
+                for label, res in found.items():
                     show(f"ledger, {e.id}, {label}", res, MB_KINDS, 44)
-                    if is_default:
-                        mine = res  # the last: the time-filtered run when recall takes it
+                if is_default:  # the default weights; the time-filtered run if recall has it
+                    mine = found.get(DAY_LABEL, found[DEFAULT_LABEL])
         if mine is not None:
             verdict(mine, singles, "MemoryBank" + (" with filler" if filler else ""))
 
@@ -573,7 +585,8 @@ def main() -> None:
               f"{mine['paraphrase'][1]:.3f} vs {hashed['paraphrase'][1]:.3f}; behind on "
               + (", ".join(behind) if behind else "no kind of question"))
     if args.memorybank is not None:
-        run_memorybank(args.memorybank, embedders, default_id)
+        run_memorybank(args.memorybank, embedders, default_id,
+                       {k: w for k, w in weights.items() if k != DEFAULT_LABEL})
     dedup_figures()
 
 
