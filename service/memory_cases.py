@@ -72,7 +72,7 @@ class SimilarMemoryExists(ConflictError):
             f"the subject already has memories that say the same{which}: {ids}; "
             "nothing was written",
             hint="rehearse or correct one of them, or send it again with on_similar "
-                 "add, rehearse or supersede")
+                 "(--on-similar on the command line) add, rehearse or supersede")
 
     def as_json(self) -> list[dict[str, Any]]:
         """The similar memories, as the add would have answered them."""
