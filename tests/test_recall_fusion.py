@@ -24,8 +24,6 @@ from projections.service import Projections
 from .conftest import run_cli
 from .test_projections_contract import T0, Clock, projections
 
-pytest.importorskip("wordllama", reason="the semantic extra is part of the dev install")
-
 WORDS = ["tea", "garden", "piano", "sister", "Berlin", "cycling", "books", "coffee",
          "sailing", "dog", "mountain", "bakery", "violin", "river", "museum", "chess"]
 EMBEDDERS = {"hashing": HashingEmbedder, "wordllama": WordLlamaEmbedder}

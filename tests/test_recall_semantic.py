@@ -30,8 +30,6 @@ from .conftest import files_under
 from .test_projections_contract import Clock, projections
 from .test_projections_routes import _proj_tables_with
 
-pytest.importorskip("wordllama", reason="the semantic extra is part of the dev install")
-
 JOB = "Works as a nurse at the Riverside clinic"
 OTHERS = ["Enjoys sailing on weekends with friends", "Her favourite colour is green",
           "Allergic to peanuts since childhood", "Has a cat named Mochi",

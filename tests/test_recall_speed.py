@@ -21,8 +21,6 @@ from projections.runner import _indexes
 
 from .test_projections_contract import projections
 
-pytest.importorskip("wordllama", reason="the semantic extra is part of the dev install")
-
 TEXTS = ["Works as a nurse at the Riverside clinic", "Has a cat named Mochi",
          "Allergic to peanuts since childhood", "Lives in a flat near the old town",
          "Enjoys sailing on weekends with friends", "Her sister Marta moved to Oslo"]
