@@ -315,7 +315,7 @@ class LedgerCases(FacadeCore):
         latest = self.app.tlog.latest_cosignature()
         if latest is None and not self.app.config.witnesses:
             return None
-        head = self.proj.runner.head()
+        head = self.app.head_position()  # the log's, not the read models': none opened
         if latest is None:
             return head, None
         size, at = latest
