@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 import structlog
@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ledger.errors import EnvironmentProblem, InputError, LedgerError
 from ledger.inputs import MAX_ATOM_TEXT, MAX_GIST
 from service.caller import Caller
+from service.memory_cases import check_on_similar
 from service.models import AtomAdded, AtomIn, AtomKind, OnSimilar, Sensitivity
 
 if TYPE_CHECKING:
@@ -236,19 +237,13 @@ def parse(ask: Ask, reply: str, model: str) -> list[AtomIn]:
     return atoms
 
 
-def _check_on_similar(on_similar: str) -> None:
-    if on_similar not in get_args(OnSimilar):
-        raise InputError(f"on_similar must be one of {', '.join(get_args(OnSimilar))}, "
-                         f"not {on_similar!r}")
-
-
 def record(svc: MemoryService, caller: Caller, asks: Sequence[Ask],
            atoms: Sequence[AtomIn], on_similar: OnSimilar = DEFAULT_ON_SIMILAR) -> Extracted:
     """Write the proposals of ``asks`` as one signed command (all or none), through the
     update-or-add rule of ``remember`` (ADR 0052): a proposal that says what one of the
     subject's memories already says follows ``on_similar`` (by default that memory is
     rehearsed and no near-copy is added; ``refuse`` writes nothing if any is similar)."""
-    _check_on_similar(on_similar)
+    check_on_similar(on_similar)
     p = prompt()
     extractor = atoms[0].extractor if atoms else None
     kw: dict[str, Any] = {"artifacts": [a.artifact_id for a in asks], "extractor": extractor,
@@ -446,7 +441,7 @@ def extract_with_endpoint(svc: MemoryService, caller: Caller, endpoint: Endpoint
                           on_similar: OnSimilar = DEFAULT_ON_SIMILAR) -> Extracted:
     """Ask the endpoint about every artifact, validate every answer, then write all the
     proposals as one signed command: any refusal writes nothing."""
-    _check_on_similar(on_similar)
+    check_on_similar(on_similar)
     if not artifacts:
         raise InputError("no artifact to extract from",
                          hint="capture or import one first (`ledger import ... --format "

@@ -58,6 +58,13 @@ EXPORT_MEDIA = {"konshus": "application/json", "persona": "application/json",
                 "mem": "application/zip"}
 
 
+def check_on_similar(value: str) -> None:
+    """:class:`InputError` unless ``value`` is one of :data:`OnSimilar` (ADR 0052)."""
+    if value not in get_args(OnSimilar):
+        raise InputError(f"on_similar must be one of {', '.join(get_args(OnSimilar))}"
+                         f", got {value!r}")
+
+
 class SimilarMemoryExists(ConflictError):
     """``on_similar: refuse`` found memories that say the same thing (ADR 0052): nothing
     was written. ``similar``: per refused proposal (its index), the similar memories."""
@@ -253,9 +260,8 @@ class MemoryCases(FacadeCore):
         if not items:
             raise InputError("no atoms to remember")
         for d in items:
-            if d.on_similar is not None and d.on_similar not in get_args(OnSimilar):
-                raise InputError(f"on_similar must be one of {', '.join(get_args(OnSimilar))}"
-                                 f", got {d.on_similar!r}")
+            if d.on_similar is not None:
+                check_on_similar(d.on_similar)
         commands = [self._atom_command(caller, d) for d in items]
         if caller.is_local and any(d.on_similar is not None for d in items):
             self._checked_first(commands)
