@@ -1475,6 +1475,19 @@ class LedgerApp(Application[UUID]):
         """Fetch these data keys in one round trip, for :meth:`open_events` to follow."""
         self.datakeys.get_many(key_ids)
 
+    def data_keys(self, key_ids: Iterable[str]) -> dict[str, bytes]:
+        """The data keys that exist among ``key_ids``, in one round trip (destroyed or
+        unknown ids are absent): what a worker process needs to decrypt a batch."""
+        return self.datakeys.get_many(key_ids)
+
+    def verification_keys(self) -> dict[str, bytes]:
+        """Every public key an event of this log may be signed with (the root key and each
+        roster entry, by key id): what :meth:`open_events` resolves signatures against,
+        for a worker process that verifies a batch."""
+        self._known_keys.update({k: e.public_key
+                                 for k, e in self.roster().state.entries.items()})
+        return dict(self._known_keys)
+
     def data_key(self, key_id: str) -> bytes | None:
         """One data key, None once destroyed."""
         return self.datakeys.get_many([key_id]).get(key_id)
