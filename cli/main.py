@@ -31,6 +31,7 @@ from cli.portability import register as register_portability
 from cli.reads import register as register_projections
 from cli.receipt import register as register_receipt
 from cli.serve import register as register_server
+from cli.tenants import register as register_tenants
 from cli.tokens import register as register_tokens
 from cli.webhooks import register as register_webhooks
 from cli.witness import register as register_witness
@@ -832,6 +833,7 @@ register_witness(cli, served)
 register_receipt(cli, served, audit_cli)
 register_certificate(cli, served, audit_cli)
 register_server(cli, lambda: STATE.home)
+register_tenants(cli, lambda: STATE.home)
 register_backup(cli, served, lambda: STATE.home)
 register_extract(cli, served)
 
