@@ -1,17 +1,28 @@
-"""Start-up wall time of the `ledger` command against `python -c pass`, in the same run.
+"""CPU time of the `ledger` command against `python -c pass`, in the same run.
 
-Targets (issue 15): `ledger --help` and `ledger --version` under 0.3 s, a one-atom
-`ledger atom add` under 0.8 s. Each command runs ``--runs`` times, interleaved with the
-others so that a busy moment of a shared machine hits all of them alike; the table gives the
-median and the fastest run, and the median less the interpreter's own start.
+Two parts, each run interleaved with `python -c pass` so that a busy moment of a shared
+machine hits both alike; the ratio is CPU against CPU (user + system seconds of the child),
+which a shared machine stretches less than wall time.
 
-Run: python benchmarks/startup.py [--runs 9]   (exit 1 when a median misses its target)
+1. `ledger --help`, `ledger --version` and a one-atom `ledger atom add`, ``--runs`` times
+   each (goal, issue 30: `ledger --help` within 4x of `python -c pass`).
+2. Every `ledger` command of the README's "Use" block, parsed from README.md and run as the
+   block runs (tests/test_readme.py): the block is pasted into bash ``--block-runs`` times,
+   each time in a fresh folder, with `ledger` a shell function that runs the real command
+   once, preceded by one `python -c pass`, and records both CPU times. Goal: every command
+   within 10x, except those whose work itself takes longer (EXPECTED_SLOW, each with the
+   reason and the work measured alone in the same run: WORK).
+
+Run: python benchmarks/startup.py [--runs 9] [--block-runs 3]
+     (exit 1 when a median misses its goal)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -20,8 +31,19 @@ import tempfile
 import time
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 LEDGER = str(BIN / "ledger") if (BIN / "ledger").exists() else None
+
+HELP_GOAL = 4.0   # `ledger --help` (and --version) within 4x python -c pass's CPU
+BLOCK_GOAL = 10.0  # every command of the README's "Use" block within 10x
+
+# Commands of the README block whose work itself takes longer than 10 `python -c pass`,
+# matched by the start of their words, with why; WORK measures that work alone.
+EXPECTED_SLOW: dict[str, str] = {}
+
+# Work measured alone (a python -c snippet each), to show what a slow command cannot avoid.
+WORK: dict[str, str] = {}
 
 
 CPU: dict[str, list[float]] = {}
@@ -43,57 +65,162 @@ def wall(cmd: list[str], env: dict[str, str], name: str | None = None) -> float:
     return elapsed
 
 
+def use_block(readme: str | None = None) -> str:
+    """The README's "Use" block, as tests/test_readme.py runs it."""
+    text = readme if readme is not None else (REPO / "README.md").read_text("utf-8")
+    section = text[text.index("## Use"):]
+    m = re.search(r"```sh\n(.*?)```", section, re.S)
+    if m is None:
+        raise SystemExit("README.md: no sh block after '## Use'")
+    return m.group(1)
+
+
+def ledger_commands(script: str) -> list[str]:
+    """The `ledger` commands of a shell block, in order, one per call (those inside
+    ``$( ... )`` included), each as its words up to the end of the command."""
+    import shlex
+
+    calls = []
+    for line in script.replace("\\\n", " ").splitlines():
+        for m in re.finditer(r"(?:^|\$\()\s*ledger\s", line):
+            lexer = shlex.shlex(line[m.end() - len("ledger "):], posix=True,
+                                punctuation_chars=True)
+            words = []
+            for word in lexer:
+                if word in ("|", ")", ";", "&&", "||", "&", ">"):
+                    break
+                words.append(word)
+            calls.append(" ".join(words))
+    return calls
+
+
+# The shell function the block's `ledger` becomes: one `python -c pass`, then the command;
+# the child CPU of each is appended to $LEDGER_STARTUP_LOG by a small Python runner.
+RUNNER = r'''
+import json, os, resource, subprocess, sys
+def cpu(cmd):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    code = subprocess.call(cmd)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return code, (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+_, base = cpu([sys.executable, "-c", "pass"])
+code, used = cpu(sys.argv[1:])
+with open(os.environ["LEDGER_STARTUP_LOG"], "a") as f:
+    f.write(json.dumps({"argv": sys.argv[2:], "cpu": used, "python": base}) + "\n")
+sys.exit(code)
+'''
+
+
+def run_block(ledger: list[str], env: dict[str, str], tmp: Path, runs: int,
+              progress: bool) -> tuple[list[str], list[list[float]], list[float]]:
+    """The block pasted ``runs`` times; the command names, the CPU of the i-th command in
+    each run, and every interleaved `python -c pass`."""
+    runner = tmp / "runner.py"
+    runner.write_text(RUNNER)
+    script = use_block()
+    names = ledger_commands(script)
+    shim = (f"ledger() {{ {sys.executable} -I {runner} {' '.join(ledger)} \"$@\"; }}\n"
+            "export -f ledger\n")
+    per: list[list[float]] = [[] for _ in names]
+    base: list[float] = []
+    for i in range(runs):
+        log = tmp / f"block-{i}.jsonl"
+        folder = tmp / f"block-{i}"
+        folder.mkdir()
+        block_env = {**env, "TMPDIR": str(folder), "HOME": str(folder),
+                     "LEDGER_STARTUP_LOG": str(log)}
+        r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", shim + script], cwd=REPO,
+                           env=block_env, capture_output=True, text=True, check=False)
+        if r.returncode != 0:
+            raise SystemExit(f"the README block failed: {r.stderr[-1500:]}")
+        rows = [json.loads(line) for line in log.read_text().splitlines()]
+        if len(rows) != len(names):
+            raise SystemExit(f"the block ran {len(rows)} ledger commands, parsed {len(names)}")
+        for j, row in enumerate(rows):
+            per[j].append(row["cpu"])
+            base.append(row["python"])
+        if progress:
+            print(f"  block run {i + 1}/{runs} done", file=sys.stderr, flush=True)
+    return names, per, base
+
+
+def expected_slow(name: str) -> str | None:
+    return next((why for start, why in EXPECTED_SLOW.items() if name.startswith(start)), None)
+
+
 LOAD_AT_START = os.getloadavg()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--block-runs", type=int, default=3)
     args = parser.parse_args()
+    tty = sys.stderr.isatty()
     ledger = [LEDGER] if LEDGER else [sys.executable, "-m", "ledger"]
     # A user's Python caches compiled modules (__pycache__); PYTHONDONTWRITEBYTECODE (set in
     # some sandboxes) would make every run compile the project's modules again (~0.25 s).
     env = {k: v for k, v in os.environ.items()
-           if k not in ("LEDGER_NOW", "LEDGER_HOME", "PYTHONDONTWRITEBYTECODE")}
-    with tempfile.TemporaryDirectory(prefix="ledger-startup-") as tmp:
-        home = str(Path(tmp) / "home")
+           if not k.startswith("LEDGER_") and k != "PYTHONDONTWRITEBYTECODE"}
+    env["PATH"] = f"{BIN}:{env.get('PATH', '')}"
+    with tempfile.TemporaryDirectory(prefix="ledger-startup-") as tmpdir:
+        tmp = Path(tmpdir)
+        home = str(tmp / "home")
         subprocess.run([*ledger, "--home", home, "init"], check=True, capture_output=True,
                        env=env)
         subprocess.run([*ledger, "--home", home, "subject", "add", "user_1"], check=True,
                        capture_output=True, env=env)
         cases: dict[str, tuple[list[str], float | None]] = {
             "python -c pass": ([sys.executable, "-c", "pass"], None),
-            "ledger --help": ([*ledger, "--help"], 0.3),
-            "ledger --version": ([*ledger, "--version"], 0.3),
+            "ledger --help": ([*ledger, "--help"], HELP_GOAL),
+            "ledger --version": ([*ledger, "--version"], HELP_GOAL),
             "ledger atom add (one atom)": (
                 [*ledger, "--home", home, "atom", "add", "--subject", "user_1",
-                 "--text", "Prefers tea."], 0.8),
+                 "--text", "Prefers tea.", "--on-similar", "none"], BLOCK_GOAL),
         }
+        for work, code in WORK.items():
+            cases[f"work: {work}"] = ([sys.executable, "-c", code], None)
         times: dict[str, list[float]] = {name: [] for name in cases}
         for cmd, _ in cases.values():  # warm the file cache once
             wall(cmd, env)
-        for _ in range(args.runs):
+        for i in range(args.runs):
             for name, (cmd, _) in cases.items():
                 times[name].append(wall(cmd, env, name))
-    base = statistics.median(times["python -c pass"])
-    print(f"start-up wall time, {args.runs} runs each, interleaved; {os.cpu_count()} cores; "
-          f"python {sys.version.split()[0]}")
+            if tty:
+                print(f"  run {i + 1}/{args.runs} done", file=sys.stderr, flush=True)
+        names, per, block_base = run_block(ledger, env, tmp, args.block_runs, tty)
+    base_cpu = statistics.median(CPU["python -c pass"])
+    print(f"start-up CPU (user + system of the child), {args.runs} runs each, interleaved "
+          f"with python -c pass; {os.cpu_count()} cores; python {sys.version.split()[0]}")
     load = os.getloadavg()
     print(f"load average {' '.join(f'{x:.1f}' for x in load)} at the end, "
-          f"{' '.join(f'{x:.1f}' for x in LOAD_AT_START)} at the start (a shared machine "
-          "stretches wall times; CPU time is less affected)")
-    print(f"{'command':<30} {'median':>8} {'fastest':>8} {'- python':>9} {'x python':>8} "
-          f"{'cpu':>7} {'target':>7}  ok")
+          f"{' '.join(f'{x:.1f}' for x in LOAD_AT_START)} at the start")
+    print(f"{'command':<44} {'cpu':>7} {'x python':>8} {'wall':>7} {'goal':>6}  ok")
     failed = False
-    for name, (_, target) in cases.items():
-        med, fast = statistics.median(times[name]), min(times[name])
+    for name, (_, goal) in cases.items():
         cpu = statistics.median(CPU[name])
-        ok = "" if target is None else ("yes" if med < target else "NO")
+        ratio = cpu / base_cpu
+        ok = "" if goal is None else ("yes" if ratio <= goal else "NO")
         failed |= ok == "NO"
-        print(f"{name:<30} {med:>7.3f}s {fast:>7.3f}s {med - base:>8.3f}s {med / base:>7.1f}x "
-              f"{cpu:>6.3f}s {'' if target is None else f'{target:.1f}s':>7}  {ok}")
-    print(f"cpu: user + system seconds of one run (median); python -c pass: "
-          f"{statistics.median(CPU['python -c pass']):.3f}s of CPU")
+        print(f"{name:<44} {cpu:>6.3f}s {ratio:>7.1f}x {statistics.median(times[name]):>6.3f}s "
+              f"{'' if goal is None else f'{goal:.0f}x':>6}  {ok}")
+    block_cpu = statistics.median(block_base)
+    print(f"\nthe README's \"Use\" block, {len(names)} ledger commands, pasted "
+          f"{args.block_runs} times; python -c pass before each: {block_cpu:.3f}s of CPU "
+          "(median)")
+    print(f"{'#':>2} {'command':<44} {'cpu':>7} {'x python':>8} {'goal':>6}  ok")
+    slow: list[tuple[str, str]] = []
+    for i, (name, cpus) in enumerate(zip(names, per, strict=True), 1):
+        cpu = statistics.median(cpus)
+        ratio = cpu / block_cpu
+        why = expected_slow(name)
+        ok = "yes" if ratio <= BLOCK_GOAL else ("slow*" if why else "NO")
+        failed |= ok == "NO"
+        if why and ratio > BLOCK_GOAL:
+            slow.append((name, why))
+        print(f"{i:>2} {name[:44]:<44} {cpu:>6.3f}s {ratio:>7.1f}x {BLOCK_GOAL:>5.0f}x  {ok}")
+    for name, why in dict(slow).items():
+        print(f"* {name}: {why}")
     return 1 if failed else 0
 
 
