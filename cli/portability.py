@@ -18,7 +18,6 @@ import typer
 
 from cli.opener import Served
 from cli.output import out, verdict
-from ledger.errors import InputError
 
 FormatOpt = Annotated[str, typer.Option(
     "--format", help="konshus, mem or persona; for import also chatgpt (conversations.json), "
@@ -32,13 +31,9 @@ ActorOpt = Annotated[str | None, typer.Option("--as", help="Name of the key that
 
 
 def _format(value: str, ingest: bool = False) -> str:
-    from ledger.portability.common import FORMATS, INGEST
+    from ledger.portability import formats
 
-    allowed = FORMATS + (INGEST if ingest else ())
-    if value not in allowed:
-        raise InputError(f"unknown format {value!r} for this command",
-                         hint=f"use one of {', '.join(allowed)}")
-    return value
+    return formats.get(value, "read" if ingest else "write").name
 
 
 def _counts(d: dict[str, int]) -> str:
@@ -132,15 +127,12 @@ def make_export(served: Served) -> Callable[..., None]:
 
         Example: ledger export --format mem --subject user_9f4e --out user.mem --sign
         """
-        from typing import cast
-
         from ledger import progress
-        from service.models import ExportFormat
 
         fmt = _format(fmt)
         with served(actor) as (svc, me), \
                 progress.bar("Reading the log", total=1, json=as_json) as bar:
-            exported = svc.export_file(me, cast(ExportFormat, fmt), out_path, subject, sign=sign,
+            exported = svc.export_file(me, fmt, out_path, subject, sign=sign,
                                        include_private=include_private, progress=bar.step)
         stats, written = exported.counts, exported.written
         report = exported.model_dump()

@@ -55,6 +55,7 @@ from service.models import (
     ErasureRequestIn,
     EventIds,
     ExecuteIn,
+    ExportFormat,
     HistoryEntry,
     ImportFormat,
     ImportIn,
@@ -349,7 +350,7 @@ def _routes(api: FastAPI) -> None:
                               "description": "The export document, or the .mem bundle "
                                              "zipped."}})
     async def export(subject: str, c: CallerDep, b: BackendDep,
-                     format: Literal["konshus", "persona", "mem"] = "konshus",
+                     format: ExportFormat = "konshus",
                      include_private: bool = False) -> Response:
         out = await b.read(lambda s: s.export(c, subject, format, include_private))
         return Response(out.content, media_type=out.media_type, headers={

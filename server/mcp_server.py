@@ -59,6 +59,7 @@ from service.models import (
     AtomIn,
     AtomOut,
     Corrected,
+    DocumentFormat,
     ErasureRequestIn,
     MemoryRow,
     OnSimilar,
@@ -137,7 +138,7 @@ class Forgotten(_Out):
 
 
 class Exported(_Out):
-    format: Literal["konshus", "persona"]
+    format: DocumentFormat
     subject: str
     media_type: str
     filename: str
@@ -409,7 +410,7 @@ def _tools(mcp: MCPServer[Any], b: Backend) -> None:
 
     # ------------------------------------------------------------------ export
     async def export_memories(c: Caller, a: dict[str, Any]) -> CallToolResult:
-        fmt: Literal["konshus", "persona"] = a["format"]
+        fmt: str = a["format"]
         out = await b.read(lambda s: s.export(c, a["subject"], fmt, a["include_private"]))
         meta = Exported(format=fmt, subject=out.subject, media_type=out.media_type,
                         filename=out.filename, counts=out.counts)
@@ -420,7 +421,7 @@ def _tools(mcp: MCPServer[Any], b: Backend) -> None:
          "text content is the document; the structured result its name and counts.", READ,
          [_param("subject", str, (Field(min_length=1, max_length=200),),
                  "Subject ref or id."),
-          _param("format", Literal["konshus", "persona"], (), "The document format.",
+          _param("format", DocumentFormat, (), "The document format.",
                  "konshus"),
           _param("include_private", bool, (), "Include artifacts marked private.", False)],
          Exported, export_memories)

@@ -54,10 +54,6 @@ from service.models import (
 if TYPE_CHECKING:
     pass
 
-EXPORT_MEDIA = {"konshus": "application/json", "persona": "application/json",
-                "mem": "application/zip"}
-
-
 def check_on_similar(value: str) -> None:
     """:class:`InputError` unless ``value`` is one of :data:`OnSimilar` (ADR 0052)."""
     if value not in get_args(OnSimilar):
@@ -503,13 +499,14 @@ class MemoryCases(FacadeCore):
     def export(self, caller: Caller, subject: str, fmt: ExportFormat,
                include_private: bool = False) -> ExportOut:
         """One subject's memory as Konshus or Persona JSON, or a `.mem` bundle (zipped)."""
-        from ledger.portability import konshus, mem, persona, view
+        from ledger.portability import formats, mem, view
         from ledger.portability.record import tally
 
+        form = formats.get(fmt, "write")
         sid = self.subject_id(caller, subject)
         v = view.load(self.app, sid)
         visible = self._visible(caller, sid) or sid
-        if fmt == "mem":
+        if form.shape == "bundle":
             signer = self.app.signer(None)
             with tempfile.TemporaryDirectory(prefix="ledger-export-") as tmp:
                 out = Path(tmp) / "bundle.mem"
@@ -520,15 +517,14 @@ class MemoryCases(FacadeCore):
         else:
             import json
 
-            module = konshus if fmt == "konshus" else persona
-            doc, stats = module.export(v, include_private=include_private, now=clock.now())
+            doc, stats = form.export_document(v, include_private=include_private,
+                                              now=clock.now())
             content = (json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False)
                        + "\n").encode()
         counts = {**stats, **tally(v.atoms)}
-        ext = "mem.zip" if fmt == "mem" else "json"
-        return ExportOut(format=fmt, subject=visible, media_type=EXPORT_MEDIA[fmt],
-                         filename=f"{visible}.{fmt}.{ext}" if fmt != "mem"
-                         else f"{visible}.{ext}",
+        return ExportOut(format=fmt, subject=visible, media_type=form.media_type,
+                         filename=f"{visible}.{fmt}.json" if form.shape == "document"
+                         else f"{visible}.mem.zip",
                          content=content, counts={k: int(n) for k, n in counts.items()
                                                   if isinstance(n, int)})
 
@@ -548,7 +544,9 @@ class MemoryCases(FacadeCore):
             subject = self._stored_ref_of(sid)
         with tempfile.TemporaryDirectory(prefix="ledger-import-") as tmp:
             path = Path(tmp) / "input"
-            if options.format == "mem":
+            from ledger.portability import formats
+
+            if formats.get(options.format, "read").shape == "bundle":
                 _unzip_bundle(content, path)
             else:
                 path.write_bytes(content)
@@ -569,12 +567,14 @@ class MemoryCases(FacadeCore):
         the caller's writer key (manifest.sig, or a DSSE envelope beside the file)."""
         self._require(caller, "assistant", "operator", "auditor")
         self._local_files(caller)
-        from ledger.portability import konshus, mem, persona, service, view
+        from ledger.portability import formats, mem, service, view
         from ledger.portability.record import tally
 
+        form = formats.get(fmt, "write")
         v = view.load(self.app, subject, progress=progress)
-        signer = self.app.signer(caller.writer_key) if sign or fmt == "mem" else None
-        if fmt == "mem":
+        bundle = form.shape == "bundle"
+        signer = self.app.signer(caller.writer_key) if sign or bundle else None
+        if bundle:
             assert signer is not None
             stats = mem.export(v, out, include_private=include_private,
                                key=mem.signing_key(bytes(signer.signing_key)),
@@ -583,15 +583,14 @@ class MemoryCases(FacadeCore):
         else:
             from ledger.progress import report
 
-            module = konshus if fmt == "konshus" else persona
-            doc, stats = module.export(v, include_private=include_private, now=clock.now(),
-                                       progress=progress)
+            doc, stats = form.export_document(v, include_private=include_private,
+                                              now=clock.now(), progress=progress)
             report(progress, f"Writing {out.name}", 0, 1)
             payload_type = f"application/vnd.memory-ledger.{fmt}-export.v1+json"
             written = service.write_document(out, doc, signer if sign else None, payload_type)
             report(progress, f"Writing {out.name}", 1, 1)
         stats = {**stats, **tally(v.atoms)}
-        if fmt != "mem":  # only a .mem bundle has a place for portable records (ADR 0017)
+        if not bundle:  # only a .mem bundle has a place for portable records (ADR 0017)
             stats["records_not_carried"] = sum(r.content is not None for r in v.records)
         return ExportWritten(format=fmt, subject=v.ref, written=written, counts=stats)
 

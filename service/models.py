@@ -12,9 +12,10 @@ an empty string, in every output here.
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar, cast
+from typing import Annotated, Any, Literal, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic_core import core_schema
 
 from ledger.inputs import MAX_ATOM_TEXT, MAX_GIST, REF_PATTERN  # the application's limits
 
@@ -22,8 +23,41 @@ Sensitivity = Literal["public", "private", "medical", "financial", "legal"]
 Derivation = Literal["stated", "inferred", "observed"]
 AtomKind = Literal["fact", "preference", "relationship", "belief", "goal", "skill",
                    "episodic", "semantic", "procedural"]
-ExportFormat = Literal["konshus", "mem", "persona"]
-ImportFormat = Literal["konshus", "mem", "persona", "chatgpt", "claude", "mem0", "text"]
+
+
+class _FormatName:
+    """A format's name, checked against the registry of :mod:`ledger.portability.formats`
+    when a value arrives, and published as the registry's enum when a schema is drawn: a
+    format registered later is accepted and listed without touching this module."""
+
+    def __init__(self, direction: Literal["read", "write"], shape: str | None = None) -> None:
+        self.direction, self.shape = direction, shape
+
+    def _names(self) -> tuple[str, ...]:
+        from ledger.portability import formats
+
+        return formats.names(self.direction, shape=cast(Any, self.shape))
+
+    def _check(self, value: str) -> str:
+        if value not in self._names():
+            raise ValueError(f"unknown format {value!r}; use one of {', '.join(self._names())}")
+        return value
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler
+                                     ) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(self._check,
+                                                            core_schema.str_schema())
+
+    def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema,
+                                     handler: GetJsonSchemaHandler) -> dict[str, Any]:
+        return {"type": "string", "enum": list(self._names())}
+
+
+#: A format an export is written in; :data:`ImportFormat` one an import is read from;
+#: :data:`DocumentFormat` one written as a single JSON document (what an MCP tool carries).
+ExportFormat = Annotated[str, _FormatName("write")]
+ImportFormat = Annotated[str, _FormatName("read")]
+DocumentFormat = Annotated[str, _FormatName("write", "document")]
 RedactMode = Literal["soft", "archive", "hard"]
 OnSimilar = Literal["add", "rehearse", "supersede", "refuse"]
 """What an add does when the subject already has memories that say the same (ADR 0052)."""

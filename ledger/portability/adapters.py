@@ -38,7 +38,6 @@ from ledger.portability.common import (
 from ledger.portability.mem import plan_records
 from ledger.portability.membundle import check_record, compile_spec
 
-ADAPTERS = ("chatgpt", "claude", "mem0", "text")
 _EPISODE = compile_spec(PortableEpisode)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -100,7 +99,8 @@ def episodes_from(fmt: str, path: Path, limit: int | None) -> list[dict[str, Any
 def plan_import(fmt: str, path: Path, *, subject: str | None, max_bytes: int | None,
                 artifact_exists: Callable[[str], bool], skip_unsupported: bool,
                 known_source_ids: Callable[[str], set[str]] | None = None) -> Plan:
-    """Plan an import from one of :data:`ADAPTERS`; nothing is written.
+    """Plan an import from one of the ``ingest`` formats of :mod:`ledger.portability.formats`;
+    nothing is written.
 
     ``known_source_ids(subject)``: the source ids already kept (sealed) for the
     subject's atoms; pasted text is matched against them (see :func:`_content_ids`).

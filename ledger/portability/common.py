@@ -41,11 +41,6 @@ _INSTANT = re.compile(
     r"^\d{4}-(0[1-9]|1[0-2])-\d{2}T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,9})?"
     r"(Z|[+-]([01]\d|2[0-3]):[0-5]\d)$")
 
-FORMATS = ("konshus", "mem", "persona")
-#: Import-only sources, read through portable-memory's ingest adapters.
-INGEST = ("chatgpt", "claude", "mem0", "text")
-
-
 @dataclass(frozen=True)
 class Refusal:
     """An item of the input that was deliberately not created, and why (no content)."""

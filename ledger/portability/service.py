@@ -288,28 +288,16 @@ def plan_file(app: LedgerApp, path: Path, fmt: str, *, subject: str | None,
 def _plan_file(app: LedgerApp, path: Path, fmt: str, *, subject: str | None,
                trusted: Sequence[bytes], max_bytes: int | None,
                skip_unsupported: bool) -> Plan:
-    from ledger.portability import adapters, konshus, mem, membundle, persona
-    from ledger.portability.common import MAX_DOCUMENT_BYTES, MAX_LINE_BYTES, read_capped
+    from ledger.portability import formats
 
     def artifact_exists(ref: str) -> bool:
         return _exists(app, "artifact", ref) is not None
 
-    if fmt in adapters.ADAPTERS:
-        return adapters.plan_import(fmt, path, subject=subject, max_bytes=max_bytes,
-                                    artifact_exists=artifact_exists,
-                                    skip_unsupported=skip_unsupported,
-                                    known_source_ids=lambda ref: _source_ids(app, ref))
-    if fmt == "mem":
-        bundle = membundle.verify_bundle(path, trusted,
-                                         max_line_bytes=max_bytes or MAX_LINE_BYTES)
-        return mem.plan_import(bundle, subject=subject, artifact_exists=artifact_exists,
-                               skip_unsupported=skip_unsupported)
-    if path.is_dir():
-        raise InputError(f"{path} is a directory; a {fmt} file is one JSON document")
-    data = read_capped(path, max_bytes or MAX_DOCUMENT_BYTES, f"{fmt} file")
-    if fmt == "konshus":
-        return konshus.plan_import(data, subject=subject, artifact_exists=artifact_exists)
-    return persona.plan_import(data, subject=subject, artifact_exists=artifact_exists)
+    ctx = formats.ReadContext(subject=subject, trusted=trusted, max_bytes=max_bytes,
+                              skip_unsupported=skip_unsupported,
+                              artifact_exists=artifact_exists,
+                              known_source_ids=lambda ref: _source_ids(app, ref))
+    return formats.get(fmt, "read").plan(path, ctx)
 
 
 def _source_ids(app: LedgerApp, subject_ref: str) -> set[str]:
