@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 HOME_ENV = "LEDGER_SERVE_HOME"
+FLEET_ENV = "LEDGER_SERVE_FLEET"
 JWKS_ENV = "LEDGER_SERVE_JWKS"
 AUDIENCE_ENV = "LEDGER_SERVE_AUDIENCE"
 ISSUER_ENV = "LEDGER_SERVE_ISSUER"
@@ -29,14 +30,19 @@ def serve(home: Path | None, host: str, port: int, workers: int, jwks: Path | No
     import uvicorn
 
     from ledger.errors import EnvironmentProblem, InputError
-    from ledger.home import Config, find_home
+    from ledger.home import find_home
+    from service.fleet import find_fleet, is_fleet
 
-    home = find_home(home)
-    config = Config.load(home)
+    given = home if home is not None else Path(os.environ.get("LEDGER_HOME") or ".ledger")
+    fleet = is_fleet(given)  # a fleet home: one ledger per tenant (ADR 0061)
+    home = find_fleet(home) if fleet else find_home(home)
+    if fleet and jwks is not None:
+        raise InputError("a fleet takes its own tokens only (ledger tenants tokens create); "
+                         "--jwks serves one ledger", hint="drop --jwks")
     if (jwks is None) != (audience is None):
         raise InputError("--jwks and --audience go together",
                          hint="ledger serve --jwks keys.json --audience https://ledger.example")
-    if jwks is None and not _has_tokens(config):
+    if jwks is None and not _has_tokens(home, fleet):
         raise EnvironmentProblem(
             "no credential is configured: the server refuses to start without one",
             hint="create one: ledger tokens create NAME --role assistant --subject REF")
@@ -49,6 +55,7 @@ def serve(home: Path | None, host: str, port: int, workers: int, jwks: Path | No
             "again: route /console/ with sticky sessions (docs/deploy.md); the API and MCP "
             "are not affected\n")
     os.environ[HOME_ENV] = str(home)
+    os.environ[FLEET_ENV] = "1" if fleet else "0"
     for env, value in ((JWKS_ENV, jwks), (AUDIENCE_ENV, audience), (ISSUER_ENV, issuer)):
         if value is not None:
             os.environ[env] = str(value)
@@ -148,10 +155,16 @@ class _Ready(threading.Thread):
         self.done.set()
 
 
-def _has_tokens(config: Any) -> bool:
+def _has_tokens(home: Path, fleet: bool) -> bool:
+    from ledger.home import Config
     from service.tokens import TokenStore
 
-    with TokenStore.open(config) as store:
+    if fleet:
+        from service.fleet import Fleet
+
+        with Fleet.open(home) as f:
+            return f.tokens.has_active()
+    with TokenStore.open(Config.load(home)) as store:
         return store.has_active()
 
 
@@ -199,6 +212,10 @@ def app_from_env() -> Any:
     configure_from_env()  # this process's exporter, from OTEL_*
 
     home = Path(os.environ[HOME_ENV])
+    if os.environ.get(FLEET_ENV) == "1":
+        from server.tenants import FleetApp
+
+        return FleetApp(home)
     metadata = None
     if os.environ.get(JWKS_ENV):
         from service.oauth import resource_metadata

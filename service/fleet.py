@@ -325,7 +325,7 @@ class Fleet:
             self.tokens.revoke(token_id)
         time.sleep(DEFAULT_TTL + 1 if grace is None else grace)
         home = self.tenant_home(name)
-        erased = _erase_all(home, reason, out)
+        erased = _erase_all(home, reason, out, resumed=found.state == "offboarding")
         keks = erased.pop("keks_destroyed")
         self._remove_storage(name, home)
         digest = erased.get("statement_sha256")
@@ -355,9 +355,10 @@ class Fleet:
             shutil.rmtree(home)
 
 
-def _erase_all(home: Path, reason: str, out: Path) -> dict[str, Any]:
+def _erase_all(home: Path, reason: str, out: Path, resumed: bool) -> dict[str, Any]:
     """Every item of the ledger at ``home`` hard-erased in one batch, its pack written to
-    ``out`` and verified, then every KEK epoch of the ledger destroyed."""
+    ``out`` and verified, then every KEK epoch of the ledger destroyed. ``resumed``: an
+    earlier run stopped; when it had erased everything, its batch is the one proved."""
     from governance.erasure import Targets, hard_erase, plan_user_erasure
     from governance.pack import build_pack, verify_pack
     from governance.pack_layout import STATEMENT
@@ -384,13 +385,19 @@ def _erase_all(home: Path, reason: str, out: Path) -> dict[str, Any]:
         if targets.count:
             done = hard_erase(app, proj, targets, mode="hard", reason=reason,
                               operator="operator")
-            if done.get("status") != "completed":
+            if done.get("status") == "partial":
                 raise ConflictError(
                     f"the tenant's erasure ended {done.get('status')}: "
                     f"{done.get('reasons') or 'see the batch'}; nothing was removed",
                     hint="lift the legal hold or bring the store back, then run the "
                          "offboarding again (it continues the same batch)")
             batch_id: str | None = str(done["batch_id"])
+        elif resumed:  # an earlier run erased everything, then stopped: its batch
+            from ledger.domain import RedactionBatch
+
+            opened = app.notifications(start=1, limit=10**9,
+                                       topics=[RedactionBatch.Created.TOPIC])
+            batch_id = str(opened[-1].originator_id) if opened else None
         else:
             batch_id = None  # nothing to erase (an empty tenant): no batch, no pack
         if batch_id is None:
