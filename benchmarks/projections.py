@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -49,8 +50,10 @@ def text(rng: random.Random) -> str:
             f"{rng.choice(WHEN)} ({rng.randrange(10_000)})")
 
 
-def build(home: Path, db: str | None, events: int, seed: int) -> float:
-    """A ledger with one big subject (u1) and a small probe subject; returns seconds."""
+def build(home: Path, db: str | None, events: int, seed: int,
+          progress: Callable[[int, int], None] | None = None) -> float:
+    """A ledger with one big subject (u1) and a small probe subject; returns seconds.
+    ``progress(done, events)`` is called after each command."""
     rng = random.Random(seed)
     LedgerApp.initialize(home, db=db)
     app = LedgerApp(Config.load(home))
@@ -69,6 +72,8 @@ def build(home: Path, db: str | None, events: int, seed: int) -> float:
             app.add_atoms([{"subject": "u1", "text": text(rng), "tags": [rng.choice(THINGS)],
                             "salience": round(rng.uniform(0.2, 1.0), 2)} for _ in range(n)])
             done += n
+            if progress is not None:
+                progress(done, events)
     finally:
         app.close()
     return time.perf_counter() - t0

@@ -13,9 +13,9 @@ back (:func:`retrieval`); the read models follow them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -31,9 +31,6 @@ from ledger.domain import (
     event_classes,
 )
 
-if TYPE_CHECKING:
-    from ledger.application import LedgerApp
-
 __all__ = [
     "CONTENT_GONE",
     "HARD_MODES",
@@ -41,6 +38,7 @@ __all__ = [
     "RETRIEVAL_ON",
     "SEALED_TOPICS",
     "LogEntry",
+    "Opener",
     "content_gone",
     "decode",
     "kind_of",
@@ -117,7 +115,16 @@ def retrieval(event: Any) -> bool | None:
     return None
 
 
-def decode(app: LedgerApp, notifications: Sequence[Any]) -> list[LogEntry]:
+class Opener(Protocol):
+    """What :func:`decode` needs of a ledger (``LedgerApp`` is one; so is a worker process's
+    opener of a parallel rebuild, ``projections.parallel``)."""
+
+    def prefetch_data_keys(self, key_ids: Iterable[str]) -> None: ...
+
+    def open_events(self, stored: Iterable[Any]) -> Sequence[Any]: ...
+
+
+def decode(app: Opener, notifications: Sequence[Any]) -> list[LogEntry]:
     """Verify and decrypt notifications (in order) into log entries.
 
     Data keys of sealed events are fetched in one round trip first; a key that is

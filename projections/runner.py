@@ -14,6 +14,11 @@ Guarantees (tested in ``tests/test_projections_contract.py`` on SQLite and Postg
 * **Decode once.** Each batch of notifications is verified and decrypted once
   (``projections.entries.decode``) and handed to every model that needs it. (Decoding
   the next batch in a thread while applying this one was measured slower: the GIL.)
+* **Decode ahead, in other processes** (ADR 0058). A catch-up of at least
+  ``parallel_min`` events (a rebuild) has the next batch verified and decrypted by
+  ``workers`` worker processes (``projections.parallel``) while this process applies
+  the one before: the same checks, by the same code, on the other cores. A batch is
+  applied only once every event in it has verified.
 * **Versioned models.** A model whose ``version`` differs from the stored one is
   rebuilt on the next catch-up (e.g. after the embedder changes), unless it has a
   ``migrate(conn, old_version)`` method that converts the stored tables in place and
@@ -27,7 +32,7 @@ Guarantees (tested in ``tests/test_projections_contract.py`` on SQLite and Postg
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
@@ -38,6 +43,7 @@ from sqlalchemy.engine import Connection
 from ledger.clock import format_instant, now
 from ledger.errors import InputError
 from projections.entries import LogEntry, decode
+from projections.parallel import CHUNK, ParallelDecoder, default_workers
 from projections.routes import Route, RouteRegistry
 from projections.store import CompactionReport, Store
 
@@ -140,6 +146,13 @@ class RunReport:
                 "compaction": self.compaction.as_json() if self.compaction else None}
 
 
+PARALLEL_MIN = 20_000
+"""From this many events to catch up, batches are decoded ahead in worker processes."""
+
+Batch = tuple[Sequence[Any], list[LogEntry]]
+"""A batch of notifications and its verified entries."""
+
+
 def _indexes(model: ReadModel) -> list[sa.Index]:
     """The secondary indexes of a model's tables (primary keys and unique constraints
     are part of the tables themselves and stay)."""
@@ -152,7 +165,8 @@ class Runner:
 
     def __init__(self, app: LedgerApp, store: Store, models: Sequence[ReadModel],
                  registry: RouteRegistry, batch_size: int = 1000,
-                 rebuild_batch_size: int = 20_000) -> None:
+                 rebuild_batch_size: int = 20_000, workers: int | None = None,
+                 parallel_min: int = PARALLEL_MIN) -> None:
         if len({m.name for m in models}) != len(models):
             raise ValueError("read model names must be unique")
         self.app = app
@@ -161,6 +175,12 @@ class Runner:
         self.registry = registry
         self.batch_size = batch_size
         self.rebuild_batch_size = rebuild_batch_size
+        self.workers = default_workers() if workers is None else workers
+        """Worker processes that verify and decrypt ahead (0: this process decodes)."""
+        self.parallel_min = parallel_min
+        """A catch-up of fewer events decodes in this process (a pool costs a start-up)."""
+        self.decode_chunk: int | None = None
+        """Events per worker task (None: ``projections.parallel.CHUNK``)."""
         md = store.metadata()
         self.tracking = sa.Table(
             "proj_tracking", md,
@@ -322,17 +342,71 @@ class Runner:
         # far behind (a new store, a model reset by a version change): rebuild's batches
         size = batch_size or (self.rebuild_batch_size
                               if head - start >= self.rebuild_batch_size else self.batch_size)
+        decoder = None
+        if self.workers > 0 and head - start + 1 >= self.parallel_min:
+            decoder = ParallelDecoder(self.app, self.workers, self.decode_chunk or CHUNK)
+        try:
+            batches = self._batches(start, head, size, report)
+            decoded = (self._decode_here(batches, positions, report) if decoder is None
+                       else self._decode_ahead(decoder, batches, report))
+            self._apply_batches(decoded, selected, positions, report, head, progress)
+        finally:
+            if decoder is not None:
+                decoder.close()
+        report.compaction = self.compact_pending(selected)
+        report.seconds = time.perf_counter() - t_start
+        return report
+
+    def _batches(self, start: int, head: int, size: int,
+                 report: RunReport) -> Iterator[Sequence[Any]]:
+        """The notifications from ``start`` to ``head``, ``size`` at a time."""
         while start <= head:
             t0 = time.perf_counter()
             notes = self.app.notifications(start=start, limit=size, stop=head)
-            t1 = time.perf_counter()
-            report.read_seconds += t1 - t0
+            report.read_seconds += time.perf_counter() - t0
             if not notes:
-                break
+                return
+            report.notifications += len(notes)
+            yield notes
+            start = notes[-1].id + 1
+
+    def _decode_here(self, batches: Iterator[Sequence[Any]], positions: dict[str, int],
+                     report: RunReport) -> Iterator[Batch]:
+        """Each batch verified and decrypted in this process, when it is needed."""
+        for notes in batches:
+            t0 = time.perf_counter()
             low = min(positions.values())
             entries = decode(self.app, [n for n in notes if n.id > low])
-            report.decode_seconds += time.perf_counter() - t1
-            report.notifications += len(notes)
+            report.decode_seconds += time.perf_counter() - t0
+            yield notes, entries
+
+    @staticmethod
+    def _decode_ahead(decoder: ParallelDecoder, batches: Iterator[Sequence[Any]],
+                      report: RunReport) -> Iterator[Batch]:
+        """Each batch handed to the workers one batch ahead of the one applied:
+        ``decode_seconds`` is what this process spent handing over and waiting."""
+        ahead: list[tuple[Sequence[Any], list[Any]]] = []
+        for notes in batches:
+            t0 = time.perf_counter()
+            ahead.append((notes, decoder.submit(notes)))
+            report.decode_seconds += time.perf_counter() - t0
+            if len(ahead) > 1:
+                yield Runner._collect(decoder, ahead.pop(0), report)
+        while ahead:
+            yield Runner._collect(decoder, ahead.pop(0), report)
+
+    @staticmethod
+    def _collect(decoder: ParallelDecoder, item: tuple[Sequence[Any], list[Any]],
+                 report: RunReport) -> Batch:
+        t0 = time.perf_counter()
+        entries = decoder.result(item[1])
+        report.decode_seconds += time.perf_counter() - t0
+        return item[0], entries
+
+    def _apply_batches(self, decoded: Iterator[Batch], selected: list[str],
+                       positions: dict[str, int], report: RunReport, head: int,
+                       progress: Progress | None) -> None:
+        for notes, entries in decoded:
             for name in selected:
                 mine = [e for e in entries if e.position > positions[name]]
                 if mine:
@@ -343,13 +417,10 @@ class Runner:
                                   first=mine[0].position, last=mine[-1].position)
                         raise
                 positions[name] = max(positions[name], notes[-1].id)
-            start = notes[-1].id + 1
+            done = int(notes[-1].id)
             if progress is not None:
-                progress(min(start - 1, head), head)
-            log.debug("projections.batch", position=start - 1, head=head, events=len(notes))
-        report.compaction = self.compact_pending(selected)
-        report.seconds = time.perf_counter() - t_start
-        return report
+                progress(min(done, head), head)
+            log.debug("projections.batch", position=done, head=head, events=len(notes))
 
     def rebuild(self, names: Sequence[str] | None = None,
                 progress: Progress | None = None) -> RunReport:
