@@ -37,8 +37,8 @@ from ledger.checkpoint import Checkpoint, sign_checkpoint, vkey_string
 from ledger.home import Config
 from ledger.merkle import MerkleTree
 from ledger.transparency import SparseTreeStore
-from ledger.witness.state import Witness, init_home
 from ledger.witness.wire import AddCheckpoint
+from witness.state import Witness, init_home
 
 
 def serve(home: Path) -> tuple[subprocess.Popen[bytes], str]:

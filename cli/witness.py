@@ -30,7 +30,7 @@ def register(cli: typer.Typer, served: Served) -> None:
 
         Example: ledger witness init --home /srv/witness --name dpo.example/witness
         """
-        from ledger.witness.state import init_home
+        from witness.state import init_home
 
         vkey = init_home(home, name)
         out({"home": str(home), "name": name, "vkey": vkey}, as_json, vkey)
@@ -51,7 +51,7 @@ def register(cli: typer.Typer, served: Served) -> None:
 
         Example: ledger witness add-log --key "$(cat log.vkey)" --home /srv/witness
         """
-        from ledger.witness.state import Witness
+        from witness.state import Witness
 
         w = Witness(home)
         try:
@@ -65,7 +65,7 @@ def register(cli: typer.Typer, served: Served) -> None:
     def witness_logs(home: HomeOpt, as_json: JsonOpt = False) -> None:
         """The logs this witness follows, the size it last cosigned, and the evidence it kept
         (forks, failed proofs).  Example: ledger witness logs --home /srv/witness --json"""
-        from ledger.witness.state import Witness
+        from witness.state import Witness
 
         w = Witness(home)
         try:
@@ -91,7 +91,7 @@ def register(cli: typer.Typer, served: Served) -> None:
         Example: ledger witness serve --home /srv/witness --listen 127.0.0.1:8411
         """
         from ledger.errors import InputError
-        from ledger.witness.server import serve
+        from witness.server import serve
 
         host, sep, port = listen.rpartition(":")
         if not sep or not port.isdigit() or not host:

@@ -72,7 +72,7 @@ def test_go_note_verifies_checkpoint_with_the_printed_vkey(notecheck: Path, home
 
 
 def test_go_note_verifies_witness_cosignatures(notecheck: Path, tmp_path: Path) -> None:
-    from ledger.witness.state import Witness, init_home
+    from witness.state import Witness, init_home
 
     log = MemoryLog()
     log.grow(11)

@@ -27,7 +27,6 @@ from ledger.witness.cosign import (
     witness_vkey,
 )
 from ledger.witness.policy import PolicyError, parse_policy
-from ledger.witness.state import Witness, init_home
 from ledger.witness.wire import (
     AddCheckpoint,
     TlogProof,
@@ -38,6 +37,7 @@ from ledger.witness.wire import (
 )
 from tests.conftest import snapshot
 from tests.witness_support import MemoryLog, WitnessProcess
+from witness.state import Witness, init_home
 
 # ------------------------------------------------------------------ examples from the specs
 # c2sp.org/tlog-witness, "add-checkpoint": the example request and response bodies (CC BY 4.0).
@@ -643,8 +643,8 @@ def test_slow_body_times_out_and_logs_hold_no_content(witness_home: Path,
 
     from structlog.testing import capture_logs
 
-    from ledger.witness import server
     from tests.witness_support import InProcessWitness
+    from witness import server
 
     monkeypatch.setattr(server, "BODY_TIMEOUT", 0.5)
     log = MemoryLog()

@@ -50,7 +50,7 @@ def _ledger(home: Path, ws: list[InProcessWitness], extra: list[tuple[str, str]]
 def test_checkpoint_cosigned_and_a_dead_witness_does_not_block(
         home: Path, witnesses: list[InProcessWitness], tmp_path: Path) -> None:
     late_home = tmp_path / "late"
-    from ledger.witness.state import init_home
+    from witness.state import init_home
 
     init_home(late_home, "late.example/witness")
     late_url = free_url()
@@ -75,8 +75,8 @@ def test_checkpoint_cosigned_and_a_dead_witness_does_not_block(
 
     import uvicorn
 
-    from ledger.witness.server import make_app
-    from ledger.witness.state import Witness
+    from witness.server import make_app
+    from witness.state import Witness
 
     w = Witness(late_home)
     w.add_log(Config.load(home).origin, LedgerApp(Config.load(home)).log_vkey())

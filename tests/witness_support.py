@@ -91,7 +91,7 @@ class WitnessProcess:
         """``GET <prefix>/<origin hash>/checkpoint`` (``origin`` hashed here)."""
         import httpx
 
-        from ledger.witness.state import origin_hash
+        from witness.state import origin_hash
 
         return httpx.get(f"{self.url}/{origin_hash(origin)}/checkpoint", timeout=10)
 
@@ -115,8 +115,8 @@ class InProcessWitness:
 
         import uvicorn
 
-        from ledger.witness.server import bind, make_app
-        from ledger.witness.state import Witness, init_home
+        from witness.server import bind, make_app
+        from witness.state import Witness, init_home
 
         if name is not None:
             init_home(home, name)

@@ -24,8 +24,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ledger.witness.state import Answer, Witness
 from ledger.witness.wire import MAX_BODY_BYTES
+from witness.state import Answer, Witness
 
 log = structlog.get_logger("witness.http")
 BODY_TIMEOUT = 10.0

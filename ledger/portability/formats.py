@@ -30,10 +30,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ledger.errors import InputError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the client imports this module: nothing here may load a store
     from ledger.portability.common import Plan
-    from ledger.portability.view import SubjectView
-    from ledger.progress import Steps
 
 __all__ = ["Format", "ReadContext", "get", "names", "register", "unregister"]
 
@@ -91,9 +89,11 @@ class Format:
         return code.plan_import(  # type: ignore[no-any-return]
             data, subject=ctx.subject, artifact_exists=ctx.artifact_exists)
 
-    def export_document(self, view: SubjectView, *, include_private: bool, now: datetime,
-                        progress: Steps | None = None) -> tuple[dict[str, Any], dict[str, int]]:
-        """A ``document`` format's export of one subject: the document and its counts."""
+    def export_document(self, view: Any, *, include_private: bool, now: datetime,
+                        progress: Any = None) -> tuple[dict[str, Any], dict[str, int]]:
+        """A ``document`` format's export of one subject (a
+        :class:`ledger.portability.view.SubjectView`): the document and its counts;
+        ``progress`` (:data:`ledger.progress.Steps`) hears the atoms encoded."""
         if self.shape != "document" or not self.writes:
             raise InputError(f"{self.name} is not written as one document")
         return self._code().export(  # type: ignore[no-any-return]
