@@ -153,6 +153,25 @@ Batch = tuple[Sequence[Any], list[LogEntry]]
 """A batch of notifications and its verified entries."""
 
 
+def _in_sequence(decoded: Iterator[Batch]) -> Iterator[Batch]:
+    """Batches of a replay from the start of the log, each checked before it is applied:
+    step 3 of docs/spec/event-envelope.md, ``seq`` is the previous event's + 1 and the
+    first is 1 (ADR 0058: a verified event removed, moved or replayed is caught by a
+    rebuild, not only by ``ledger verify``)."""
+    from ledger.mapper import EventIntegrityError
+
+    expected = 1
+    for notes, entries in decoded:
+        for e in entries:
+            if e.seq != expected:
+                raise EventIntegrityError(
+                    f"event {e.event_id} at position {e.position} failed verification: step 3: "
+                    f"seq {e.seq} where {expected} follows: an event was removed, inserted "
+                    "or moved", hint="run `ledger verify` for a full report")
+            expected += 1
+        yield notes, entries
+
+
 def _indexes(model: ReadModel) -> list[sa.Index]:
     """The secondary indexes of a model's tables (primary keys and unique constraints
     are part of the tables themselves and stay)."""
@@ -349,6 +368,8 @@ class Runner:
             batches = self._batches(start, head, size, report)
             decoded = (self._decode_here(batches, positions, report) if decoder is None
                        else self._decode_ahead(decoder, batches, report))
+            if start == 1:  # the whole log is replayed: its sequence is checked too
+                decoded = _in_sequence(decoded)
             self._apply_batches(decoded, selected, positions, report, head, progress)
         finally:
             if decoder is not None:
