@@ -81,6 +81,8 @@ _PG_SEARCH = ("SELECT atom_id, ts_rank(tsv, q) AS s FROM {kw}, to_tsquery('{conf
               "WHERE subject_id = :s AND tsv @@ q {flag} ORDER BY s DESC, atom_id LIMIT :k")
 _PG_SCORES = ("SELECT atom_id, ts_rank(tsv, q) AS s FROM {kw}, to_tsquery('{config}', :q) q "
               "WHERE subject_id = :s AND tsv @@ q {flag} AND atom_id IN :ids")
+_PG_COUNT = ("SELECT count(*) FROM (SELECT 1 FROM {kw} WHERE subject_id = :s "
+             "AND tsv @@ to_tsquery('{config}', :t) LIMIT :n) m")
 _PG_DUMP = "SELECT atom_id, subject_id, retrievable, tsv::text FROM {kw} ORDER BY atom_id"
 _PG_PROBE = "SELECT atom_id FROM {kw} WHERE tsv @@ phraseto_tsquery('{config}', :c)"
 
@@ -298,6 +300,12 @@ class KeywordIndex:
         if not terms:
             return None
         if not self.sqlite:
+            # the same bound as FTS5's: ts_rank reads the tsvector of every match
+            if subject_docs is not None and subject_docs > TERM_CAP and len(terms) > 1:
+                counts = {t: self._pg_count(conn, subject_id, t, subject_docs)
+                          for t in terms}
+                terms = ([t for t in terms if counts[t] <= TERM_CAP]
+                         or [min(terms, key=lambda t: counts[t])])
             return "", "", (), terms
         scope = f'skey : "{subject_token(subject_id)}" AND '
         join_filter = ""
@@ -329,6 +337,21 @@ class KeywordIndex:
         if len(self._counts) >= 4096:
             self._counts.clear()
         self._counts[key] = (total, n)
+        return n
+
+    def _pg_count(self, conn: Connection, subject_id: str, term: str, docs: int) -> int:
+        """:meth:`_count` on PostgreSQL: the subject's atoms matching ``term``, up to
+        ``TERM_CAP + 1`` (the GIN index answers, no ``ts_rank``); remembered while the
+        subject has the same number of atoms (``docs``), with the same caveat."""
+        key = (subject_id, "", term)
+        got = self._counts.get(key)
+        if got is not None and got[0] == docs:
+            return got[1]
+        n = int(conn.execute(sa.text(self.sql(_PG_COUNT)),
+                             {"s": subject_id, "t": term, "n": TERM_CAP + 1}).scalar() or 0)
+        if len(self._counts) >= 4096:
+            self._counts.clear()
+        self._counts[key] = (docs, n)
         return n
 
     def dump(self, conn: Connection) -> dict[str, list[tuple[Any, ...]]]:

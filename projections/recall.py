@@ -24,12 +24,16 @@ vector row is overwritten with zeros and its entry forgotten) and its probe look
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
+import os
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -133,6 +137,198 @@ def _matvec(matrix: Any, q: Any) -> Any:
     return np.einsum("ij,j->i", matrix, q)
 
 
+_MAGIC = b"MLRIDX01"
+_PAGE = 4096
+SNAPSHOT_MIN = 20_000
+"""A subject with at least this many vector slots keeps a snapshot file of its index
+(ADR 0059): below it, reading the index from the database is quick."""
+SAVE_EVERY = 4096
+"""A new snapshot is written once this many rows (or 1/64 of the subject's slots, if
+more) were read from the database on top of the last one."""
+
+
+def _open_file(path: Path, write: bool) -> tuple[dict[str, Any], dict[str, Any], Any]:
+    """(meta, arrays by name, the mapping) of a snapshot file; ``write``: mapped shared
+    and writable (an erasure's purge), else copy-on-write."""
+    import mmap
+
+    import numpy as np
+
+    with open(path, "r+b" if write else "rb") as f:
+        head = f.read(16)
+        if len(head) < 16 or head[:8] != _MAGIC:
+            raise ValueError(f"{path.name} is not a recall index snapshot")
+        header = json.loads(f.read(int.from_bytes(head[8:], "little")))
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_WRITE if write
+                       else mmap.ACCESS_COPY)
+    views = {}
+    for name, (dtype, shape, offset) in header["arrays"].items():
+        dt = np.dtype(dtype)
+        count = int(np.prod(shape))
+        views[name] = np.frombuffer(mm, dtype=dt, count=count, offset=offset).reshape(shape)
+    return header["meta"], views, mm
+
+
+def _purge_file(path: Path, atom_ids: Sequence[str]) -> int:
+    """Overwrite with zeros, in the snapshot file itself, what it holds of ``atom_ids``:
+    their vector rows, sign bits and flags, and their ids wherever they are (a sorted key
+    takes its predecessor's value, so the keys stay sorted). Returns how many it held."""
+    import numpy as np
+
+    try:
+        _meta, v, mm = _open_file(path, write=True)
+    except FileNotFoundError:
+        return 0
+    n = 0
+    try:
+        slots = _Keys(v["slot_keys"], v["slot_values"])
+        atoms = _Keys(v["atom_keys"], v["atom_values"])
+        for atom_id in dict.fromkeys(atom_ids):
+            needle = atom_id.encode("ascii", "replace")
+            slot = slots.get(atom_id)
+            if slot is not None:
+                v["matrix"][slot] = 0.0
+                v["bits"][:, slot] = 0
+                v["flags"][slot] = 0
+                v["slot_ids"][slot] = b""
+                n += 1
+            i = atoms.get(atom_id)
+            if i is not None:
+                v["ids"][i] = b""
+                v["a_static_ok"][i] = 0.0
+            for keys, values in ((v["slot_keys"], v["slot_values"]),
+                                 (v["atom_keys"], v["atom_values"])):
+                at = int(np.searchsorted(keys, needle))
+                while at < len(keys) and keys[at] == needle:
+                    keys[at] = keys[at - 1] if at else b""
+                    values[at] = -1
+                    at += 1
+    finally:
+        mm.flush()  # the views keep the mapping open until they go
+    return n
+
+
+_MISSING = object()
+_WIDTH = 36
+
+
+class _Names:
+    """Index -> atom id (or None), list-like: a frozen base (an ``S36`` array, possibly a
+    snapshot file's, mapped) and the changes and additions made since in this process."""
+
+    def __init__(self, base: Any = None) -> None:
+        self.base = base
+        self.n_base = 0 if base is None else len(base)
+        self.extra: list[str | None] = []
+        self.changed: dict[int, str | None] = {}
+
+    def __len__(self) -> int:
+        return self.n_base + len(self.extra)
+
+    def __getitem__(self, i: int) -> str | None:
+        if i >= self.n_base:
+            return self.extra[i - self.n_base]
+        got = self.changed.get(i, _MISSING)
+        if got is not _MISSING:
+            return got  # type: ignore[return-value]
+        raw = bytes(self.base[i])  # numpy drops the trailing NULs: b"" for an empty one
+        return raw.decode("ascii") if raw else None
+
+    def __setitem__(self, i: int, value: str | None) -> None:
+        if i >= self.n_base:
+            self.extra[i - self.n_base] = value
+        else:
+            self.changed[i] = value
+
+    def append(self, value: str | None) -> None:
+        self.extra.append(value)
+
+    def extend(self, values: Sequence[str | None]) -> None:
+        self.extra.extend(values)
+
+    def array(self, n: int) -> Any:
+        """The first ``n`` as an ``S36`` array (empty: all NUL bytes)."""
+        import numpy as np
+
+        out = np.zeros(n, dtype=f"S{_WIDTH}")
+        k = min(n, self.n_base)
+        if k:
+            out[:k] = self.base[:k]
+        for i, v in self.changed.items():
+            if i < n:
+                out[i] = (v or "").encode("ascii")
+        tail = self.extra[:max(0, n - self.n_base)]
+        if tail:
+            out[self.n_base:self.n_base + len(tail)] = [(v or "").encode("ascii")
+                                                        for v in tail]
+        return out
+
+
+class _Keys:
+    """Atom id -> int, dict-like: a frozen base (ids sorted, with their values: a snapshot
+    file's, mapped, searched by bisection) and the changes made since in this process."""
+
+    def __init__(self, keys: Any = None, values: Any = None) -> None:
+        self.keys = keys if keys is not None and len(keys) else None
+        self.values = values
+        self.over: dict[str, int | None] = {}
+
+    def get(self, key: str, default: int | None = None) -> int | None:
+        got = self.over.get(key, _MISSING)
+        if got is not _MISSING:
+            return default if got is None else got  # type: ignore[return-value]
+        if self.keys is not None:
+            import numpy as np
+
+            b = key.encode("ascii", "replace")
+            i = int(np.searchsorted(self.keys, b))
+            if i < len(self.keys) and self.keys[i] == b:
+                v = int(self.values[i])
+                if v >= 0:
+                    return v
+        return default
+
+    def lookup(self, keys: Sequence[str]) -> Any:
+        """The values of ``keys`` as an int64 array, -1 for those absent."""
+        import numpy as np
+
+        out = np.full(len(keys), -1, dtype=np.int64)
+        rest: list[int] = []
+        for j, key in enumerate(keys):
+            got = self.over.get(key, _MISSING)
+            if got is _MISSING:
+                rest.append(j)
+            elif got is not None:
+                out[j] = int(got)  # type: ignore[call-overload]
+        if rest and self.keys is not None:
+            wanted = np.array([keys[j].encode("ascii", "replace") for j in rest],
+                              dtype=f"S{_WIDTH}")
+            at = np.minimum(np.searchsorted(self.keys, wanted), len(self.keys) - 1)
+            found = np.where(self.keys[at] == wanted, self.values[at], -1)
+            out[rest] = found
+        return out
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.get(key) is not None
+
+    def __getitem__(self, key: str) -> int:
+        got = self.get(key)
+        if got is None:
+            raise KeyError(key)
+        return got
+
+    def __setitem__(self, key: str, value: int) -> None:
+        self.over[key] = value
+
+    def pop(self, key: str, default: int | None = None) -> int | None:
+        got = self.get(key)
+        if got is None:
+            return default
+        self.over[key] = None
+        return got
+
+
+
 @dataclass
 class _Profile:
     log_boost: float
@@ -151,13 +347,16 @@ class SubjectIndex:
         self.atoms_seq = 0
         self.vec_seq = 0
         self.positions: tuple[int, int] = (-1, -1)
-        self.ids: list[str] = []
-        self.pos: dict[str, int] = {}
+        self.ids = _Names()
+        """Atom id of each atom index."""
+        self.pos = _Keys()
+        """Atom index of each atom id."""
         self._n = 0
         self._cols = ("static_ok", "reason", "valid_from", "valid_to", "created", "said",
                       "log_strength", "rate", "origin", "floor")
         self.arrays: dict[str, Any] = {c: np.zeros(0) for c in self._cols}
-        self.slot_ids: list[str | None] = []
+        self.slot_ids = _Names()
+        """Atom id of each vector slot (None: empty)."""
         self.matrix = np.zeros((0, dim), dtype=np.float32)
         self.bits = np.zeros(((dim + 63) // 64, 0), dtype=np.uint64)
         """Sign bits, one row per 64-bit word (word-major): the first pass of a large
@@ -166,7 +365,8 @@ class SubjectIndex:
         self.slot_atom = np.zeros(0, dtype=np.int64)
         """Per slot, the index of its atom in the atom arrays (-1: none, or not read yet)."""
         self.used = 0
-        self.slot_of: dict[str, int] = {}
+        self.slot_of = _Keys()
+        """Vector slot of each atom id that holds one."""
         self.center = np.zeros(dim, dtype=np.float32)
         """Subtracted before taking sign bits: embedding spaces are anisotropic (every
         vector leans the same way), and bits of the centred vectors split them better."""
@@ -178,6 +378,15 @@ class SubjectIndex:
         self._rows = np.zeros((0, dim), dtype=np.float32)
         """Reused buffer for the shortlist's rows (a fresh 8 MiB array per query cost
         its page faults)."""
+        self.unsaved = 0
+        """Rows read from the database since the snapshot file this entry matches (all of
+        them when there is none): a new snapshot is written when they are many."""
+        self.cleared: list[str] = []
+        """Atoms whose vectors a refresh found erased (their slot emptied): purged from
+        the snapshot file at once, should it still hold them."""
+        self.generation: str | None = None
+        """The vector index's generation (:meth:`VectorIndex.generation`) read with it."""
+        self._mm: Any = None
 
     # ------------------------------------------------------------------ atoms
     def _grow(self, n: int) -> None:
@@ -313,13 +522,14 @@ class SubjectIndex:
             if raw == b"\x00" * 36:
                 if old is not None:
                     self.slot_of.pop(old, None)
+                    self.cleared.append(old)
                 self.slot_ids[start + j] = None
                 self.slot_atom[start + j] = -1
             else:
                 atom_id = raw.decode("ascii")
                 self.slot_ids[start + j] = atom_id
                 self.slot_of[atom_id] = start + j
-                self.slot_atom[start + j] = self.pos.get(atom_id, -1)
+                self.slot_atom[start + j] = self.pos.get(atom_id, -1) or 0
         self.vec_seq = max(self.vec_seq, seq)
 
     def _signs(self, rows: Any) -> Any:
@@ -460,15 +670,15 @@ class SubjectIndex:
     def cosines(self, q: Any, atom_ids: Sequence[str]) -> dict[str, float]:
         """The exact cosine of each of ``atom_ids`` that holds a vector here (recall scores
         the keyword index's proposals on the vector signal too: ADR 0051)."""
-        import numpy as np
 
-        known = [(a, s) for a in atom_ids if (s := self.slot_of.get(a)) is not None
-                 and self.flags[s] != 0]
-        if not known:
+        at = self.slot_of.lookup(atom_ids)
+        keep = at >= 0
+        keep[keep] = self.flags[at[keep]] != 0
+        if not keep.any():
             return {}
-        slots = np.fromiter((s for _, s in known), dtype=np.int64, count=len(known))
-        scores = _matvec(self.matrix[slots], q)
-        return {a: float(v) for (a, _), v in zip(known, scores.tolist(), strict=True)}
+        known = [a for a, k in zip(atom_ids, keep.tolist(), strict=True) if k]
+        scores = _matvec(self.matrix[at[keep]], q)
+        return {a: float(v) for a, v in zip(known, scores.tolist(), strict=True)}
 
     def forget(self, atom_id: str) -> int:
         """Erase one atom from this entry: vector row zeroed, candidate data dropped."""
@@ -488,22 +698,125 @@ class SubjectIndex:
             n += 1
         return n
 
+    # ------------------------------------------------------------------ snapshot file
+    def save(self, path: Path, meta: Mapping[str, Any], headroom: int) -> int:
+        """Write this index to ``path`` (through a temporary file and a rename, synced
+        first): what :meth:`load` maps. ``headroom`` empty slots (and atoms) are left
+        after the used ones, as holes that take no disk, so the segments written after
+        it are put in place rather than by copying the matrix. Returns the bytes
+        written."""
+        import numpy as np
+
+        n, used = self._n, self.used
+        cap, ncap = used + headroom, n + max(1024, n // 8)
+        ids = self.ids.array(n)
+        order = np.argsort(ids, kind="stable")
+        slot_ids = self.slot_ids.array(used)
+        some = np.flatnonzero(slot_ids != b"")
+        slot_order = some[np.argsort(slot_ids[some], kind="stable")]
+        parts: list[tuple[str, Any, tuple[int, ...], Any]] = [
+            ("matrix", np.float32, (cap, self.dim), self.matrix[:used]),
+            ("bits", np.uint64, (self.bits.shape[0], cap), self.bits[:, :used]),
+            ("flags", np.uint8, (cap,), self.flags[:used]),
+            ("slot_atom", np.int64, (cap,), self.slot_atom[:used]),
+            ("center", np.float32, (self.dim,), self.center),
+            *((f"a_{c}", np.float64, (ncap,), self.arrays[c][:n]) for c in self._cols),
+            ("ids", f"S{_WIDTH}", (n,), ids),
+            ("atom_keys", f"S{_WIDTH}", (n,), ids[order]),
+            ("atom_values", np.int64, (n,), order.astype(np.int64)),
+            ("slot_ids", f"S{_WIDTH}", (used,), slot_ids),
+            ("slot_keys", f"S{_WIDTH}", (len(some),), slot_ids[slot_order]),
+            ("slot_values", np.int64, (len(some),), slot_order.astype(np.int64)),
+        ]
+        layout: dict[str, tuple[str, tuple[int, ...], int]] = {}
+        offset = _PAGE * 16  # the header's room
+        for name, dtype, shape, _data in parts:
+            dt = np.dtype(dtype)
+            layout[name] = (dt.str, shape, offset)
+            size = dt.itemsize * int(np.prod(shape))
+            offset += -(-size // _PAGE) * _PAGE
+        header = json.dumps({"meta": dict(meta, atoms_seq=self.atoms_seq,
+                                          vec_seq=self.vec_seq, positions=self.positions,
+                                          n=n, used=used, centered=self._centered,
+                                          dim=self.dim),
+                             "arrays": layout}).encode()
+        if len(header) + 16 > _PAGE * 16:
+            raise ValueError("snapshot header too large")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(_MAGIC + len(header).to_bytes(8, "little") + header)
+                for name, _dtype, shape, data in parts:
+                    start = layout[name][2]
+                    if name == "bits":  # word-major: each word's used slots, in place
+                        for w in range(shape[0]):
+                            f.seek(start + w * shape[1] * 8)
+                            f.write(np.ascontiguousarray(data[w]).tobytes())
+                        continue
+                    f.seek(start)
+                    for lo in range(0, len(data), _CHUNK):
+                        f.write(np.ascontiguousarray(data[lo:lo + _CHUNK]).tobytes())
+                f.truncate(offset)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        self.unsaved = 0
+        return offset
+
+    @classmethod
+    def load(cls, path: Path, subject_id: str) -> tuple[SubjectIndex, dict[str, Any]]:
+        """The index a :meth:`save` wrote, its arrays mapped copy-on-write (what this
+        process changes stays in this process; the file changes only by a new save or
+        an erasure's purge); and the file's meta."""
+        meta, views, mm = _open_file(path, write=False)
+        dim = int(meta["dim"])
+        self = cls(subject_id, dim)
+        self._mm = mm
+        self.matrix, self.bits = views["matrix"], views["bits"]
+        self.flags, self.slot_atom = views["flags"], views["slot_atom"]
+        self.slot_atom[int(meta["used"]):] = -1
+        self.center = views["center"]
+        self.arrays = {c: views[f"a_{c}"] for c in self._cols}
+        self._n, self.used = int(meta["n"]), int(meta["used"])
+        self._centered = int(meta["centered"])
+        self.ids = _Names(views["ids"])
+        self.pos = _Keys(views["atom_keys"], views["atom_values"])
+        self.slot_ids = _Names(views["slot_ids"])
+        self.slot_ids.extend([None] * (len(self.flags) - self.used))
+        self.slot_of = _Keys(views["slot_keys"], views["slot_values"])
+        self.atoms_seq, self.vec_seq = int(meta["atoms_seq"]), int(meta["vec_seq"])
+        self.positions = (int(meta["positions"][0]), int(meta["positions"][1]))
+        self.generation = meta.get("generation")
+        self.unsaved = 0
+        return self, meta
+
     def nbytes(self) -> int:
         return int(self.matrix.nbytes + self.bits.nbytes + self._rows.nbytes
                    + sum(v.nbytes for v in self.arrays.values()))
 
 
 class RecallIndex:
-    """Subject indexes of recently recalled subjects (LRU, bounded by count); a route."""
+    """Subject indexes of recently recalled subjects (LRU, bounded by count); a route.
+
+    ``folder`` (the home's ``recall-index/``): where a large subject's index is kept as
+    a snapshot file between processes (ADR 0059), one file per subject, mapped by the
+    next process instead of read from the database; the rows written since are read on
+    top of it. The route purges an erased atom from those files too."""
 
     name = "recall-index"
     model = "recall-index"
     in_process = True
 
-    def __init__(self, atoms: Any, vectors: Any, maxsize: int = 32) -> None:
+    def __init__(self, atoms: Any, vectors: Any, maxsize: int = 32,
+                 folder: Path | None = None) -> None:
         self.atoms = atoms
         self.vectors = vectors
         self.maxsize = maxsize
+        self.folder = folder
         self._entries: OrderedDict[str, SubjectIndex] = OrderedDict()
         self._profiles: dict[str | None, _Profile] = {}
 
@@ -515,15 +828,93 @@ class RecallIndex:
         """The subject's index, read or brought up to date for these model positions."""
         entry = self._entries.get(subject_id)
         if entry is None:
-            entry = SubjectIndex(subject_id, self.vectors.dim)
+            entry = self._open(conn, subject_id) or SubjectIndex(subject_id, self.vectors.dim)
             self._entries[subject_id] = entry
             while len(self._entries) > self.maxsize:
                 self._entries.popitem(last=False)
         self._entries.move_to_end(subject_id)
         if entry.positions != positions:
+            if entry.generation is None:
+                entry.generation = self.vectors.generation(conn)
             self._refresh(conn, entry)
             entry.positions = positions
+            if entry.cleared:
+                self._purge_files([entry.subject_id], entry.cleared)
+                entry.cleared = []
+            self._save(conn, entry)
         return entry
+
+    # ------------------------------------------------------------------ snapshot files
+    def path(self, subject_id: str) -> Path | None:
+        return None if self.folder is None else self.folder / f"{subject_id}.idx"
+
+    def _meta(self, conn: Connection) -> dict[str, Any]:
+        v = self.vectors
+        return {"format": 1, "version": v.version, "segment_size": v.segment_size,
+                "generation": v.generation(conn)}
+
+    @contextlib.contextmanager
+    def _locked(self) -> Any:
+        """The folder's lock: a save's check and rename, and a purge, one at a time."""
+        assert self.folder is not None
+        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.folder / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _open(self, conn: Connection, subject_id: str) -> SubjectIndex | None:
+        """The subject's snapshot file, mapped, when it matches the vector index (same
+        embedder, segment size and generation: a rebuild starts a new one); a file that
+        does not is deleted."""
+        path = self.path(subject_id)
+        if path is None or not path.exists():
+            return None
+        try:
+            entry, meta = SubjectIndex.load(path, subject_id)
+        except (OSError, ValueError, KeyError):
+            entry, meta = None, {}
+        want = self._meta(conn)
+        if entry is None or any(meta.get(k) != want[k] for k in want) \
+                or entry.dim != self.vectors.dim:
+            with self._locked():
+                path.unlink(missing_ok=True)
+            return None
+        return entry
+
+    def _save(self, conn: Connection, entry: SubjectIndex) -> None:
+        """Write the entry's snapshot when the subject is large and many of its rows were
+        read from the database since the last one. Under the folder's lock, and only if
+        the entry is still current: a vector segment written (an erasure's purge among
+        them) after its last read, or a new generation, and it is not written (else it
+        could put back what the purge took out)."""
+        if self.folder is None or entry.used < SNAPSHOT_MIN \
+                or entry.unsaved < max(SAVE_EVERY, entry.used // 64):
+            return
+        path = self.path(entry.subject_id)
+        assert path is not None
+        meta = self._meta(conn)
+        s = self.vectors.segments
+        with self._locked():
+            if meta["generation"] != entry.generation:
+                return
+            if self.vectors.store.table_exists(conn, s.name) and conn.execute(
+                    sa.select(sa.func.count()).select_from(s).where(
+                        s.c.subject_id == entry.subject_id,
+                        s.c.seq > entry.vec_seq)).scalar_one():
+                return
+            entry.save(path, meta, max(self.vectors.segment_size, entry.used // 8))
+
+    def _purge_files(self, subject_ids: Sequence[str] | None, item_ids: Sequence[str]) -> int:
+        """Purge items from the snapshot files (of ``subject_ids``, or all)."""
+        if self.folder is None or not self.folder.is_dir() or not item_ids:
+            return 0
+        with self._locked():
+            paths = (sorted(self.folder.glob("*.idx")) if subject_ids is None
+                     else [p for s in subject_ids if (p := self.path(s)) is not None])
+            return sum(_purge_file(p, item_ids) for p in paths)
 
     def _refresh(self, conn: Connection, entry: SubjectIndex) -> None:
         a, c = self.atoms.atoms, self.atoms.atom_content
@@ -536,13 +927,16 @@ class RecallIndex:
                 .where(a.c.subject_id == entry.subject_id))
         if entry.atoms_seq:
             stmt = stmt.where(a.c.last_seq > entry.atoms_seq)
-        entry.put_atoms(conn.execute(stmt).all(), self._profiles)
+        rows = conn.execute(stmt).all()
+        entry.put_atoms(rows, self._profiles)
+        entry.unsaved += len(rows)
         v = self.vectors
         if not v.store.table_exists(conn, v.segments.name):
             return
         for raw in v._rows(conn, entry.subject_id, after_seq=entry.vec_seq or None):
             entry.put_segment(raw.segment, v.segment_size, raw.ids, raw.flags, raw.vals,
                               raw.seq)
+            entry.unsaved += len(raw.flags)
 
     def clear(self) -> None:
         self._entries.clear()
@@ -552,10 +946,12 @@ class RecallIndex:
 
     # ------------------------------------------------------------------ route
     def purge(self, conn: Connection | None, item_id: str) -> int:
-        return sum(e.forget(item_id) for e in self._entries.values())
+        return self.purge_many(conn, [item_id])
 
     def purge_many(self, conn: Connection | None, item_ids: Sequence[str]) -> int:
-        return sum(self.purge(conn, i) for i in item_ids)
+        """Forget the items in every entry, and overwrite them in every snapshot file."""
+        n = sum(e.forget(i) for i in item_ids for e in self._entries.values())
+        return n + self._purge_files(None, item_ids)
 
     def compact(self, conn: Connection | None) -> None:
         return None
@@ -563,21 +959,46 @@ class RecallIndex:
     def content_tables(self) -> Sequence[str]:
         return ()
 
+    def _files(self) -> list[tuple[str, SubjectIndex]]:
+        """Every snapshot file, mapped (name, index)."""
+        if self.folder is None or not self.folder.is_dir():
+            return []
+        out = []
+        for p in sorted(self.folder.glob("*.idx")):
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                out.append((f"recall-index/{p.name}", SubjectIndex.load(p, p.stem)[0]))
+        return out
+
     def probe(self, item_id: str, content: str | None) -> ProbeResult:
         hits = []
+        files = self._files()
         n = sum(1 for e in self._entries.values() if item_id in e.slot_of)
         if n:
             hits.append(ProbeHit("recall-index", "id", n))
-        if content and self._entries:
+        hits += [ProbeHit(name, "id", 1) for name, e in files if item_id in e.slot_of]
+        if content and (self._entries or files):
             import numpy as np
 
             q = np.asarray(self.vectors.embed_query(content), dtype=np.float32)
-            near = sorted({a for e in self._entries.values()
-                           for a, s in e.vector_top(q, 16) if s >= 0.9})
-            if near:
-                hits.append(ProbeHit("recall-index", "content", len(near),
-                                     tuple(a for a in near if a != item_id)))
-        return ProbeResult(self.name, item_id, ("recall-index",), tuple(hits))
+            for where, entries in (("recall-index", list(self._entries.values())),
+                                   *((name, [e]) for name, e in files)):
+                near = sorted({a for e in entries for a, s in e.vector_top(q, 16)
+                               if s >= 0.9})
+                if near:
+                    hits.append(ProbeHit(where, "content", len(near),
+                                         tuple(a for a in near if a != item_id)))
+        return ProbeResult(self.name, item_id,
+                           ("recall-index", *(name for name, _ in files)), tuple(hits))
 
     def probe_many(self, items: Mapping[str, Sequence[str]]) -> list[ProbeResult]:
-        return [self.probe(i, None) for i in items]
+        files = self._files()
+        out = []
+        for i in items:
+            hits = [ProbeHit(name, "id", 1) for name, e in files if i in e.slot_of]
+            n = sum(1 for e in self._entries.values() if i in e.slot_of)
+            if n:
+                hits.insert(0, ProbeHit("recall-index", "id", n))
+            out.append(ProbeResult(self.name, i,
+                                   ("recall-index", *(name for name, _ in files)),
+                                   tuple(hits)))
+        return out

@@ -26,6 +26,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
@@ -230,7 +231,8 @@ class Projections:
                 self.registry.register(route)
         self.cache = RecallCache()
         self.registry.register(self.cache)
-        self.index = RecallIndex(self.atoms, self.vectors)
+        self.index = RecallIndex(self.atoms, self.vectors, folder=None if home is None
+                                 else Path(home) / "recall-index")
         self.registry.register(self.index)
         if self.store.is_sqlite:
             self.registry.register(FilesRoute(self.store))
@@ -475,9 +477,9 @@ class Projections:
                 pool = list(dict.fromkeys(kw_ids + [a for a, _ in vec]))
                 eligible, left = {}, {}
                 if entry is not None:
-                    known = [a for a in pool if a in entry.pos]
-                    idx = np.fromiter((entry.pos[a] for a in known), dtype=np.int64,
-                                      count=len(known))
+                    at_pos = entry.pos.lookup(pool)
+                    known = [a for a, i in zip(pool, at_pos.tolist(), strict=True) if i >= 0]
+                    idx = at_pos[at_pos >= 0]
                     why = entry.reasons(at_e, idx, lo, hi)
                     sal, raw = entry.salience(at_e, idx)
                     said = entry.arrays["said"][idx]

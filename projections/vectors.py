@@ -30,12 +30,15 @@ from __future__ import annotations
 
 import heapq
 import sys
+import uuid
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
 from ledger.domain import Atom
@@ -206,15 +209,36 @@ class VectorIndex:
             # "is this exact text still embedded under any id?" with one index lookup
             sa.Column("digest", sa.String(64), index=True),
         )
+        self.generations = sa.Table(
+            "proj_vec_generation", md,
+            sa.Column("one", sa.Integer, primary_key=True, autoincrement=False),
+            sa.Column("token", sa.String(36), nullable=False),
+        )
+        """One row: a token drawn when the tables are made, so again after a rebuild
+        (which packs the segments afresh): a copy of the index made from other tables
+        (recall's snapshot files, ADR 0059) is known stale by it."""
         self.route = VectorRoute(self)
 
     def create(self, conn: Connection) -> None:
         self.segments.create(conn, checkfirst=True)
         self.slots.create(conn, checkfirst=True)
+        self.generations.create(conn, checkfirst=True)
+        if conn.execute(sa.select(self.generations.c.token)).first() is None:
+            insert = (sqlite_insert if conn.dialect.name == "sqlite" else pg_insert)(
+                self.generations).values(one=1, token=str(uuid.uuid4()))
+            conn.execute(insert.on_conflict_do_nothing())
 
     def reset(self, conn: Connection) -> None:
         self.slots.drop(conn, checkfirst=True)
         self.segments.drop(conn, checkfirst=True)
+        self.generations.drop(conn, checkfirst=True)
+
+    def generation(self, conn: Connection) -> str | None:
+        """The tables' token (None before they are made)."""
+        if not self.store.table_exists(conn, self.generations.name):
+            return None
+        got = conn.execute(sa.select(self.generations.c.token)).scalar()
+        return None if got is None else str(got)
 
     def routes(self) -> Sequence[VectorRoute]:
         return [self.route]
