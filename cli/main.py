@@ -20,6 +20,7 @@ import typer
 # Start-up is part of the interface: `ledger --help` and `ledger --version` import typer and
 # these light modules only; every command imports what it uses inside its body (issue 15,
 # ADR 0026). tests/test_startup.py fails when a heavy module comes back up here.
+from cli import values
 from cli.audit import register as register_audit
 from cli.backup import register as register_backup
 from cli.certificate import register as register_certificate
@@ -966,6 +967,41 @@ def _branch(name: str | None) -> typer.Typer:
     return pruned
 
 
+def _nothing() -> None:
+    """Stands in for a command's function in the listing of `ledger --help`."""
+
+
+def _listing() -> typer.Typer:
+    """``cli`` with every command and group reduced to its name and help: all that the
+    listing of `ledger --help` shows, without building the parameters of every command
+    (two thirds of its CPU otherwise; ADR 0060)."""
+    import copy
+    import inspect
+
+    light = copy.copy(cli)
+    light.registered_commands = []
+    for c in cli.registered_commands:
+        if c.callback is None:
+            continue
+        stub = copy.copy(c)
+        stub.name = c.name or typer.main.get_command_name(c.callback.__name__)
+        stub.help = c.help if c.help is not None else inspect.getdoc(c.callback)
+        stub.callback = _nothing
+        light.registered_commands.append(stub)
+    light.registered_groups = []
+    for g in cli.registered_groups:
+        group = copy.copy(g)
+        if g.typer_instance is not None:
+            group.typer_instance = copy.copy(g.typer_instance)
+            group.typer_instance.registered_commands = []
+            group.typer_instance.registered_groups = []
+        light.registered_groups.append(group)
+    return light
+
+
+_HELP_ONLY = (["--help"], ["-h"])
+
+
 def command(argv: list[str] | None = None) -> Any:
     """The click command tree, built once; every command also takes ``--home``, ``-q`` and
     ``-v`` after its name (``ledger verify --home X -q`` and ``ledger --home X -q verify``
@@ -974,11 +1010,11 @@ def command(argv: list[str] | None = None) -> Any:
     Given the command line, only the branch of the command it names is built (building
     every command's parameters is 30 ms of a one-atom `atom add`'s 0.4 s of CPU); help,
     completion and a name that is no command get the whole tree."""
-    key = _named(argv) if argv else None
+    key = "--help" if argv in _HELP_ONLY else _named(argv) if argv else None
     if key not in _COMMAND:
         import copy
 
-        root = typer.main.get_command(_branch(key))
+        root = typer.main.get_command(_listing() if key == "--help" else _branch(key))
         shared = [(p, _GLOBAL_AFTER[o]) for p in root.params for o in p.opts
                   if o in _GLOBAL_AFTER]
         for path, leaf in _leaves(root):
@@ -998,6 +1034,7 @@ def command(argv: list[str] | None = None) -> Any:
                     param.metavar = name
                 else:
                     param.metavar = _placeholder(param) or param.metavar
+        values.install_all(root)
         _COMMAND[key] = root
     return _COMMAND[key]
 

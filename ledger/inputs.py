@@ -51,8 +51,10 @@ def _utc(value: datetime | None) -> datetime | None:
 
 
 class _Input(BaseModel):
+    # defer_build: a model's validator is built when it is first used, not at import
+    # (a command uses one or two of them; ADR 0060)
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, frozen=True,
-                              populate_by_name=True)
+                              populate_by_name=True, defer_build=True)
 
 
 class SubjectInput(_Input):

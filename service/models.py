@@ -70,7 +70,7 @@ _I = TypeVar("_I", bound="_In")
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     @classmethod
     def unchecked(cls: type[_I], **fields: Any) -> _I:
@@ -81,7 +81,7 @@ class _In(BaseModel):
 
 
 class _Out(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
 
 # ----------------------------------------------------------------------------- subjects

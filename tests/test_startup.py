@@ -1,12 +1,17 @@
 """Start-up: `ledger --help` and `ledger --version` import typer and the command
-declarations only (issue 15, ADR 0026). Timings are in benchmarks/startup.py; this test
-checks the cause, which does not depend on how busy the machine is."""
+declarations only (issue 15, ADR 0026); `ledger --help` builds no command's parameters, and
+command-line values of plain types are converted without pydantic (issue 30, ADR 0060).
+Timings are in benchmarks/startup.py; these tests check the causes, which do not depend on
+how busy the machine is."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +23,9 @@ HEAVY = ("sqlalchemy", "pydantic", "psycopg", "cryptography", "nacl", "eventsour
          "ledger.application", "ledger.domain", "ledger.home", "ledger.transparency",
          "keys.keyring", "keys.keystore", "projections.service", "projections.runner",
          "governance.audit", "governance.erasure", "governance.pack", "governance.sweep",
-         "governance.scan", "ledger.portability.service", "ledger.portability.konshus")
+         "governance.scan", "ledger.portability.service", "ledger.portability.konshus",
+         "typer._adapters", "numpy", "wordllama", "fastapi", "starlette", "uvicorn", "mcp",
+         "server", "service")
 
 
 def imported_modules(*args: str) -> set[str]:
@@ -33,19 +40,12 @@ def imported_modules(*args: str) -> set[str]:
     return names
 
 
-# typer itself converts a group's options with pydantic and rich once a subcommand is
-# named (`ledger atom --help`), so there those two are typer's cost, not ours.
-TYPERS_OWN = ("pydantic", "rich")
-
-
 @pytest.mark.parametrize("args", [("--help",), ("--version",), ("-h",), ("atom", "--help"),
                                   ("redact-user", "--help"), ("import", "-h"),
                                   ("tokens", "create", "--help")])
 def test_help_and_version_import_no_heavy_module(args: tuple[str, ...]) -> None:
     names = imported_modules(*args)
-    forbidden = HEAVY if len(args) == 1 else tuple(h for h in HEAVY if h not in TYPERS_OWN)
-    heavy = sorted(n for n in names
-                   if any(n == h or n.startswith(h + ".") for h in forbidden))
+    heavy = sorted(n for n in names if any(n == h or n.startswith(h + ".") for h in HEAVY))
     assert heavy == [], f"`ledger {' '.join(args)}` imports {heavy}: import them inside " \
                         "the command function that uses them"
 
@@ -84,6 +84,89 @@ def test_a_command_line_builds_only_the_branch_it_names() -> None:
     assert set(command(["-q", "atom", "add", "--subject", "u1"]).commands) == {"atom"}
     assert command(["--version"]).commands == {}
     whole = command()
-    for argv in (["--help"], ["atm", "add"], ["-h"], []):  # help, a typo, completion
+    for argv in (["atm", "add"], []):  # a typo, completion
         assert command(argv) is whole, argv
     assert {"atom", "verify", "import", "redact-user"} <= set(whole.commands)
+
+
+def _leaf_params(group: Any) -> Iterator[Any]:
+    for sub in getattr(group, "commands", {}).values():
+        if getattr(sub, "commands", None) is not None:
+            yield from _leaf_params(sub)
+        else:
+            yield from sub.params
+
+
+def test_help_lists_every_command_without_building_their_parameters() -> None:
+    """`ledger --help` (and `-h`) is built from the commands' names and help alone: no
+    command's parameters are converted (ADR 0060); the listing is the whole tree's."""
+    from cli.main import command
+
+    listing, whole = command(["--help"]), command()
+    assert command(["-h"]) is listing and listing is not whole
+    assert list(listing.commands) == list(whole.commands)
+    assert [p for p in _leaf_params(listing) if p.name not in ("home", "quiet", "verbose")] \
+        == []
+    assert len(list(_leaf_params(whole))) > 300
+
+
+@pytest.mark.parametrize("columns", ["80", "120", "50"])
+def test_help_is_the_whole_trees_help(columns: str) -> None:
+    """Byte for byte what the whole command tree prints, at any terminal width."""
+    code = ("import sys; from cli.main import command\n"
+            "command(None if sys.argv[1] == 'whole' else ['--help'])"
+            ".main(['--help'], prog_name='ledger')")
+    env = {**os.environ, "COLUMNS": columns}
+    outputs = [subprocess.run([sys.executable, "-c", code, which], capture_output=True,
+                              text=True, env=env, timeout=60, check=False).stdout
+               for which in ("whole", "listing")]
+    assert outputs[0].startswith("Usage: ledger [OPTIONS] COMMAND [ARGS]...")
+    assert outputs[0] == outputs[1]
+    r = subprocess.run([sys.executable, "-m", "ledger", "--help"], capture_output=True,
+                       text=True, env=env, timeout=60, check=False)
+    assert r.returncode == 0 and r.stdout == outputs[0]
+
+
+SAMPLES: dict[Any, list[Any]] = {
+    str: ["abc", " a b ", "", "-", "ünï", "--x"],
+    bool: [True, False, "true", "0", "maybe"],
+    int: ["3", "-2", "+4", "007", "3.0", " 4", "x", "", "1_000", "99999999999999999999"],
+    float: ["1.5", "2", "-0.25", "1e3", ".5", "5.", "abc", "nan", "inf", " 1", "1_0"],
+    Path: ["a/b", ".", "", "-", "/", "no/such/file", "~/x"],
+}
+
+
+def _converted(runtime: Any, value: Any, param: Any, ctx: Any) -> tuple[str, Any]:
+    from typer._click.exceptions import BadParameter  # typer's own copy of click
+
+    try:
+        return "ok", repr(runtime.coerce(value, param=param, ctx=ctx))
+    except BadParameter as e:
+        return "error", e.format_message()
+
+
+def test_plain_values_convert_as_typer_does() -> None:
+    """Every parameter the plain converter takes: the same value as typer's pydantic
+    conversion, or the same error, for ordinary and odd inputs alike."""
+    from typing import get_args, get_origin
+
+    from cli import values
+    from cli.main import command
+
+    checked = 0
+    whole = command()
+    ctx = whole.make_context("ledger", [], resilient_parsing=True)
+    for param in _leaf_params(whole):
+        runtime = param.get_runtime_param()
+        if not isinstance(runtime, values.PlainValue):
+            continue
+        annotation = param.type_descriptor.annotation
+        item = get_args(annotation)[0] if get_origin(annotation) is list else annotation
+        samples: list[Any] = [None, *SAMPLES[item]]
+        if param.multiple or param.nargs == -1:
+            samples = [None, (), *[(v,) for v in SAMPLES[item]], tuple(SAMPLES[item][:2])]
+        for value in samples:
+            assert _converted(runtime, value, param, ctx) == \
+                _converted(values.typers(param), value, param, ctx), (param.name, value)
+        checked += 1
+    assert checked > 250  # nearly every parameter is plain
