@@ -22,6 +22,8 @@ import structlog
 from fastapi import Body, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.routing import APIRoute
+from pydantic import TypeAdapter
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -94,6 +96,7 @@ class Settings:
     max_queue: int = 1024
     max_headers: int = 16 * 1024  # the request line's target and every header, in bytes
     resource_metadata: dict[str, Any] | None = None  # RFC 9728, OAuth mode
+    writer_process: bool = True  # atom adds committed by a writer process (ADR 0062)
 
 
 LONG_PATHS = ("/execute", "/evidence-pack", "/verification", "/imports", "/console/audit",
@@ -110,6 +113,7 @@ class Limits:
         self.authenticate = authenticate
         self.cached: Callable[[str | None], Caller | None] | None = getattr(
             authenticate, "cached", None)
+        self.fast = FastAdds.of(app)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -145,6 +149,7 @@ class Limits:
             return message
 
         token = None
+        who: Caller | None = None
         if path.startswith("/v1/") or path.startswith("/mcp") or path == "/metrics":
             if not _public(path):
                 try:
@@ -160,13 +165,19 @@ class Limits:
                     await _send(problems.from_error(e), scope, receive, send)
                     return
                 token = CALLER.set(caller)
-                scope.setdefault("state", {})["caller"] = caller
+                scope.setdefault("state", {})["caller"] = who = caller
         timeout = self.settings.long_timeout if any(p in path for p in LONG_PATHS) \
             or path.startswith("/mcp") else self.settings.request_timeout
         started = time.perf_counter()
         try:
             async with asyncio.timeout(timeout):  # no task per request, unlike wait_for
-                await self.app(scope, bounded_receive, send)
+                rest: Receive | None = bounded_receive
+                if who is not None and self.fast is not None \
+                        and scope.get("method") == "POST" and path in self.fast.routes \
+                        and headers.get(b"content-type", b"").startswith(b"application/json"):
+                    rest = await self.fast(scope, bounded_receive, send, who)
+                if rest is not None:
+                    await self.app(scope, rest, send)
         except _TooLarge:
             await _send(problems.problem(413, f"the request body is larger than {limit} bytes",
                                          slug="too-large"), scope, receive, send)
@@ -184,6 +195,118 @@ class Limits:
 
 class _TooLarge(Exception):
     pass
+
+
+_ATOM_LIST: TypeAdapter[list[AtomIn]] = TypeAdapter(list[AtomIn])
+MAX_BATCH = 1000  # atoms in one POST /v1/atoms/batch
+
+
+class FastAdds:
+    """POST /v1/atoms and POST /v1/atoms/batch on their usual path (ADR 0062): the body
+    read and validated once (pydantic, from the JSON bytes), the add sent to the writer,
+    and its answer sent as the writer encoded it, without the framework's per-request
+    dependency solving, re-validation and re-encoding. Anything off that path (a body
+    that does not validate, another content type, a disconnect) is handed to the route,
+    with the body read so far replayed, so every refusal is the route's, word for word."""
+
+    def __init__(self, backend: Backend, routes: dict[str, Any]) -> None:
+        self.backend = backend
+        self.routes = routes  # path -> its APIRoute (the telemetry's route label)
+
+    @classmethod
+    def of(cls, app: ASGIApp) -> FastAdds | None:
+        backend = getattr(getattr(app, "state", None), "backend", None)
+        if not isinstance(backend, Backend):
+            return None
+        routes = {r.path: r for r in getattr(app, "routes", ())
+                  if isinstance(r, APIRoute) and "POST" in (r.methods or ())
+                  and r.path in ("/v1/atoms", "/v1/atoms/batch")}
+        return cls(backend, routes) if len(routes) == 2 else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send, caller: Caller
+                       ) -> Receive | None:
+        """None once it answered; else the receive the route reads the body from."""
+        single = scope["path"] == "/v1/atoms"
+        writer = self.backend.writer
+        counted = single  # in the writer's arriving until the add is queued
+        if counted:
+            writer.arriving += 1  # the writer's group waits a little for it (LINGER)
+        try:
+            chunks: list[bytes] = []
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return _replay(b"".join(chunks), receive, message)
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body", False):
+                    break
+            body = b"".join(chunks)
+            try:
+                if single:
+                    item = AtomIn.model_validate_json(body)
+                else:
+                    items = _ATOM_LIST.validate_json(body)
+                    if not 1 <= len(items) <= MAX_BATCH:
+                        return _replay(body, receive)
+            except ValueError:  # the route answers it, in the API's 422 form
+                return _replay(body, receive)
+            scope["route"] = self.routes[scope["path"]]
+            status = 201
+            answer: Response | None = None
+            try:
+                if single:
+                    counted = False  # add_atom_encoded takes it out once it is queued
+                    added = await self.backend.add_atom_encoded(caller, item, arriving=True)
+                    encoded = added.json
+                    if added.outcome == "rehearsed":
+                        status = 200
+                else:
+                    encoded = await self.backend.add_atoms_encoded(caller, items)
+            except LedgerError as e:
+                answer = add_refused(e)
+            except Exception as e:
+                answer = unexpected_error(e)
+        finally:
+            if counted:
+                writer.arriving -= 1
+        if answer is not None:
+            await answer(scope, receive, send)
+            return None
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(encoded)).encode())]})
+        await send({"type": "http.response.body", "body": encoded})
+        return None
+
+
+def _replay(body: bytes, receive: Receive, pending: Message | None = None) -> Receive:
+    """A receive that gives ``body`` (and ``pending``, a message read after it) first."""
+    queued: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+    if pending is not None:
+        queued.append(pending)
+
+    async def replayed() -> Message:
+        return queued.pop(0) if queued else await receive()
+    return replayed
+
+
+def add_refused(e: LedgerError) -> Response:
+    """An atom add's refusal: a similar memory under on_similar refuse is a 409 that names
+    them (ADR 0052); any other error as the error table says."""
+    from service.memory_cases import SimilarMemoryExists
+
+    if isinstance(e, SimilarMemoryExists):
+        return problems.problem(409, str(e), slug="similar-memory", hint=e.hint,
+                                similar=e.as_json())
+    return problems.from_error(e)
+
+
+def unexpected_error(e: Exception) -> Response:
+    # the class only: an exception's text could quote what a request carried
+    log.error("request.failed", error=type(e).__name__)
+    return problems.problem(500, "the server failed to answer this request; nothing "
+                                 "half-written is kept (commands are atomic)",
+                            slug="internal")
 
 
 def _header_bytes(scope: Scope) -> int:
@@ -236,7 +359,8 @@ def create_app(settings: Settings, authenticate: Authenticate,
 def build_api(settings: Settings) -> FastAPI:
     """The FastAPI app of the HTTP API (routes, errors, OpenAPI), without the middleware
     that bounds and authenticates requests (:func:`create_app` adds it)."""
-    backend = Backend(settings.home, max_queue=settings.max_queue)
+    backend = Backend(settings.home, max_queue=settings.max_queue,
+                      writer_process=settings.writer_process)
     lifespans: list[Callable[[], contextlib.AbstractAsyncContextManager[None]]] = []
 
     @contextlib.asynccontextmanager
@@ -282,11 +406,7 @@ def build_api(settings: Settings) -> FastAPI:
 
     @api.exception_handler(Exception)
     async def unexpected(_request: Request, e: Exception) -> Response:
-        # the class only: an exception's text could quote what a request carried
-        log.error("request.failed", error=type(e).__name__)
-        return problems.problem(500, "the server failed to answer this request; nothing "
-                                     "half-written is kept (commands are atomic)",
-                                slug="internal")
+        return unexpected_error(e)
 
     @api.exception_handler(RequestValidationError)
     async def invalid(_request: Request, e: RequestValidationError) -> Response:
@@ -396,8 +516,7 @@ def _routes(api: FastAPI) -> None:
         try:
             added = await b.add_atom(c, body)
         except SimilarMemoryExists as e:
-            return problems.problem(409, str(e), slug="similar-memory", hint=e.hint,
-                                    similar=e.as_json())
+            return add_refused(e)
         if added.outcome == "rehearsed":
             response.status_code = 200
         return added
@@ -405,7 +524,7 @@ def _routes(api: FastAPI) -> None:
     @api.post("/v1/atoms/batch", status_code=201, tags=["atoms"])
     async def add_atoms(body: Annotated[list[AtomIn], Body(min_length=1, max_length=1000)],
                         c: CallerDep, b: BackendDep) -> AtomsAdded:
-        return await b.write(lambda s: s.add_atoms(c, body))
+        return await b.add_atoms(c, body)
 
     @api.get("/v1/atoms/{atom}", tags=["atoms"])
     async def show_atom(atom: str, c: CallerDep, b: BackendDep) -> AtomOut:

@@ -13,35 +13,60 @@ written again on its own, so one bad item never takes its neighbours with it.
 A write is answered only after its command committed: an acknowledged add is in the log.
 The queue is bounded: past ``max_queue`` waiting writes a new one is refused with
 :class:`Overloaded` (HTTP 503 with Retry-After) instead of growing without limit.
+
+With ``writer_process`` (what ``ledger serve`` runs, ADR 0062) the atom adds, grouped
+and bulk, are committed by a child process that owns its own service: their signing,
+encryption, search for similar memories and SQL run on another core than the event loop
+and under another GIL. The writer thread still takes every write from one queue in
+order; it hands a group of adds to the child and waits for its answer, which comes back
+encoded once, as the JSON the HTTP API sends. While adds are known to be on their way
+(their requests are being read, ``arriving``), the writer waits for them a little
+(``LINGER``) before it sends a group: under load groups grow, alone an add never waits.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import pickle
 import queue
+import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import structlog
 
-from ledger.errors import LedgerError
+from ledger.errors import EnvironmentProblem, LedgerError
 from ledger.tracing import carry
 from server import metrics
 from server.telemetry import memory_span
 from service.caller import Caller
 from service.facade import MemoryService
-from service.models import AtomAdded, AtomIn, RecallIn, RecallOut
+from service.models import AtomAdded, AtomIn, AtomsAdded, RecallIn, RecallOut
 from service.root import close_service, open_service
 
 T = TypeVar("T")
 log = structlog.get_logger("ledger.server")
 
 MAX_GROUP = 256
+LINGER = 0.002  # seconds a group waits, at most, for adds whose requests are being read
+
+
+class Added(NamedTuple):
+    """An add's answer, encoded once: the JSON body the API sends, and what it did."""
+
+    json: bytes
+    outcome: str  # AtomAdded.outcome: added, rehearsed, superseded
+    atom_id: str
+
+    @classmethod
+    def of(cls, added: AtomAdded) -> Added:
+        return cls(added.model_dump_json().encode(), added.outcome, added.atom_id)
 
 
 class Overloaded(LedgerError):
@@ -52,6 +77,7 @@ class Overloaded(LedgerError):
 class _Job:
     fn: Callable[[MemoryService], Any] | None
     add: tuple[Caller, AtomIn] | None = None
+    bulk: tuple[Caller, list[AtomIn]] | None = None  # one all-or-nothing command
     # an add awaited on an event loop: settled from the writer with one wake-up of that
     # loop per group, not one per add; any other job: a thread-safe future
     waiter: asyncio.Future[Any] | None = None
@@ -79,15 +105,153 @@ def _settle(outcomes: list[tuple[asyncio.Future[Any], Any]]) -> None:
             waiter.set_result(outcome)
 
 
-class _Worker(threading.Thread):
-    """A thread that owns one MemoryService and runs jobs from its queue."""
+def _portable(e: BaseException) -> BaseException:
+    """``e`` as it can cross to the server process: class, arguments and attributes,
+    rebuilt there without calling its ``__init__`` (whose signature may differ from its
+    ``args``); an exception that cannot is replaced by one that names its class only."""
+    try:
+        pickle.loads(pickle.dumps(_Carried(e)))  # noqa: S301  # our own bytes, just made
+    except Exception:
+        return EnvironmentProblem(f"the writer process failed ({type(e).__name__})",
+                                  hint="retry; the server's log names the error")
+    return e
 
-    def __init__(self, name: str, home: Path, max_queue: int, group: bool) -> None:
+
+class _Carried:
+    """Pickles an exception by class, ``args`` and ``__dict__`` (see :func:`_portable`)."""
+
+    def __init__(self, e: BaseException) -> None:
+        self.e = e
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuilt, (type(self.e), self.e.args, dict(vars(self.e))))
+
+
+def _rebuilt(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]
+             ) -> BaseException:
+    e = cls.__new__(cls)
+    BaseException.__init__(e, *args)
+    e.__dict__.update(state)
+    return e
+
+
+def _outcome(result: AtomAdded | BaseException) -> Added | BaseException:
+    return result if isinstance(result, BaseException) else Added.of(result)
+
+
+def _adds(svc: MemoryService, items: Sequence[tuple[Caller, AtomIn]]
+          ) -> list[Added | BaseException]:
+    """One group commit; a failure of the whole call (the database gone, say) is every
+    item's answer, and nothing of it was acknowledged."""
+    try:
+        return [_outcome(r) for r in svc.add_atoms_grouped(items)]
+    except Exception as e:
+        return [e] * len(items)
+
+
+def _bulk(svc: MemoryService, caller: Caller, items: list[AtomIn]) -> bytes:
+    return svc.add_atoms(caller, items).model_dump_json().encode()
+
+
+def _writer_main(home: str, conn: Any, log_level: str | None) -> None:
+    """The writer process (ADR 0062): opens the home's service, then answers each
+    ``("adds", [(caller, AtomIn)])`` or ``("bulk", (caller, [AtomIn]))`` from the server
+    process in order, until ``None`` or the end of the pipe. Signals are the server's
+    business: it stops this process by closing the pipe once every queued write ran."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    from ledger import logs
+
+    logs.configure(log_level)
+    try:
+        svc = open_service(Path(home))
+    except BaseException as e:
+        conn.send(("failed", _Carried(_portable(e))))
+        return
+    conn.send(("ready", None))
+    try:
+        while True:
+            try:
+                msg = conn.recv()
+            except EOFError:
+                break
+            if msg is None:
+                break
+            kind, payload = msg
+            out: Any
+            if kind == "adds":
+                out = [r if not isinstance(r, BaseException) else _Carried(_portable(r))
+                       for r in _adds(svc, payload)]
+            else:
+                try:
+                    out = _bulk(svc, *payload)
+                except Exception as e:
+                    out = _Carried(_portable(e))
+            conn.send(out)
+    finally:
+        close_service(svc)
+
+
+class _WriterProcess:
+    """The server process's end of the writer process: one call at a time, from the
+    writer thread only."""
+
+    def __init__(self, home: Path) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")  # never fork a process with threads
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_writer_main, name="ledger-writer-process",
+                                args=(str(home), child, os.environ.get("LEDGER_LOG_LEVEL")),
+                                daemon=True)
+        self.proc.start()
+        child.close()
+
+    def wait_ready(self) -> None:
+        status, error = self._recv()
+        if status != "ready":
+            self.proc.join(10)
+            raise error
+
+    def call(self, kind: str, payload: Any) -> Any:
+        self.conn.send((kind, payload))
+        return self._recv()
+
+    def _recv(self) -> Any:
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            raise EnvironmentProblem(
+                "the server's writer process stopped; this write's outcome is unknown",
+                hint="check the server's log, then list the memories before sending it "
+                     "again") from None
+
+    def close(self) -> None:
+        try:
+            self.conn.send(None)
+        except OSError:
+            pass
+        self.proc.join(60)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+        self.conn.close()
+
+
+class _Worker(threading.Thread):
+    """A thread that owns one MemoryService and runs jobs from its queue; the writer's
+    adds may be committed by a writer process instead (ADR 0062)."""
+
+    def __init__(self, name: str, home: Path, max_queue: int, group: bool,
+                 process: bool = False) -> None:
         super().__init__(name=name, daemon=True)
         self.home = home
         self.jobs: queue.Queue[_Job | None] = queue.Queue()
         self.max_queue = max_queue
         self.group = group
+        self.process = process
+        self.child: _WriterProcess | None = None
+        self.arriving = 0  # adds whose requests are being read (set on the event loop)
         self.ready: Future[None] = Future()
         self.groups = 0
         self.grouped_items = 0
@@ -106,8 +270,19 @@ class _Worker(threading.Thread):
 
     def run(self) -> None:
         try:
+            if self.process:  # started first: it opens the ledger while this thread does
+                self.child = _WriterProcess(self.home)
             svc = open_service(self.home)
         except BaseException as e:  # reported to whoever waits for start-up
+            self.ready.set_exception(e)
+            if self.child is not None:
+                self.child.close()
+            return
+        try:
+            if self.child is not None:
+                self.child.wait_ready()
+        except BaseException as e:
+            close_service(svc)
             self.ready.set_exception(e)
             return
         self.ready.set_result(None)
@@ -119,30 +294,46 @@ class _Worker(threading.Thread):
                 if job is None:
                     break
                 if job.add is not None and self.group:
-                    batch = [job]
-                    stop = False
-                    while len(batch) < MAX_GROUP:
-                        try:
-                            nxt = self.jobs.get_nowait()
-                        except queue.Empty:
-                            break
-                        if nxt is None:
-                            stop = True
-                            break
-                        if nxt.add is None:
-                            self._run_adds(svc, batch)
-                            batch = []
-                            self._run(svc, nxt)
-                            continue
-                        batch.append(nxt)
+                    batch, stop, other = self._gather(job)
                     if batch:
                         self._run_adds(svc, batch)
+                    if other is not None:
+                        self._run(svc, other)
                     if stop:
                         break
                     continue
                 self._run(svc, job)
         finally:
             close_service(svc)
+            if self.child is not None:
+                self.child.close()
+
+    def _gather(self, first: _Job) -> tuple[list[_Job], bool, _Job | None]:
+        """The adds queued behind ``first`` (up to MAX_GROUP), waiting up to LINGER for
+        those whose requests are being read; stops at any other job (returned, to run
+        after the group: the queue's order is kept) or at the stop mark."""
+        batch = [first]
+        deadline = 0.0
+        while len(batch) < MAX_GROUP:
+            try:
+                nxt = self.jobs.get_nowait()
+            except queue.Empty:
+                if self.arriving <= 0:
+                    break
+                now = time.monotonic()
+                deadline = deadline or now + LINGER
+                if now >= deadline:
+                    break
+                try:
+                    nxt = self.jobs.get(timeout=deadline - now)
+                except queue.Empty:
+                    break
+            if nxt is None:
+                return batch, True, None
+            if nxt.add is None:
+                return batch, False, nxt
+            batch.append(nxt)
+        return batch, False, None
 
     def _run(self, svc: MemoryService, job: _Job) -> None:
         if not job.start():
@@ -150,7 +341,10 @@ class _Worker(threading.Thread):
         outcome: Any
         try:
             if job.add is not None:
-                outcome = svc.add_atom(*job.add)
+                outcome = _adds(svc, [job.add])[0]
+            elif job.bulk is not None:
+                outcome = self._child().call("bulk", job.bulk) if self.child is not None \
+                    else _bulk(svc, *job.bulk)
             else:
                 assert job.fn is not None
                 outcome = job.fn(svc)
@@ -160,12 +354,30 @@ class _Worker(threading.Thread):
             outcome = e
         self._deliver([(job, outcome)])
 
+    def _child(self) -> _WriterProcess:
+        """The writer process; one that stopped (its adds were answered as failed, their
+        outcome unknown) is started again for the next write."""
+        assert self.child is not None
+        if not self.child.proc.is_alive():
+            log.warning("writer_process.restarted", exit_code=self.child.proc.exitcode)
+            self.child.close()
+            self.child = _WriterProcess(self.home)
+            self.child.wait_ready()
+        return self.child
+
     def _run_adds(self, svc: MemoryService, batch: list[_Job]) -> None:
         live = [j for j in batch if j.start()]
         if not live:
             return
         items = [j.add for j in live if j.add is not None]
-        results = svc.add_atoms_grouped(items)
+        results: list[Any]
+        if self.child is not None:
+            try:
+                results = list(self._child().call("adds", items))
+            except LedgerError as e:
+                results = [e] * len(items)
+        else:
+            results = _adds(svc, items)
         self.groups += 1
         self.grouped_items += len(live)
         if self.counted:
@@ -192,11 +404,14 @@ class _Worker(threading.Thread):
 
 class Backend:
     """The facade for a server process: ``await backend.read(fn)``,
-    ``await backend.write(fn)``, ``await backend.add_atom(caller, item)``."""
+    ``await backend.write(fn)``, ``await backend.add_atom(caller, item)``.
+    ``writer_process``: atom adds are committed by a writer process (ADR 0062)."""
 
-    def __init__(self, home: Path, max_queue: int = 1024) -> None:
+    def __init__(self, home: Path, max_queue: int = 1024, writer_process: bool = False
+                 ) -> None:
         self.home = home
-        self.writer = _Worker("ledger-writer", home, max_queue, group=True)
+        self.writer = _Worker("ledger-writer", home, max_queue, group=True,
+                              process=writer_process)
         self.reader = _Worker("ledger-reader", home, max_queue, group=False)
 
     def start(self) -> None:
@@ -227,12 +442,34 @@ class Backend:
         return result
 
     async def add_atom(self, caller: Caller, item: AtomIn) -> AtomAdded:
-        waiter: asyncio.Future[AtomAdded] = asyncio.get_running_loop().create_future()
+        return AtomAdded.model_validate_json((await self.add_atom_encoded(caller, item)).json)
+
+    async def add_atom_encoded(self, caller: Caller, item: AtomIn, arriving: bool = False
+                               ) -> Added:
+        """One atom add, committed with the adds queued with it (group commit); its
+        answer as the JSON body the HTTP API sends. ``arriving``: the add was counted in
+        the writer's ``arriving`` while its request was read; it is not once queued."""
+        waiter: asyncio.Future[Added] = asyncio.get_running_loop().create_future()
         with memory_span("update_memory", caller) as span:
-            self.writer.submit(_Job(None, add=(caller, item), waiter=waiter))
+            try:
+                self.writer.submit(_Job(None, add=(caller, item), waiter=waiter))
+            finally:
+                if arriving:
+                    self.writer.arriving -= 1
             added = await waiter
             span.set_attribute("gen_ai.memory.id", added.atom_id)
         return added
+
+    async def add_atoms(self, caller: Caller, items: list[AtomIn]) -> AtomsAdded:
+        return AtomsAdded.model_validate_json(await self.add_atoms_encoded(caller, items))
+
+    async def add_atoms_encoded(self, caller: Caller, items: list[AtomIn]) -> bytes:
+        """Atoms in one signed command, all or none (the bulk endpoint), on the writer
+        process when there is one; the answer (AtomsAdded) as JSON."""
+        job = _Job(None, bulk=(caller, items))
+        self.writer.submit(job)
+        result: bytes = await asyncio.wrap_future(job.future)
+        return result
 
     async def recall(self, caller: Caller, body: RecallIn) -> RecallOut:
         """Recall on the reader thread, then the rehearsal events (a signed write) on the
