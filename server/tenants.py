@@ -47,6 +47,7 @@ log = structlog.get_logger("ledger.server")
 DEFAULT_OPEN = 16
 OPEN_ENV = "LEDGER_FLEET_OPEN"
 TENANT_HEADER = b"ledger-tenant"
+POOL_ENV = "POSTGRES_POOL_SIZE"  # eventsourcing's, read from the environment
 RECHECK = 5.0  # seconds an open tenant's registry row is trusted
 FLEET_CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar(
     "fleet_caller", default=None)
@@ -110,6 +111,10 @@ class FleetApp:
     def __init__(self, home: Path, max_open: int | None = None) -> None:
         from service.fleet import Fleet
 
+        # a tenant's ledger keeps one idle connection per pool, not eventsourcing's five:
+        # one server process holds many ledgers, and PostgreSQL counts every connection
+        # (docs/scale.md); an operator's own setting wins
+        os.environ.setdefault(POOL_ENV, "1")
         self.home = home
         self.fleet = Fleet.open(home)
         self.max_open = max_open or int(os.environ.get(OPEN_ENV, DEFAULT_OPEN))

@@ -220,7 +220,7 @@ class Fleet:
                       contact: str | None = None) -> Tenant:
         """A new tenant: a ledger home of its own under ``tenants/`` (its schema on
         PostgreSQL), registered in the fleet. A name is never reused, even offboarded."""
-        from service.root import create_home
+        from service.root import close_service, create_home, open_service
 
         check_tenant_name(name)
         if self._row(name) is not None:
@@ -232,6 +232,11 @@ class Fleet:
                                                                "name")
         config = create_home(home, db=self._tenant_db(name), controller=controller,
                              contact=contact)
+        try:  # its read models' tables made now: servers open it at once without a race
+            close_service(open_service(home))
+        except BaseException:
+            self._remove_storage(name, home)
+            raise
         row = Tenant(name=name, state="active", ledger_id=config.ledger_id,
                      created_at=clock.format_instant(clock.now()),
                      storage=self._schema_of(name) if self.db.is_postgres else "sqlite",
