@@ -362,10 +362,13 @@ class Runner:
         size = batch_size or (self.rebuild_batch_size
                               if head - start >= self.rebuild_batch_size else self.batch_size)
         decoder = None
+        first = size
         if self.workers > 0 and head - start + 1 >= self.parallel_min:
-            decoder = ParallelDecoder(self.app, self.workers, self.decode_chunk or CHUNK)
+            chunk = self.decode_chunk or CHUNK
+            decoder = ParallelDecoder(self.app, self.workers, chunk)
+            first = min(size, chunk * self.workers)  # the wait before the first apply
         try:
-            batches = self._batches(start, head, size, report)
+            batches = self._batches(start, head, size, report, first)
             decoded = (self._decode_here(batches, positions, report) if decoder is None
                        else self._decode_ahead(decoder, batches, report))
             if start == 1:  # the whole log is replayed: its sequence is checked too
@@ -378,12 +381,15 @@ class Runner:
         report.seconds = time.perf_counter() - t_start
         return report
 
-    def _batches(self, start: int, head: int, size: int,
-                 report: RunReport) -> Iterator[Sequence[Any]]:
-        """The notifications from ``start`` to ``head``, ``size`` at a time."""
+    def _batches(self, start: int, head: int, size: int, report: RunReport,
+                 first: int) -> Iterator[Sequence[Any]]:
+        """The notifications from ``start`` to ``head``: ``first`` of them, then ``size``
+        at a time."""
+        limit = first
         while start <= head:
             t0 = time.perf_counter()
-            notes = self.app.notifications(start=start, limit=size, stop=head)
+            notes = self.app.notifications(start=start, limit=limit, stop=head)
+            limit = size
             report.read_seconds += time.perf_counter() - t0
             if not notes:
                 return
