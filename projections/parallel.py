@@ -22,6 +22,7 @@ import multiprocessing
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING, Any, cast
 
 from projections.entries import SEALED_TOPICS, LogEntry, decode
@@ -148,11 +149,18 @@ class ParallelDecoder:
     def result(futures: Sequence[Future[Any]]) -> list[LogEntry]:
         """The entries of a submitted batch; raises the first chunk's verification
         failure (the runner then applies nothing of the batch)."""
+        from ledger.errors import EnvironmentProblem
         from ledger.mapper import EventIntegrityError
 
         out: list[LogEntry] = []
         for future in futures:
-            got = future.result()
+            try:
+                got = future.result()
+            except BrokenProcessPool as e:
+                raise EnvironmentProblem(
+                    "a worker process that verifies events ended abruptly (out of memory?)",
+                    hint=f"run it again, or with {WORKERS_ENV}=0 to verify in this "
+                         "process") from e
             if isinstance(got, tuple):
                 message, hint = got
                 raise EventIntegrityError(message, hint=hint)

@@ -13,6 +13,7 @@ ledgers go through the worker processes, several chunks a batch, several batches
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 
 from ledger.application import LedgerApp
-from ledger.errors import VerificationFailed
+from ledger.errors import EnvironmentProblem, VerificationFailed
 from projections import parallel
 from projections.service import Projections
 
@@ -171,3 +172,19 @@ def test_removed_or_moved_event_caught_by_rebuild(app: LedgerApp, home: Path,
             with pytest.raises(VerificationFailed, match="step 3: seq"):
                 p.rebuild()
             assert max(s.position for s in p.status()) < victim[0]
+
+
+def die(*_args: Any) -> None:
+    """A worker task that ends its process (as the kernel's OOM killer would)."""
+    os._exit(3)
+
+
+def test_worker_that_dies_is_an_environment_problem(app: LedgerApp,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    seed(app, Clock(monkeypatch))
+    monkeypatch.setattr(parallel, "decode_chunk", die)
+    with parallel_projections(app) as p:
+        with pytest.raises(EnvironmentProblem, match="ended abruptly") as e:
+            p.rebuild()
+        assert "LEDGER_DECODE_WORKERS=0" in str(e.value.hint)
+        assert {s.position for s in p.status()} == {0}
