@@ -271,7 +271,7 @@ def main() -> None:
         base = None
         if backend == "postgresql":
             if args.pg is None:
-                server = Server(keep)
+                server = Server(keep / "pg")
                 base = server.url
             else:
                 base = args.pg

@@ -707,6 +707,9 @@ class SubjectIndex:
         written."""
         import numpy as np
 
+        every = self.live()
+        if len(every) > EXACT_LIMIT and 2 * self._centered <= len(every):
+            self._recenter(every)  # as the first search would: once, here, not per process
         n, used = self._n, self.used
         cap, ncap = used + headroom, n + max(1024, n // 8)
         ids = self.ids.array(n)

@@ -92,6 +92,7 @@ def test_written_then_mapped_with_the_answers_of_warm(app: LedgerApp, home: Path
         entry = _entry(p, app)
         assert entry._mm is not None  # mapped from the file
         assert _content(entry) == full
+        assert entry._centered == 40  # centred before it was written: not per process
     # a fresh process: the same answers, from the file
     script = (
         "import json, sys\n"
