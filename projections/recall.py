@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+import structlog
 from sqlalchemy.engine import Connection
 
 from projections.memory import profile_of
@@ -136,6 +137,8 @@ def _matvec(matrix: Any, q: Any) -> Any:
 
     return np.einsum("ij,j->i", matrix, q)
 
+
+log = structlog.get_logger("projections")
 
 _MAGIC = b"MLRIDX01"
 _PAGE = 4096
@@ -844,7 +847,11 @@ class RecallIndex:
             if entry.cleared:
                 self._purge_files([entry.subject_id], entry.cleared)
                 entry.cleared = []
-            self._save(conn, entry)
+            try:
+                self._save(conn, entry)
+            except OSError as e:  # a home this process may not write: recall goes on
+                log.warning("projections.recall_index_not_saved", subject_id=subject_id,
+                            error=e.__class__.__name__)
         return entry
 
     # ------------------------------------------------------------------ snapshot files
@@ -882,7 +889,7 @@ class RecallIndex:
         want = self._meta(conn)
         if entry is None or any(meta.get(k) != want[k] for k in want) \
                 or entry.dim != self.vectors.dim:
-            with self._locked():
+            with contextlib.suppress(OSError), self._locked():
                 path.unlink(missing_ok=True)
             return None
         return entry

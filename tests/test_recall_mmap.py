@@ -218,3 +218,18 @@ def test_an_erasure_in_another_process_is_purged_from_the_file_on_refresh(
         assert ids[7] not in entry.slot_of
     data = path.read_bytes()
     assert vector not in data and ids[7].encode() not in data
+
+
+def test_a_snapshot_that_cannot_be_written_leaves_recall_working(
+        app: LedgerApp, monkeypatch: pytest.MonkeyPatch) -> None:
+    app.register_subject({"ref": "u1"})
+    _seed(app)
+
+    def refused(*_a: Any, **_k: Any) -> int:
+        raise PermissionError("read-only home")
+
+    monkeypatch.setattr(SubjectIndex, "save", refused)
+    with projections(app, embedder=WordLlamaEmbedder()) as p:
+        p.catch_up()
+        assert all(ids for ids, _ in _answers(p))
+        assert not list((p.index.folder or Path("/nonexistent")).glob("*.idx"))
