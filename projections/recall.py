@@ -969,14 +969,15 @@ class RecallIndex:
     def content_tables(self) -> Sequence[str]:
         return ()
 
-    def _files(self) -> list[tuple[str, SubjectIndex]]:
-        """Every snapshot file, mapped (name, index)."""
+    def _files(self) -> list[SubjectIndex]:
+        """Every snapshot file, mapped. The probes name them ``recall-index-file``, not
+        by subject: a probe's result goes into the evidence of an erasure of others."""
         if self.folder is None or not self.folder.is_dir():
             return []
         out = []
         for p in sorted(self.folder.glob("*.idx")):
             with contextlib.suppress(OSError, ValueError, KeyError):
-                out.append((f"recall-index/{p.name}", SubjectIndex.load(p, p.stem)[0]))
+                out.append(SubjectIndex.load(p, p.stem)[0])
         return out
 
     def probe(self, item_id: str, content: str | None) -> ProbeResult:
@@ -985,30 +986,36 @@ class RecallIndex:
         n = sum(1 for e in self._entries.values() if item_id in e.slot_of)
         if n:
             hits.append(ProbeHit("recall-index", "id", n))
-        hits += [ProbeHit(name, "id", 1) for name, e in files if item_id in e.slot_of]
+        held = sum(1 for e in files if item_id in e.slot_of)
+        if held:
+            hits.append(ProbeHit("recall-index-file", "id", held))
         if content and (self._entries or files):
             import numpy as np
 
             q = np.asarray(self.vectors.embed_query(content), dtype=np.float32)
             for where, entries in (("recall-index", list(self._entries.values())),
-                                   *((name, [e]) for name, e in files)):
+                                   ("recall-index-file", files)):
                 near = sorted({a for e in entries for a, s in e.vector_top(q, 16)
                                if s >= 0.9})
                 if near:
                     hits.append(ProbeHit(where, "content", len(near),
                                          tuple(a for a in near if a != item_id)))
-        return ProbeResult(self.name, item_id,
-                           ("recall-index", *(name for name, _ in files)), tuple(hits))
+        return ProbeResult(self.name, item_id, self._checked(files), tuple(hits))
 
     def probe_many(self, items: Mapping[str, Sequence[str]]) -> list[ProbeResult]:
         files = self._files()
         out = []
         for i in items:
-            hits = [ProbeHit(name, "id", 1) for name, e in files if i in e.slot_of]
+            hits = []
             n = sum(1 for e in self._entries.values() if i in e.slot_of)
             if n:
-                hits.insert(0, ProbeHit("recall-index", "id", n))
-            out.append(ProbeResult(self.name, i,
-                                   ("recall-index", *(name for name, _ in files)),
-                                   tuple(hits)))
+                hits.append(ProbeHit("recall-index", "id", n))
+            held = sum(1 for e in files if i in e.slot_of)
+            if held:
+                hits.append(ProbeHit("recall-index-file", "id", held))
+            out.append(ProbeResult(self.name, i, self._checked(files), tuple(hits)))
         return out
+
+    @staticmethod
+    def _checked(files: Sequence[SubjectIndex]) -> tuple[str, ...]:
+        return ("recall-index", "recall-index-file") if files else ("recall-index",)
