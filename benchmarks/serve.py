@@ -12,6 +12,8 @@ Prints, per storage backend:
   bulk); recall p50/p95 (httpx) and the MCP ``recall`` tool;
 * the same lean client against a FastAPI no-op (validates the body, writes nothing),
   measured before and after the ledger's runs (their mean is the ceiling);
+* on PostgreSQL, a throwaway server of its own (as the tests start one: fsync off, so
+  the event store's commits are cheap; the keystore stays an SQLite file);
 * for each load: CPU milliseconds per request of the client (this process) and of the
   server (its process and its writer process, ADR 0062), and the cores each kept busy:
   whether the client competes for the 2 cores, and what the server spends per add;
@@ -34,12 +36,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import glob
 import json
 import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -311,9 +315,45 @@ def child_serve(home: str, port: int, mode: str) -> None:
     for name in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
                  "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
         os.environ.pop(name, None)
+    if mode == "thread":  # ADR 0030's layout: the adds committed on the writer thread
+        import functools
+
+        import server.app
+
+        server.app.Settings = functools.partial(  # type: ignore[misc,assignment]
+            server.app.Settings, writer_process=False)
     from server.launch import serve
 
-    serve(Path(home), "127.0.0.1", port, 1, None, None, None, metrics=mode == "metrics")
+    serve(Path(home), "127.0.0.1", port, 1, None, None, None,
+          metrics=mode in ("metrics", "thread"))
+
+
+@contextlib.contextmanager
+def child_server(home: Path, mode: str) -> Iterator[tuple[str, int]]:
+    """``ledger serve`` started by :func:`child_serve` in ``mode``: (its URL, its pid)."""
+    import signal
+    import subprocess
+
+    import httpx
+
+    from tests.serving import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, __file__, "--child-serve", str(home), str(port),
+                             mode], stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                if httpx.get(f"{url}/v1/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        yield url, proc.pid
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
 
 
 def middleware_cost(calls: int) -> dict[str, float]:
@@ -520,6 +560,10 @@ def one_backend(backend: str, args: argparse.Namespace, pg_url: str | None) -> N
             server.stop()
             groups = [line for line in server.output().splitlines()
                       if "server.stopped" in line]
+        with child_server(home, "thread") as (url, thread_pid):
+            print(f"[{backend}] HTTP adds, the writer on a thread ...", file=sys.stderr)
+            thread = asyncio.run(http_adds(url, token, 32, secs, {"on_similar": None},
+                                           pid=thread_pid))
         noop.append(bare_ceiling(32, secs, FRAMEWORK_APP))
     ceiling = sum(r["rate"] for r in noop) / len(noop)
     bulk_rate = bulk["rate"] * BULK
@@ -541,6 +585,10 @@ def one_backend(backend: str, args: argparse.Namespace, pg_url: str | None) -> N
         print(f"{label} {r['rate']:7.0f} req/s  p50 {r['p50']:6.1f} ms  p95 "
               f"{r['p95']:6.1f} ms  non-201 {r['errors']:.0f}")
         print(cpu_line("", r))
+    print(f"HTTP add 32 clients, on_similar none, adds on the writer thread (ADR 0030) "
+          f"{thread['rate']:7.0f} req/s  p50 {thread['p50']:6.1f} ms  p95 "
+          f"{thread['p95']:6.1f} ms  non-201 {thread['errors']:.0f}")
+    print(cpu_line("", thread))
     print(f"HTTP bulk 1 client, {BULK} a request {bulk_rate:7.0f} atoms/s  p50 "
           f"{bulk['p50']:6.1f} ms  non-201 {bulk['errors']:.0f}")
     if groups:
@@ -552,6 +600,8 @@ def one_backend(backend: str, args: argparse.Namespace, pg_url: str | None) -> N
         print(f"MCP recall tool p50 {mcp['p50']:6.1f} ms  p95 {mcp['p95']:6.1f} ms")
     print(f"ratio HTTP add (32 clients, on_similar none) / FastAPI no-op: "
           f"{many_none['rate'] / ceiling:.3f} (goal >= 0.6)")
+    print(f"ratio HTTP add (32 clients, on_similar none), writer process / writer thread: "
+          f"{many_none['rate'] / thread['rate']:.3f}")
     print(f"ratio HTTP add (32 clients, on_similar add, the default) / FastAPI no-op: "
           f"{many_add['rate'] / ceiling:.3f} (goal >= 0.6)")
     print(f"ratio HTTP add (32 clients, on_similar add) / in-process groups of 32: "
@@ -573,8 +623,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--backends", default="sqlite,postgresql",
-                    help="comma-separated: sqlite, postgresql (a throwaway server, as the "
-                         "tests start one, or LEDGER_TEST_PG when it answers)")
+                    help="comma-separated: sqlite, postgresql (a throwaway server started "
+                         "as the tests start one, fsync off, unless --pg)")
+    ap.add_argument("--pg", default=None, help="a PostgreSQL URL to use instead")
     ap.add_argument("--overhead", action="store_true",
                     help="measure only the cost of metrics and of tracing (ADR 0054)")
     ap.add_argument("--rounds", type=int, default=2)
@@ -600,7 +651,15 @@ def main() -> None:
             sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
             import pgserver
 
-            url, throwaway = pgserver.session_url()
+            throwaway = None
+            url = args.pg
+            if url is None:  # its own server: the shared one carries other work's load
+                binaries = pgserver.find_binaries()
+                if binaries is None:
+                    raise SystemExit("no PostgreSQL binaries: install the dev extra, or "
+                                     "pass --pg URL")
+                throwaway = pgserver.start(binaries)
+                url = throwaway.url
             try:
                 one_backend(backend, args, url)
             finally:

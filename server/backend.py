@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, NoReturn, TypeVar
 
 import structlog
 
@@ -206,6 +206,7 @@ class _WriterProcess:
                                 daemon=True)
         self.proc.start()
         child.close()
+        self.broken = False  # the pipe failed: the process is replaced before its next use
 
     def wait_ready(self) -> None:
         status, error = self._recv()
@@ -214,17 +215,24 @@ class _WriterProcess:
             raise error
 
     def call(self, kind: str, payload: Any) -> Any:
-        self.conn.send((kind, payload))
+        try:
+            self.conn.send((kind, payload))
+        except OSError:
+            self._stopped()
         return self._recv()
 
     def _recv(self) -> Any:
         try:
             return self.conn.recv()
         except (EOFError, OSError):
-            raise EnvironmentProblem(
-                "the server's writer process stopped; this write's outcome is unknown",
-                hint="check the server's log, then list the memories before sending it "
-                     "again") from None
+            self._stopped()
+
+    def _stopped(self) -> NoReturn:
+        self.broken = True
+        raise EnvironmentProblem(
+            "the server's writer process stopped; this write's outcome is unknown",
+            hint="check the server's log, then list the memories before sending it "
+                 "again") from None
 
     def close(self) -> None:
         try:
@@ -358,7 +366,7 @@ class _Worker(threading.Thread):
         """The writer process; one that stopped (its adds were answered as failed, their
         outcome unknown) is started again for the next write."""
         assert self.child is not None
-        if not self.child.proc.is_alive():
+        if self.child.broken or not self.child.proc.is_alive():
             log.warning("writer_process.restarted", exit_code=self.child.proc.exitcode)
             self.child.close()
             self.child = _WriterProcess(self.home)
@@ -374,7 +382,7 @@ class _Worker(threading.Thread):
         if self.child is not None:
             try:
                 results = list(self._child().call("adds", items))
-            except LedgerError as e:
+            except Exception as e:  # the process, or starting a new one, failed
                 results = [e] * len(items)
         else:
             results = _adds(svc, items)

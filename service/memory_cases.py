@@ -158,11 +158,15 @@ class MemoryCases(FacadeCore):
         raise ConflictError(f"the {kind} ref {ref!r} is already in use; nothing was written",
                             hint="choose another ref, or leave it out for a random id")
 
-    def _atom_command(self, caller: Caller, data: AtomIn) -> dict[str, Any]:
+    def _atom_command(self, caller: Caller, data: AtomIn,
+                      sids: dict[tuple[Caller, str | None], str] | None = None
+                      ) -> dict[str, Any]:
+        """``sids``: subjects resolved earlier in the same command, by caller and name (a
+        batch names one subject hundreds of times; each resolution is a query)."""
         cmd = data.as_command()
         if caller.is_local:  # the application resolves and checks, in its words
             return cmd
-        cmd["subject"] = self.subject_id(caller, data.subject)
+        cmd["subject"] = self._subject_once(caller, data.subject, sids)
         if data.ref is not None:
             self._ref_free(caller, "atom", data.ref)
             cmd["ref"] = caller.stored_ref(data.ref)
@@ -172,6 +176,15 @@ class MemoryCases(FacadeCore):
             if cmd[field] is not None:
                 cmd[field] = clock.parse_instant(cmd[field], field).isoformat()
         return cmd
+
+    def _subject_once(self, caller: Caller, subject: str | None,
+                      sids: dict[tuple[Caller, str | None], str] | None) -> str:
+        if sids is None:
+            return self.subject_id(caller, subject)
+        sid = sids.get((caller, subject))
+        if sid is None:
+            sid = sids[(caller, subject)] = self.subject_id(caller, subject)
+        return sid
 
     def add_atom(self, caller: Caller, data: AtomIn) -> AtomAdded:
         """One atom, update or add (ADR 0052): see :meth:`remember_atoms`."""
@@ -286,7 +299,8 @@ class MemoryCases(FacadeCore):
             raise InputError("on_similar other than add is for one atom at a time",
                              hint="send those one by one (POST /v1/atoms, `ledger atom "
                                   "add`); a batch adds every item")
-        commands = [self._atom_command(caller, d) for d in items]
+        sids: dict[tuple[Caller, str | None], str] = {}
+        commands = [self._atom_command(caller, d, sids) for d in items]
         ids = self.app.add_atoms(commands, caller.writer_key)
         return AtomsAdded(atom_ids=[str(i) for i in ids],
                           archived=list(getattr(self.app, "last_archived", [])))
@@ -301,13 +315,14 @@ class MemoryCases(FacadeCore):
         exactly what it would have been alone."""
         results: list[AtomAdded | LedgerError] = []
         commands: list[tuple[int, dict[str, Any]]] = []
+        sids: dict[tuple[Caller, str | None], str] = {}  # for this group only
         for n, (caller, data) in enumerate(items):
             try:
                 self._require(caller, "assistant", "operator")
                 if data.on_similar not in ("add", None):  # a decision of its own (ADR 0052)
                     results.append(self.remember_atoms(caller, [data])[0])
                     continue
-                commands.append((n, self._atom_command(caller, data)))
+                commands.append((n, self._atom_command(caller, data, sids)))
                 results.append(InputError("not written"))  # replaced below
             except LedgerError as e:
                 results.append(e)
@@ -319,7 +334,7 @@ class MemoryCases(FacadeCore):
             for n, _ in commands:
                 caller, data = items[n]
                 if data.on_similar is not None:  # None: added without looking
-                    by_subject.setdefault(self.subject_id(caller, data.subject),
+                    by_subject.setdefault(self._subject_once(caller, data.subject, sids),
                                           []).append(n)
             if by_subject:
                 self.proj.catch_up_for_search()
