@@ -847,6 +847,7 @@ class RecallIndex:
             if entry.cleared:
                 self._purge_files([entry.subject_id], entry.cleared)
                 entry.cleared = []
+        if entry.unsaved:
             try:
                 self._save(conn, entry)
             except OSError as e:  # a home this process may not write: recall goes on
@@ -892,6 +893,9 @@ class RecallIndex:
             with contextlib.suppress(OSError), self._locked():
                 path.unlink(missing_ok=True)
             return None
+        every = entry.live()
+        if len(every) > EXACT_LIMIT and 2 * entry._centered <= len(every):
+            entry.unsaved = entry.used  # its sign bits are to be centred: written again
         return entry
 
     def _save(self, conn: Connection, entry: SubjectIndex) -> None:
