@@ -170,3 +170,27 @@ def test_plain_values_convert_as_typer_does() -> None:
                 _converted(values.typers(param), value, param, ctx), (param.name, value)
         checked += 1
     assert checked > 250  # nearly every parameter is plain
+
+
+def test_the_benchmark_measures_every_command_of_the_readme_use_block() -> None:
+    """benchmarks/startup.py reads its commands from the README's "Use" block: one per
+    `ledger` call, those inside ``$( ... )`` and continued over lines included."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "startup.py"
+    spec = importlib.util.spec_from_file_location("startup_benchmark", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    script = bench.use_block()
+    names = bench.ledger_commands(script)
+    calls = sum(line.lstrip().startswith("ledger ") + line.count("$(ledger ")
+                for line in script.splitlines())
+    assert len(names) == calls >= 30
+    assert all(n.startswith("ledger ") for n in names)
+    assert "ledger atom add --subject user_9f4e --ref atom_001 --text Prefers direct " \
+           "feedback --derivation inferred --artifact art_101 --extractor claude-opus-4" \
+           in names  # a command continued over two lines is one
+    assert sum(n.startswith("ledger redact-user user_9f4e") for n in names) == 3
+    block = "ledger init\nx=\"$(ledger a --json | jq .)\"\nledger b \\\n  --c d  # note\n"
+    assert bench.ledger_commands(block) == ["ledger init", "ledger a --json", "ledger b --c d"]
