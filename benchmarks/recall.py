@@ -333,6 +333,7 @@ def one_size(args: argparse.Namespace, keep: Path, backend: str, base: str | Non
             t0 = time.perf_counter()
             p.recall("warm up the subject index", "u1", k=5, refresh=False)
             first = time.perf_counter() - t0
+            p.index.wait()  # its snapshot file, if it wrote one: not during the timings
             before = load()
             runs = {label: timed(p, questions, args.queries, **kw)
                     for label, kw in (("k=5", {"k": 5}), ("k=50", {"k": 50}),

@@ -29,8 +29,9 @@ import fcntl
 import json
 import math
 import os
+import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -209,6 +210,65 @@ def _purge_file(path: Path, atom_ids: Sequence[str]) -> int:
     finally:
         mm.flush()  # the views keep the mapping open until they go
     return n
+
+
+def _write_snapshot(path: Path, meta: Mapping[str, Any], views: Mapping[str, Any], ids: Any,
+                    slot_ids: Any, cap: int, ncap: int, dim: int, words: int) -> int:
+    """:meth:`SubjectIndex.snapshot`'s writing (on any thread)."""
+    import numpy as np
+
+    n, used = len(ids), len(slot_ids)
+    order = np.argsort(ids, kind="stable")
+    some = np.flatnonzero(slot_ids != b"")
+    slot_order = some[np.argsort(slot_ids[some], kind="stable")]
+    parts: list[tuple[str, Any, tuple[int, ...], Any]] = [
+        ("matrix", np.float32, (cap, dim), views["matrix"]),
+        ("bits", np.uint64, (words, cap), views["bits"]),
+        ("flags", np.uint8, (cap,), views["flags"]),
+        ("slot_atom", np.int64, (cap,), views["slot_atom"]),
+        ("center", np.float32, (dim,), views["center"]),
+        *((name, np.float64, (ncap,), v) for name, v in views.items()
+          if name.startswith("a_")),
+        ("ids", f"S{_WIDTH}", (n,), ids),
+        ("atom_keys", f"S{_WIDTH}", (n,), ids[order]),
+        ("atom_values", np.int64, (n,), order.astype(np.int64)),
+        ("slot_ids", f"S{_WIDTH}", (used,), slot_ids),
+        ("slot_keys", f"S{_WIDTH}", (len(some),), slot_ids[slot_order]),
+        ("slot_values", np.int64, (len(some),), slot_order.astype(np.int64)),
+    ]
+    layout: dict[str, tuple[str, tuple[int, ...], int]] = {}
+    offset = _PAGE * 16  # the header's room
+    for name, dtype, shape, _data in parts:
+        dt = np.dtype(dtype)
+        layout[name] = (dt.str, shape, offset)
+        size = dt.itemsize * int(np.prod(shape))
+        offset += -(-size // _PAGE) * _PAGE
+    header = json.dumps({"meta": meta, "arrays": layout}).encode()
+    if len(header) + 16 > _PAGE * 16:
+        raise ValueError("snapshot header too large")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(_MAGIC + len(header).to_bytes(8, "little") + header)
+            for name, _dtype, shape, data in parts:
+                start = layout[name][2]
+                if name == "bits":  # word-major: each word's used slots, in place
+                    for w in range(shape[0]):
+                        f.seek(start + w * shape[1] * 8)
+                        f.write(np.ascontiguousarray(data[w]).tobytes())
+                    continue
+                f.seek(start)
+                for lo in range(0, len(data), _CHUNK):
+                    f.write(np.ascontiguousarray(data[lo:lo + _CHUNK]).tobytes())
+            f.truncate(offset)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return offset
 
 
 _MISSING = object()
@@ -703,12 +763,20 @@ class SubjectIndex:
 
     # ------------------------------------------------------------------ snapshot file
     def save(self, path: Path, meta: Mapping[str, Any], headroom: int) -> int:
-        """Write this index to ``path`` (through a temporary file and a rename, synced
-        first): what :meth:`load` maps. ``headroom`` empty slots (and atoms) are left
-        after the used ones, as holes that take no disk, so the segments written after
-        it are put in place rather than by copying the matrix. Returns the bytes
-        written."""
-        import numpy as np
+        """Write this index to ``path`` now: ``snapshot(meta, headroom)(path)``."""
+        return self.snapshot(meta, headroom)(path)
+
+    def snapshot(self, meta: Mapping[str, Any], headroom: int) -> Callable[[Path], int]:
+        """Take what a snapshot file holds, and return the function that writes it to a
+        path (through a temporary file and a rename, synced first): what :meth:`load`
+        maps. ``headroom`` empty slots (and atoms) are left after the used ones, as holes
+        that take no disk, so the segments written after it are put in place rather than
+        by copying the matrix. The function returns the bytes written.
+
+        What this process may change while the function runs on another thread is copied
+        here (ids, the centre, the sequence numbers); the arrays are taken as they are:
+        a slot changed meanwhile is in a segment written after ``vec_seq`` (read again on
+        top of the file), or an erasure's, which purges the file after the rename."""
 
         every = self.live()
         if len(every) > EXACT_LIMIT and 2 * self._centered <= len(every):
@@ -716,62 +784,18 @@ class SubjectIndex:
         n, used = self._n, self.used
         cap, ncap = used + headroom, n + max(1024, n // 8)
         ids = self.ids.array(n)
-        order = np.argsort(ids, kind="stable")
         slot_ids = self.slot_ids.array(used)
-        some = np.flatnonzero(slot_ids != b"")
-        slot_order = some[np.argsort(slot_ids[some], kind="stable")]
-        parts: list[tuple[str, Any, tuple[int, ...], Any]] = [
-            ("matrix", np.float32, (cap, self.dim), self.matrix[:used]),
-            ("bits", np.uint64, (self.bits.shape[0], cap), self.bits[:, :used]),
-            ("flags", np.uint8, (cap,), self.flags[:used]),
-            ("slot_atom", np.int64, (cap,), self.slot_atom[:used]),
-            ("center", np.float32, (self.dim,), self.center),
-            *((f"a_{c}", np.float64, (ncap,), self.arrays[c][:n]) for c in self._cols),
-            ("ids", f"S{_WIDTH}", (n,), ids),
-            ("atom_keys", f"S{_WIDTH}", (n,), ids[order]),
-            ("atom_values", np.int64, (n,), order.astype(np.int64)),
-            ("slot_ids", f"S{_WIDTH}", (used,), slot_ids),
-            ("slot_keys", f"S{_WIDTH}", (len(some),), slot_ids[slot_order]),
-            ("slot_values", np.int64, (len(some),), slot_order.astype(np.int64)),
-        ]
-        layout: dict[str, tuple[str, tuple[int, ...], int]] = {}
-        offset = _PAGE * 16  # the header's room
-        for name, dtype, shape, _data in parts:
-            dt = np.dtype(dtype)
-            layout[name] = (dt.str, shape, offset)
-            size = dt.itemsize * int(np.prod(shape))
-            offset += -(-size // _PAGE) * _PAGE
-        header = json.dumps({"meta": dict(meta, atoms_seq=self.atoms_seq,
-                                          vec_seq=self.vec_seq, positions=self.positions,
-                                          n=n, used=used, centered=self._centered,
-                                          dim=self.dim),
-                             "arrays": layout}).encode()
-        if len(header) + 16 > _PAGE * 16:
-            raise ValueError("snapshot header too large")
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(_MAGIC + len(header).to_bytes(8, "little") + header)
-                for name, _dtype, shape, data in parts:
-                    start = layout[name][2]
-                    if name == "bits":  # word-major: each word's used slots, in place
-                        for w in range(shape[0]):
-                            f.seek(start + w * shape[1] * 8)
-                            f.write(np.ascontiguousarray(data[w]).tobytes())
-                        continue
-                    f.seek(start)
-                    for lo in range(0, len(data), _CHUNK):
-                        f.write(np.ascontiguousarray(data[lo:lo + _CHUNK]).tobytes())
-                f.truncate(offset)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        header_meta = dict(meta, atoms_seq=self.atoms_seq, vec_seq=self.vec_seq,
+                           positions=self.positions, n=n, used=used,
+                           centered=self._centered, dim=self.dim)
+        dim, words = self.dim, self.bits.shape[0]
+        views = {"matrix": self.matrix[:used], "bits": self.bits[:, :used],
+                 "flags": self.flags[:used], "slot_atom": self.slot_atom[:used],
+                 "center": self.center.copy(),
+                 **{f"a_{c}": self.arrays[c][:n] for c in self._cols}}
         self.unsaved = 0
-        return offset
+        return lambda path: _write_snapshot(path, header_meta, views, ids, slot_ids, cap,
+                                            ncap, dim, words)
 
     @classmethod
     def load(cls, path: Path, subject_id: str) -> tuple[SubjectIndex, dict[str, Any]]:
@@ -825,6 +849,7 @@ class RecallIndex:
         self.folder = folder
         self._entries: OrderedDict[str, SubjectIndex] = OrderedDict()
         self._profiles: dict[str | None, _Profile] = {}
+        self._saving: dict[str, threading.Thread] = {}
 
     def usable(self) -> bool:
         """Dense vectors only: the hashing fallback keeps the stored sparse search."""
@@ -864,17 +889,31 @@ class RecallIndex:
         return {"format": 1, "version": v.version, "segment_size": v.segment_size,
                 "generation": v.generation(conn)}
 
-    @contextlib.contextmanager
-    def _locked(self) -> Any:
-        """The folder's lock: a save's check and rename, and a purge, one at a time."""
+    def _lock(self) -> int:
+        """Take the folder's lock (a save's check and rename, and a purge, one at a
+        time); closing the returned descriptor releases it."""
         assert self.folder is not None
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(self.folder / "lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    @contextlib.contextmanager
+    def _locked(self) -> Any:
+        fd = self._lock()
+        try:
             yield
         finally:
             os.close(fd)
+
+    def wait(self) -> None:
+        """Until the snapshot files being written are written."""
+        for t in list(self._saving.values()):
+            t.join()
 
     def _open(self, conn: Connection, subject_id: str) -> SubjectIndex | None:
         """The subject's snapshot file, mapped, when it matches the vector index (same
@@ -900,26 +939,46 @@ class RecallIndex:
 
     def _save(self, conn: Connection, entry: SubjectIndex) -> None:
         """Write the entry's snapshot when the subject is large and many of its rows were
-        read from the database since the last one. Under the folder's lock, and only if
-        the entry is still current: a vector segment written (an erasure's purge among
-        them) after its last read, or a new generation, and it is not written (else it
-        could put back what the purge took out)."""
-        if self.folder is None or entry.used < SNAPSHOT_MIN \
+        read from the database since the last one, on a thread of its own (a recall
+        does not wait for it; the process's exit does). Under the folder's lock, held
+        from the check to the rename, and only if the entry is still current: a vector
+        segment written (an erasure's purge among them) after its last read, or a new
+        generation, and it is not written (else it could put back what the purge took
+        out; a purge that comes after the check waits for the rename, then purges)."""
+        sid = entry.subject_id
+        if self.folder is None or entry.used < SNAPSHOT_MIN or sid in self._saving \
                 or entry.unsaved < max(SAVE_EVERY, entry.used // 64):
             return
-        path = self.path(entry.subject_id)
+        path = self.path(sid)
         assert path is not None
         meta = self._meta(conn)
         s = self.vectors.segments
-        with self._locked():
-            if meta["generation"] != entry.generation:
+        fd = self._lock()
+        try:
+            if meta["generation"] != entry.generation or (
+                    self.vectors.store.table_exists(conn, s.name) and conn.execute(
+                        sa.select(sa.func.count()).select_from(s).where(
+                            s.c.subject_id == sid, s.c.seq > entry.vec_seq)).scalar_one()):
+                os.close(fd)
                 return
-            if self.vectors.store.table_exists(conn, s.name) and conn.execute(
-                    sa.select(sa.func.count()).select_from(s).where(
-                        s.c.subject_id == entry.subject_id,
-                        s.c.seq > entry.vec_seq)).scalar_one():
-                return
-            entry.save(path, meta, max(self.vectors.segment_size, entry.used // 8))
+            write = entry.snapshot(meta, max(self.vectors.segment_size, entry.used // 8))
+        except BaseException:
+            os.close(fd)
+            raise
+
+        def run() -> None:
+            try:
+                write(path)
+            except OSError as e:
+                log.warning("projections.recall_index_not_saved", subject_id=sid,
+                            error=e.__class__.__name__)
+            finally:
+                os.close(fd)
+                self._saving.pop(sid, None)
+
+        thread = threading.Thread(target=run, name="recall-index-save")
+        self._saving[sid] = thread
+        thread.start()
 
     def _purge_files(self, subject_ids: Sequence[str] | None, item_ids: Sequence[str]) -> int:
         """Purge items from the snapshot files (of ``subject_ids``, or all)."""

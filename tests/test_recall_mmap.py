@@ -53,13 +53,16 @@ def _answers(p: Any) -> list[tuple[list[str], list[float]]]:
     for q in QUERIES:
         r = p.recall(q, "u1", k=5, now=NOW, refresh=False)
         out.append((r.atom_ids, [round(i.score, 9) for i in r.items]))
+    p.index.wait()  # the snapshot file, written on a thread of its own
     return out
 
 
 def _entry(p: Any, app: LedgerApp) -> SubjectIndex:
     sid = str(app.resolve_subject("u1"))
     with p.store.engine.connect() as conn:
-        return p.index.get(conn, sid, p._positions(conn))  # type: ignore[no-any-return]
+        entry = p.index.get(conn, sid, p._positions(conn))
+    p.index.wait()
+    return entry  # type: ignore[no-any-return]
 
 
 def _content(entry: SubjectIndex) -> dict[str, Any]:
@@ -228,8 +231,46 @@ def test_a_snapshot_that_cannot_be_written_leaves_recall_working(
     def refused(*_a: Any, **_k: Any) -> int:
         raise PermissionError("read-only home")
 
-    monkeypatch.setattr(SubjectIndex, "save", refused)
+    monkeypatch.setattr(SubjectIndex, "snapshot", refused)
     with projections(app, embedder=WordLlamaEmbedder()) as p:
         p.catch_up()
         assert all(ids for ids, _ in _answers(p))
         assert not list((p.index.folder or Path("/nonexistent")).glob("*.idx"))
+
+
+def test_a_purge_during_a_save_waits_for_it_then_purges_the_new_file(
+        app: LedgerApp, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    app.register_subject({"ref": "u1"})
+    ids = _seed(app)
+    with projections(app, embedder=WordLlamaEmbedder()) as p:
+        p.catch_up()
+        _answers(p)
+    _seed(app, 10, start=200)  # rows since the file: the next process writes it again
+    started, go = threading.Event(), threading.Event()
+    real = recall_module._write_snapshot
+
+    def slow(*a: Any, **k: Any) -> int:
+        started.set()
+        assert go.wait(60)
+        return real(*a, **k)
+
+    monkeypatch.setattr(recall_module, "_write_snapshot", slow)
+    with projections(app, embedder=WordLlamaEmbedder()) as p:
+        p.catch_up()
+        sid = str(app.resolve_subject("u1"))
+        with p.store.engine.connect() as conn:
+            entry = p.index.get(conn, sid, p._positions(conn))
+        vector = entry.matrix[entry.slot_of[ids[3]]].tobytes()
+        assert started.wait(60)  # the save holds the lock, its data taken before the purge
+        purge = threading.Thread(target=p.index.purge, args=(None, ids[3]))
+        purge.start()
+        purge.join(0.5)
+        assert purge.is_alive()  # waiting for the rename
+        go.set()
+        purge.join(60)
+        p.index.wait()
+        data = Path(str(p.index.path(sid))).read_bytes()
+        assert vector not in data and ids[3].encode() not in data
+        assert ids[4].encode() in data
