@@ -250,7 +250,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10000,100000,1000000")
     ap.add_argument("--queries", type=int, default=300)
-    ap.add_argument("--rebuild-size", type=int, default=100_000)
+    ap.add_argument("--rebuild-size", type=int, default=100_000, help="0: none")
     ap.add_argument("--keep", default="/tmp/recall-bench")
     ap.add_argument("--embedder", default="wordllama")
     ap.add_argument("--backends", default="sqlite,postgresql")
@@ -276,7 +276,7 @@ def main() -> None:
             else:
                 base = args.pg
         try:
-            for size in sorted(set(sizes) | {args.rebuild_size}):
+            for size in sorted(set(sizes) | ({args.rebuild_size} - {0})):
                 all_questions = one_size(args, keep, backend, base, size, embedder) \
                     or all_questions
         finally:
