@@ -8,7 +8,8 @@ one subject, as ``benchmarks/projections.py`` builds them), one run prints:
   the real signatures of the ledger's first ``--sample`` events, PAE bytes prepared
   beforehand, so only ``crypto_sign_open`` is timed; and the same on one core;
 * the rebuild rate of all read models with the parallel decode of ADR 0058 (and, for the
-  smallest size, the same rebuild decoded in the runner's own process, for comparison),
+  smallest size, the same rebuild decoded in the runner's own process between two
+  parallel ones, for comparison),
   each model's apply time, and the ratios to both limits. Goal (issue 30): rebuild at
   least 0.5 of the all-core verify rate.
 
@@ -39,6 +40,7 @@ from benchmarks.projections import build
 from ledger import envelope, progress
 from ledger.application import LedgerApp
 from ledger.home import Config
+from projections.parallel import default_workers
 from projections.service import Projections
 
 SEED = 1
@@ -132,8 +134,9 @@ def main() -> None:
     ap.add_argument("--events", type=int, nargs="+", default=[100_000, 1_000_000])
     ap.add_argument("--sample", type=int, default=40_000,
                     help="signatures for the raw verify rate")
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 2,
-                    help="decode workers of the rebuild (default: one per core)")
+    ap.add_argument("--workers", type=int, default=default_workers(),
+                    help="decode workers of the rebuild (default: one per core besides "
+                         "the runner's, or LEDGER_DECODE_WORKERS)")
     ap.add_argument("--cache", type=Path,
                     default=Path(tempfile.gettempdir()) / "ledger-bench-rebuild")
     ap.add_argument("--db", default=None, help="PostgreSQL URL (default: SQLite files)")
@@ -153,8 +156,8 @@ def main() -> None:
             print(f"  raw Ed25519 verify, one core:   {one:10.0f} signatures/s")
             print(f"  raw Ed25519 verify, {cores} cores:    {every:10.0f} signatures/s")
             runs = [("parallel decode", args.workers)]
-            if i == 0:
-                runs.append(("decode in-process", 0))
+            if i == 0:  # A B A: the machine's load drifts, the comparison should show it
+                runs += [("decode in-process", 0), ("parallel decode", args.workers)]
             for name, workers in runs:
                 rate, report = rebuild(app, workers, f"Rebuild ({name})")
                 print(f"  rebuild, {name:<18} {rate:10.0f} events/s ({report.seconds:.1f}s): "

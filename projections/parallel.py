@@ -17,6 +17,7 @@ database and writes nothing. A chunk that fails verification comes back as the s
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import multiprocessing
 import os
@@ -41,8 +42,23 @@ WORKERS_ENV = "LEDGER_DECODE_WORKERS"
 """Worker processes for a large catch-up: a number, or ``0`` (or ``off``) for none."""
 
 
+NICE = 5
+"""Workers run at this much lower priority than the runner's process: the process that
+writes is the rebuild's critical path, and the workers only need to stay a batch ahead
+of it. On a busy machine the writer keeps its share of the cores."""
+
+
+def _start_worker() -> None:
+    """Pool initializer: freeze what the fork inherited (see :class:`ParallelDecoder`)
+    and step back behind the writer."""
+    gc.freeze()
+    with contextlib.suppress(OSError):
+        os.nice(NICE)
+
+
 def default_workers() -> int:
-    """``LEDGER_DECODE_WORKERS`` if set, else one per core (at least 2, at most 8)."""
+    """``LEDGER_DECODE_WORKERS`` if set, else one per core besides the runner's own (at
+    least one, at most 8)."""
     raw = os.environ.get(WORKERS_ENV, "").strip().lower()
     if raw in ("off", "no", "false"):
         return 0
@@ -51,7 +67,7 @@ def default_workers() -> int:
             return max(0, int(raw))
         except ValueError:
             return 0
-    return min(8, max(2, os.cpu_count() or 1))
+    return min(8, max(1, (os.cpu_count() or 1) - 1))
 
 
 class _HandedKeys:
@@ -130,7 +146,7 @@ class ParallelDecoder:
         # closed by a child would say goodbye on the parent's socket).
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method),
-                                        initializer=gc.freeze)
+                                        initializer=_start_worker)
 
     def submit(self, notifications: Sequence[Any]) -> list[Future[Any]]:
         """Start decoding one batch (in order); :meth:`result` gives its entries."""

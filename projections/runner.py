@@ -383,13 +383,14 @@ class Runner:
 
     def _batches(self, start: int, head: int, size: int, report: RunReport,
                  first: int) -> Iterator[Sequence[Any]]:
-        """The notifications from ``start`` to ``head``: ``first`` of them, then ``size``
-        at a time."""
+        """The notifications from ``start`` to ``head``: ``first`` of them, then twice as
+        many each time up to ``size`` (decoding ahead, each batch is decoded while the
+        one before, half its size, is applied)."""
         limit = first
         while start <= head:
             t0 = time.perf_counter()
             notes = self.app.notifications(start=start, limit=limit, stop=head)
-            limit = size
+            limit = min(size, limit * 2)
             report.read_seconds += time.perf_counter() - t0
             if not notes:
                 return
