@@ -10,8 +10,9 @@ which a shared machine stretches less than wall time.
    block runs (tests/test_readme.py): the block is pasted into bash ``--block-runs`` times,
    each time in a fresh folder, with `ledger` a shell function that runs the real command
    once, preceded by one `python -c pass`, and records both CPU times. Goal: every command
-   within 10x, except those whose work itself takes longer (EXPECTED_SLOW, each with the
-   reason and the work measured alone in the same run: WORK).
+   within 10x, except those whose work itself takes longer: those that load the embedder
+   model (seen in a first, untimed paste under -X importtime), whose work is measured alone
+   in the same run (WORK), like opening a ledger, the floor of every command.
 
 Run: python benchmarks/startup.py [--runs 9] [--block-runs 3]
      (exit 1 when a median misses its goal)
@@ -30,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -38,16 +40,13 @@ LEDGER = str(BIN / "ledger") if (BIN / "ledger").exists() else None
 HELP_GOAL = 4.0   # `ledger --help` within 4x python -c pass's CPU
 BLOCK_GOAL = 10.0  # every command of the README's "Use" block within 10x
 
-# Commands of the README block whose work itself takes longer than 10 `python -c pass`,
-# matched by the start of their words, with why; WORK measures that work alone.
-EMBEDS = ("loads the embedder model to embed text (its query, the new atom looked up among "
-          "similar memories, or atoms the read models catch up on): see 'work: embed one "
-          "text'")
-EXPECTED_SLOW: dict[str, str] = {
-    "ledger recall": EMBEDS,
-    "ledger atom add": EMBEDS,
-    "ledger memory list": EMBEDS,
-}
+# Why a command of the README block may take longer than 10 `python -c pass`: its work
+# loads the embedder model (seen in an untimed paste under -X importtime; WORK measures
+# embedding one text alone).
+EMBEDS = ("loaded the embedder model to embed text (its query, the new atom looked up "
+          "among similar memories, or atoms the read models catch up on after writes): see "
+          "'work: embed one text'")
+
 
 # Work measured alone in the same run (python -c CODE HOME), to show what a command cannot
 # avoid: opening a ledger (the imports of its stores: SQLAlchemy for the keystore and the
@@ -118,57 +117,78 @@ def ledger_commands(script: str) -> list[str]:
 
 
 # The shell function the block's `ledger` becomes: one `python -c pass`, then the command;
-# the child CPU of each is appended to $LEDGER_STARTUP_LOG by a small Python runner.
+# the child CPU of each is appended to $LEDGER_STARTUP_LOG by a small Python runner. With
+# LEDGER_STARTUP_WHY set (a first, untimed paste), the command runs under -X importtime
+# instead, and the runner records which of the heavy parts it loaded (its other stderr
+# lines are passed on).
 RUNNER = r'''
 import json, os, resource, subprocess, sys
-def cpu(cmd):
+def cpu(cmd, **kw):
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    code = subprocess.call(cmd)
+    r = subprocess.run(cmd, **kw)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return code, (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-_, base = cpu([sys.executable, "-c", "pass"])
-code, used = cpu(sys.argv[1:])
+    return r, (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+row = {"argv": sys.argv[2:]}
+if os.environ.get("LEDGER_STARTUP_WHY"):
+    r, _ = cpu(sys.argv[1:], stderr=subprocess.PIPE, text=True,
+               env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"})
+    names = set()
+    for line in r.stderr.splitlines(keepends=True):
+        if line.startswith("import time:"):
+            names.add(line.rsplit("|", 1)[-1].strip().split(".")[0])
+        else:
+            sys.stderr.write(line)
+    row["embedder"] = bool(names & {"wordllama", "sentence_transformers", "torch"})
+    row["read_models"] = "projections" in names
+else:
+    _, row["python"] = cpu([sys.executable, "-c", "pass"])
+    r, row["cpu"] = cpu(sys.argv[1:])
 with open(os.environ["LEDGER_STARTUP_LOG"], "a") as f:
-    f.write(json.dumps({"argv": sys.argv[2:], "cpu": used, "python": base}) + "\n")
-sys.exit(code)
+    f.write(json.dumps(row) + "\n")
+sys.exit(r.returncode)
 '''
 
 
+def paste(shim: str, script: str, env: dict[str, str], folder: Path, log: Path,
+          names: list[str], **extra: str) -> list[dict[str, Any]]:
+    """Paste the block once in a fresh ``folder``; the runner's rows, one per command."""
+    folder.mkdir()
+    block_env = {**env, "TMPDIR": str(folder), "HOME": str(folder),
+                 "LEDGER_STARTUP_LOG": str(log), **extra}
+    r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", shim + script], cwd=REPO,
+                       env=block_env, capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        raise SystemExit(f"the README block failed: {r.stderr[-1500:]}")
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    if len(rows) != len(names):
+        raise SystemExit(f"the block ran {len(rows)} ledger commands, parsed {len(names)}")
+    return rows
+
+
 def run_block(ledger: list[str], env: dict[str, str], tmp: Path, runs: int,
-              progress: bool) -> tuple[list[str], list[list[float]], list[float]]:
-    """The block pasted ``runs`` times; the command names, the CPU of the i-th command in
-    each run, and every interleaved `python -c pass`."""
+              progress: bool) -> tuple[list[str], list[list[float]], list[float],
+                                       list[dict[str, Any]]]:
+    """The block pasted once to see what each command loads, then ``runs`` times timed;
+    the command names, the CPU of the i-th command in each run, every interleaved
+    `python -c pass`, and what each command loaded."""
     runner = tmp / "runner.py"
     runner.write_text(RUNNER)
     script = use_block()
     names = ledger_commands(script)
     shim = (f"ledger() {{ {sys.executable} -I {runner} {' '.join(ledger)} \"$@\"; }}\n"
             "export -f ledger\n")
+    loads = paste(shim, script, env, tmp / "why", tmp / "why.jsonl", names,
+                  LEDGER_STARTUP_WHY="1")
     per: list[list[float]] = [[] for _ in names]
     base: list[float] = []
     for i in range(runs):
-        log = tmp / f"block-{i}.jsonl"
-        folder = tmp / f"block-{i}"
-        folder.mkdir()
-        block_env = {**env, "TMPDIR": str(folder), "HOME": str(folder),
-                     "LEDGER_STARTUP_LOG": str(log)}
-        r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", shim + script], cwd=REPO,
-                           env=block_env, capture_output=True, text=True, check=False)
-        if r.returncode != 0:
-            raise SystemExit(f"the README block failed: {r.stderr[-1500:]}")
-        rows = [json.loads(line) for line in log.read_text().splitlines()]
-        if len(rows) != len(names):
-            raise SystemExit(f"the block ran {len(rows)} ledger commands, parsed {len(names)}")
+        rows = paste(shim, script, env, tmp / f"block-{i}", tmp / f"block-{i}.jsonl", names)
         for j, row in enumerate(rows):
             per[j].append(row["cpu"])
             base.append(row["python"])
         if progress:
             print(f"  block run {i + 1}/{runs} done", file=sys.stderr, flush=True)
-    return names, per, base
-
-
-def expected_slow(name: str) -> str | None:
-    return next((why for start, why in EXPECTED_SLOW.items() if name.startswith(start)), None)
+    return names, per, base, loads
 
 
 LOAD_AT_START = os.getloadavg()
@@ -211,7 +231,7 @@ def main() -> int:
                 times[name].append(wall(cmd, env, name))
             if tty:
                 print(f"  run {i + 1}/{args.runs} done", file=sys.stderr, flush=True)
-        names, per, block_base = run_block(ledger, env, tmp, args.block_runs, tty)
+        names, per, block_base, loads = run_block(ledger, env, tmp, args.block_runs, tty)
     base_cpu = statistics.median(CPU["python -c pass"])
     print(f"start-up CPU (user + system of the child), {args.runs} runs each, interleaved "
           f"with python -c pass; {os.cpu_count()} cores; python {sys.version.split()[0]}")
@@ -232,22 +252,23 @@ def main() -> int:
           f"{args.block_runs} times; python -c pass before each: {block_cpu:.3f}s of CPU "
           "(median)")
     floor = statistics.median(CPU[f"work: {FLOOR}"])
-    print(f"{'#':>2} {'command':<44} {'cpu':>7} {'x python':>8} {'- open':>7} {'goal':>6}  ok")
-    slow: dict[str, list[int]] = {}
-    for i, (name, cpus) in enumerate(zip(names, per, strict=True), 1):
+    print(f"{'#':>2} {'command':<44} {'cpu':>7} {'x python':>8} {'- open':>7} {'loads':>6} "
+          f"{'goal':>6}  ok")
+    slow: list[int] = []
+    for i, (name, cpus, seen) in enumerate(zip(names, per, loads, strict=True), 1):
         cpu = statistics.median(cpus)
         ratio = cpu / block_cpu
-        why = expected_slow(name)
-        ok = "yes" if ratio <= BLOCK_GOAL else ("slow*" if why else "NO")
+        ok = "yes" if ratio <= BLOCK_GOAL else ("embeds" if seen["embedder"] else "NO")
         failed |= ok == "NO"
-        if why and ratio > BLOCK_GOAL:
-            slow.setdefault(why, []).append(i)
+        if ok == "embeds":
+            slow.append(i)
+        what = "E" if seen["embedder"] else "R" if seen["read_models"] else ""
         print(f"{i:>2} {name[:44]:<44} {cpu:>6.3f}s {ratio:>7.1f}x "
-              f"{(cpu - floor) / block_cpu:>6.1f}x {BLOCK_GOAL:>5.0f}x  {ok}")
+              f"{(cpu - floor) / block_cpu:>6.1f}x {what:>6} {BLOCK_GOAL:>5.0f}x  {ok}")
     print(f"- open: CPU beyond 'work: {FLOOR}' (opening a ledger without a command), "
-          "in python -c pass units")
-    for why, rows in slow.items():
-        print(f"* {', '.join(map(str, rows))}: {why}")
+          "in python -c pass units; loads: R the read models, E the embedder model too")
+    if slow:
+        print(f"embeds: {', '.join(map(str, slow))} {EMBEDS}")
     return 1 if failed else 0
 
 
