@@ -17,7 +17,6 @@ database and writes nothing. A chunk that fails verification comes back as the s
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import multiprocessing
 import os
@@ -42,18 +41,12 @@ WORKERS_ENV = "LEDGER_DECODE_WORKERS"
 """Worker processes for a large catch-up: a number, or ``0`` (or ``off``) for none."""
 
 
-NICE = 5
-"""Workers run at this much lower priority than the runner's process: the process that
-writes is the rebuild's critical path, and the workers only need to stay a batch ahead
-of it. On a busy machine the writer keeps its share of the cores."""
-
-
 def _start_worker() -> None:
-    """Pool initializer: freeze what the fork inherited (see :class:`ParallelDecoder`)
-    and step back behind the writer."""
+    """Pool initializer: freeze what the fork inherited (see :class:`ParallelDecoder`).
+
+    Workers run at the runner's priority: a lower one was tried, and on a busy machine it
+    left them behind every other process, so the writer waited for them."""
     gc.freeze()
-    with contextlib.suppress(OSError):
-        os.nice(NICE)
 
 
 def default_workers() -> int:
