@@ -4,11 +4,13 @@ the figures docs/scale.md builds its capacity model on.
 Per backend, on a fleet of ``--tenants`` tenants served by one `ledger serve` process:
 * creating a tenant (seconds), and what an empty tenant occupies: its folder's bytes and,
   on PostgreSQL, its schema's tables and bytes;
-* opening a tenant in a server process (the first request's latency) and the PostgreSQL
-  connections an open tenant holds when idle (counted in pg_stat_activity);
+* opening a tenant in a server process (the first request's latency), the memory it adds
+  to the process and the PostgreSQL connections it holds when idle (pg_stat_activity);
 * the fleet's write rate with ``--clients`` keep-alive clients adding one atom each
-  request for ``--seconds``, spread over 1, 2 and 4 tenants in turn (rounds interleaved):
-  whether tenants add up, or share one ceiling (the server's cores);
+  request (``on_similar`` null) for ``--seconds``, spread over 1, 2 and 4 tenants in turn,
+  and the same clients on a one-ledger server (no fleet) as the baseline, rounds
+  interleaved: what the fleet's dispatch costs, and whether tenants add up or share one
+  ceiling (the server's cores);
 * the bytes one more atom costs a tenant's storage, from the growth over the runs;
 * offboarding one tenant (the erasure, its pack and the removal; no grace wait).
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import shutil
 import signal
@@ -46,6 +49,14 @@ def say(line: str) -> None:
 
 def folder_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of a process, MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def free_port() -> int:
@@ -118,6 +129,38 @@ async def adds(url: str, tokens: list[str], clients: int, seconds: float) -> int
     return done
 
 
+plain_proc: list[subprocess.Popen[bytes]] = []
+
+
+def one_ledger(tmp: Path, url: str | None, schema: str) -> tuple[str, str]:
+    """A one-ledger server (no fleet) with one subject and an assistant token: the
+    baseline the fleet's writes are compared with, in the same run."""
+    import httpx
+
+    from ledger.home import Config
+    from service.root import create_home
+    from service.tokens import TokenStore
+
+    home = tmp / "plain"
+    create_home(home, db=None if url is None else f"{url}?schema={schema}_plain")
+    subprocess.run([LEDGER, "--home", str(home), "subject", "add", "s"], check=True,
+                   capture_output=True)
+    with TokenStore.open(Config.load(home)) as store:
+        token = store.create("w", "assistant").token
+    port = free_port()
+    plain_proc[:] = [subprocess.Popen([LEDGER, "--home", str(home), "serve", "--port",
+                                       str(port)], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL)]
+    server = f"http://127.0.0.1:{port}"
+    while True:
+        try:
+            if httpx.get(f"{server}/v1/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    return server, token
+
+
 def one_backend(backend: str, args: argparse.Namespace, url: str | None) -> None:
     import httpx
 
@@ -130,6 +173,7 @@ def one_backend(backend: str, args: argparse.Namespace, url: str | None) -> None
     home = tmp / "fleet"
     names = [f"t{i}" for i in range(args.tenants)]
     proc = None
+    procs: list[subprocess.Popen[bytes]] = []
     try:
         fleet = Fleet.create(home, None if url is None else f"{url}?schema={schema}")
         tokens: dict[str, str] = {}
@@ -161,6 +205,7 @@ def one_backend(backend: str, args: argparse.Namespace, url: str | None) -> None
             except httpx.HTTPError:
                 time.sleep(0.2)
         idle = pg.connections() if pg is not None else 0
+        rss = [rss_mib(proc.pid)]
         opened: list[float] = []
         conns: list[int] = []
         for name in names:
@@ -171,32 +216,43 @@ def one_backend(backend: str, args: argparse.Namespace, url: str | None) -> None
             assert r.status_code == 201, r.text
             opened.append(time.perf_counter() - t0)
             time.sleep(0.5)
+            rss.append(rss_mib(proc.pid))
             if pg is not None:
                 conns.append(pg.connections())
         line = (f"open: first request of a tenant {min(opened):.2f}-{max(opened):.2f} s "
                 f"(median {sorted(opened)[len(opened) // 2]:.2f} s)")
         if pg is not None:
-            per = [(b - a) for a, b in zip([idle, *conns], conns, strict=False)]
+            per = [b - a for a, b in itertools.pairwise([idle, *conns])]
             line += (f"; PostgreSQL connections: {base} before the server, {idle} with no "
                      f"tenant open, {conns[-1]} with {len(names)} open: "
                      f"{sorted(per)[len(per) // 2]} per open tenant (median)")
         say(line)
+        grew = [b - a for a, b in itertools.pairwise(rss)]
+        say(f"memory: the server process {rss[0]:.0f} MiB with no tenant open, "
+            f"{rss[-1]:.0f} MiB with {len(names)}: {sorted(grew)[len(grew) // 2]:.0f} MiB per "
+            "open tenant (median; the first also loads the embedder)")
         before = {n: storage(fleet, n, pg) for n in names}
+        plain_url, plain_token = one_ledger(tmp, url, schema)
+        procs.append(plain_proc[0])
         rates: dict[int, list[float]] = {}
         for _round in range(args.rounds):
-            for k in (1, 2, 4):
+            for k in (0, 1, 2, 4):  # 0: the one-ledger server, the baseline
                 if k > len(names):
                     continue
-                n = asyncio.run(adds(server, [tokens[x] for x in names[:k]], args.clients,
-                                     args.seconds))
+                target, toks = (plain_url, [plain_token]) if k == 0 else \
+                    (server, [tokens[x] for x in names[:k]])
+                n = asyncio.run(adds(target, toks, args.clients, args.seconds))
                 rates.setdefault(k, []).append(n / args.seconds)
         for k, rs in rates.items():
-            say(f"writes: {args.clients} clients on {k} tenant(s): best {max(rs):,.0f} "
-                f"adds/s (rounds {', '.join(f'{r:,.0f}' for r in rs)}); ratio to 1 tenant "
-                f"{max(rs) / max(rates[1]):.2f}")
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(120)
+            what = "a one-ledger server" if k == 0 else f"{k} tenant(s) of the fleet"
+            say(f"writes: {args.clients} clients on {what}: best {max(rs):,.0f} adds/s "
+                f"(rounds {', '.join(f'{r:,.0f}' for r in rs)}); ratio to the one-ledger "
+                f"server {max(rs) / max(rates[0]):.2f}")
+        for p in (proc, plain_proc[0]):
+            p.send_signal(signal.SIGTERM)
+            p.wait(120)
         proc = None
+        procs.clear()
         grown = sum(storage(fleet, n, pg) - before[n] for n in names)
         written = _atoms(fleet, names)
         say(f"storage: {grown / max(written - len(names), 1):,.0f} bytes per atom over "
@@ -209,10 +265,12 @@ def one_backend(backend: str, args: argparse.Namespace, url: str | None) -> None
             "removed)")
         fleet.close()
     finally:
-        if proc is not None:
-            proc.kill()
+        for p in (proc, *procs):
+            if p is not None:
+                p.kill()
+                p.wait()
         if pg is not None:
-            for s in (schema, *(f"{schema}_{n}" for n in names)):
+            for s in (schema, f"{schema}_plain", *(f"{schema}_{n}" for n in names)):
                 pg.conn.execute(f'DROP SCHEMA IF EXISTS "{s}" CASCADE')
             pg.conn.close()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -233,7 +233,11 @@ class Fleet:
         config = create_home(home, db=self._tenant_db(name), controller=controller,
                              contact=contact)
         try:  # its read models' tables made now: servers open it at once without a race
-            close_service(open_service(home))
+            svc = open_service(home)
+            try:
+                svc.proj.catch_up()
+            finally:
+                close_service(svc)
         except BaseException:
             self._remove_storage(name, home)
             raise
