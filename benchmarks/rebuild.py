@@ -155,9 +155,11 @@ def main() -> None:
             print(f"  raw notification read:          {read:10.0f} events/s")
             print(f"  raw Ed25519 verify, one core:   {one:10.0f} signatures/s")
             print(f"  raw Ed25519 verify, {cores} cores:    {every:10.0f} signatures/s")
-            runs = [("parallel decode", args.workers)]
-            if i == 0:  # A B A: the machine's load drifts, the comparison should show it
-                runs += [("decode in-process", 0), ("parallel decode", args.workers)]
+            mine = (f"{args.workers} decode workers" if args.workers else "decode in-process",
+                    args.workers)
+            runs = [mine]
+            if i == 0 and args.workers:  # A B A: the load drifts, the comparison shows it
+                runs += [("decode in-process", 0), mine]
             for name, workers in runs:
                 rate, report = rebuild(app, workers, f"Rebuild ({name})")
                 print(f"  rebuild, {name:<18} {rate:10.0f} events/s ({report.seconds:.1f}s): "
