@@ -135,7 +135,6 @@ plain_proc: list[subprocess.Popen[bytes]] = []
 def one_ledger(tmp: Path, url: str | None, schema: str) -> tuple[str, str]:
     """A one-ledger server (no fleet) with one subject and an assistant token: the
     baseline the fleet's writes are compared with, in the same run."""
-    import httpx
 
     from ledger.home import Config
     from service.root import create_home
@@ -152,13 +151,20 @@ def one_ledger(tmp: Path, url: str | None, schema: str) -> tuple[str, str]:
                                        str(port)], stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL)]
     server = f"http://127.0.0.1:{port}"
+    answering(server)
+    return server, token
+
+
+def answering(server: str) -> None:
+    """Wait until the server at ``server`` answers its health route."""
+    import httpx
+
     while True:
         try:
             if httpx.get(f"{server}/v1/health", timeout=1).status_code == 200:
-                break
+                return
         except httpx.HTTPError:
             time.sleep(0.2)
-    return server, token
 
 
 def one_backend(backend: str, args: argparse.Namespace, url: str | None) -> None:
@@ -198,12 +204,7 @@ def one_backend(backend: str, args: argparse.Namespace, url: str | None) -> None
                                 stdout=log, stderr=subprocess.STDOUT,
                                 env={**os.environ, "LEDGER_FLEET_OPEN": str(len(names))})
         server = f"http://127.0.0.1:{port}"
-        while True:
-            try:
-                if httpx.get(f"{server}/v1/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+        answering(server)
         idle = pg.connections() if pg is not None else 0
         rss = [rss_mib(proc.pid)]
         opened: list[float] = []

@@ -34,13 +34,11 @@ class World:
     tokens: dict[str, str]
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
-def world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-          ) -> Iterator[World]:
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    home = tmp_path_factory.mktemp("authz") / "home"
-    LedgerApp.initialize(home, db=None if request.param == "sqlite"
-                         else f"{PG_URL}?schema={schema}")
+def seed(home: Path) -> dict[str, str]:
+    """The matrix's ledger: alice with an artifact and an atom, bob, and carol erased;
+    the ids of the artifact, the atom and carol's batch (tests/test_tenants.py too)."""
+    import json
+
     h = str(home)
     ids: dict[str, str] = {}
     for ref in ("alice", "carol", "bob"):
@@ -56,9 +54,18 @@ def world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     r = run_cli("--home", h, "redact-user", "carol", "--reason", "GDPR Art. 17",
                 "--operator", "operator", "--yes", "--json")
     assert r.code == 0, r.err
-    import json
-
     ids["batch"] = json.loads(r.out)["batch_id"]
+    return ids
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[World]:
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    home = tmp_path_factory.mktemp("authz") / "home"
+    LedgerApp.initialize(home, db=None if request.param == "sqlite"
+                         else f"{PG_URL}?schema={schema}")
+    ids = seed(home)
     tokens = {}
     _, tokens["operator"] = issue(home, "op", "operator")
     _, tokens["auditor"] = issue(home, "aud", "auditor")

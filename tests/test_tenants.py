@@ -31,7 +31,7 @@ from service.fleet import Fleet
 from .conftest import PG_URL, RawStore, drop_schema, pg_connect, run_cli
 from .serving import Server, home_digest, serving
 from .test_mcp import _foreign_calls, _refused
-from .test_server_authz import endpoints
+from .test_server_authz import endpoints, seed
 
 pytestmark = pytest.mark.slow
 
@@ -52,26 +52,14 @@ class World:
         return self.fleet / "tenants" / "acme"
 
 
-def _seed_acme(home: Path, ids: dict[str, str]) -> None:
+def _seed_acme(home: Path) -> dict[str, str]:
     """The world of tests/test_server_authz.py, and bob's memory of tests/test_mcp.py."""
-    h = str(home)
-    for ref in ("alice", "carol", "bob"):
-        assert run_cli("--home", h, "subject", "add", ref).code == 0
-    r = run_cli("--home", h, "artifact", "add", "--subject", "alice", "--kind", "chat",
-                "--ref", "art_a", "--body", "Chat about the garden party")
-    assert r.code == 0, r.err
-    ids["artifact"] = r.out.strip()
-    r = run_cli("--home", h, "atom", "add", "--subject", "alice", "--ref", "atom_a",
-                "--text", "Grows tomatoes on the balcony")
-    ids["atom"] = r.out.strip()
-    r = run_cli("--home", h, "atom", "add", "--subject", "bob", "--ref", "bob_1",
+    ids = seed(home)
+    r = run_cli("--home", str(home), "atom", "add", "--subject", "bob", "--ref", "bob_1",
                 "--text", "Keeps bees on the roof")
-    ids["bob_atom"] = r.out.strip()
-    run_cli("--home", h, "atom", "add", "--subject", "carol", "--text", "Collects stamps")
-    r = run_cli("--home", h, "redact-user", "carol", "--reason", "GDPR Art. 17",
-                "--operator", "operator", "--yes", "--json")
     assert r.code == 0, r.err
-    ids["batch"] = json.loads(r.out)["batch_id"]
+    ids["bob_atom"] = r.out.strip()
+    return ids
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
@@ -86,8 +74,7 @@ def world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     for name in ("acme", "beta"):
         r = run_cli("--home", str(fleet), "tenants", "create", name)
         assert r.code == 0, r.err
-    ids: dict[str, str] = {}
-    _seed_acme(fleet / "tenants" / "acme", ids)
+    ids = _seed_acme(fleet / "tenants" / "acme")
     beta = str(fleet / "tenants" / "beta")
     assert run_cli("--home", beta, "subject", "add", "dave").code == 0
     assert run_cli("--home", beta, "atom", "add", "--subject", "dave", "--text",
