@@ -109,6 +109,8 @@ def in_process(home: Path, atoms: int, queries: list[str]) -> dict[str, float]:
     return out
 
 
+REFUSED: dict[int, bytes] = {}
+"""The first answer of each status other than 2xx the loads got (printed: what went wrong)."""
 ON_SIMILAR: dict[str, object] = {}
 """Added to every ``--overhead`` add: ``{"on_similar": None}`` with ``--on-similar none``."""
 
@@ -150,10 +152,12 @@ async def http_adds(url: str, token: str, clients: int, seconds: float,
                 for line in head.split(b"\r\n")[1:]:
                     if line[:15].lower() == b"content-length:":
                         length = int(line[15:])
-                await reader.readexactly(length)
+                body = await reader.readexactly(length)
                 lat.append(time.perf_counter() - t0)
                 status = int(head[9:12])
                 statuses[status] = statuses.get(status, 0) + 1
+                if status >= 300:
+                    REFUSED.setdefault(status, body[:300])
                 i += 1
                 data = request(n, i)  # built while the server answers the others
         finally:
@@ -210,11 +214,14 @@ async def add(body: AtomIn) -> AtomAdded:
 """
 
 
-def bare_ceiling(clients: int, seconds: float, source: str = BARE_APP) -> dict[str, float]:
-    """The same client against an app that writes nothing (``BARE_APP``: raw ASGI answering
-    201; ``FRAMEWORK_APP``: FastAPI validating the body and its answer), under the same
-    uvicorn: what HTTP, and HTTP with the framework, cost on this machine by themselves."""
+@contextlib.contextmanager
+def noop_server(source: str = FRAMEWORK_APP) -> Iterator[tuple[str, int]]:
+    """An app that writes nothing (``FRAMEWORK_APP``: FastAPI validating the body and its
+    answer; ``BARE_APP``: raw ASGI answering 201) under the same uvicorn as the ledger's
+    server: what HTTP with the framework costs on this machine by itself. (URL, pid)."""
     import subprocess
+
+    import httpx
 
     from tests.serving import free_port
 
@@ -225,16 +232,13 @@ def bare_ceiling(clients: int, seconds: float, source: str = BARE_APP) -> dict[s
                                  str(port), "--log-level", "warning", "--no-access-log"],
                                 cwd=tmp)
         try:
-            import httpx
-
             for _ in range(100):
                 try:
                     httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
                     break
                 except httpx.TransportError:
                     time.sleep(0.1)
-            return asyncio.run(http_adds(f"http://127.0.0.1:{port}", "x", clients, seconds,
-                                         on_similar={}, pid=proc.pid))
+            yield f"http://127.0.0.1:{port}", proc.pid
         finally:
             proc.terminate()
             proc.wait(10)
@@ -432,16 +436,11 @@ def middleware_cost(calls: int) -> dict[str, float]:
 
 def overhead(args: argparse.Namespace) -> None:
     """Observability off, metrics on, tracing on: the same traffic, ratios to off."""
-    import signal
-    import subprocess
-
-    import httpx
-
     from ledger.application import LedgerApp
     from service.caller import local_operator
     from service.models import AtomIn, SubjectIn
     from service.root import opened_service
-    from tests.serving import free_port, issue
+    from tests.serving import issue
 
     queries = [f"topic {i % 97} memory" for i in range(args.queries)]
     best: dict[str, dict[str, float]] = {}
@@ -458,23 +457,9 @@ def overhead(args: argparse.Namespace) -> None:
         _, token = issue(home, "bench", "assistant", ["bench"])
         for _ in range(args.rounds):
             for mode in MODES:
-                port = free_port()
-                proc = subprocess.Popen([sys.executable, __file__, "--child-serve", str(home),
-                                         str(port), mode], stderr=subprocess.DEVNULL)
-                url = f"http://127.0.0.1:{port}"
-                try:
-                    for _ in range(600):
-                        try:
-                            if httpx.get(f"{url}/v1/health", timeout=1).status_code == 200:
-                                break
-                        except httpx.TransportError:
-                            pass
-                        time.sleep(0.1)
+                with child_server(home, mode) as (url, _pid):
                     adds = asyncio.run(http_adds(url, token, 8, args.seconds))
                     recall, _ = asyncio.run(recalls(url, token, queries))
-                finally:
-                    proc.send_signal(signal.SIGTERM)
-                    proc.wait(60)
                 got = {"add_rate": adds["rate"], "add_p50": adds["p50"],
                        "recall_p50": recall["p50"], "recall_p95": recall["p95"]}
                 prev = best.setdefault(mode, got)
@@ -523,8 +508,16 @@ def cpu_line(label: str, r: dict[str, float]) -> str:
             f"{r['writer_cores']:.2f}")
 
 
+def median(runs: list[dict[str, float]]) -> dict[str, float]:
+    return sorted(runs, key=lambda r: r["rate"])[len(runs) // 2]
+
+
 def one_backend(backend: str, args: argparse.Namespace, pg_url: str | None) -> None:
-    """Everything the module docstring lists, for one storage backend, printed at once."""
+    """Everything the module docstring lists, for one storage backend, printed at once.
+    The 32-client loads that are compared (the no-op, the ledger with its writer process,
+    the ledger with ADR 0030's writer thread) run in turn, ``--rounds`` times, against
+    servers started once; each one's median round is kept, so a burst of other work on
+    the machine does not land on one side only."""
     import uuid
 
     from ledger.application import LedgerApp
@@ -535,6 +528,7 @@ def one_backend(backend: str, args: argparse.Namespace, pg_url: str | None) -> N
 
     queries = [f"topic {i % 97} memory" for i in range(args.queries)]
     secs = args.seconds
+    none: dict[str, object] = {"on_similar": None}
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         home = Path(tmp) / "home"
         db = None if pg_url is None else f"{pg_url}?schema=serve_{uuid.uuid4().hex[:8]}"
@@ -544,15 +538,22 @@ def one_backend(backend: str, args: argparse.Namespace, pg_url: str | None) -> N
         print(f"[{backend}] in process ...", file=sys.stderr)
         inproc = in_process(home, args.atoms, queries)
         _, token = issue(home, "bench", "assistant", ["bench"])
-        print(f"[{backend}] FastAPI no-op ...", file=sys.stderr)
-        noop = [bare_ceiling(32, secs, FRAMEWORK_APP)]
-        with serving(home) as server:
+        runs: dict[str, list[dict[str, float]]] = {"noop": [], "process": [], "thread": []}
+        with noop_server() as (noop_url, noop_pid), serving(home) as server, \
+                child_server(home, "thread") as (thread_url, thread_pid):
             pid = server.proc.pid
-            print(f"[{backend}] HTTP adds, bulk, recall ...", file=sys.stderr)
-            one = asyncio.run(http_adds(server.url, token, 1, secs / 2, {"on_similar": None},
-                                        pid=pid))
-            many_none = asyncio.run(http_adds(server.url, token, 32, secs,
-                                              {"on_similar": None}, pid=pid))
+            for n in range(args.rounds):
+                print(f"[{backend}] round {n + 1}: no-op, writer process, writer thread ...",
+                      file=sys.stderr)
+                runs["noop"].append(asyncio.run(http_adds(noop_url, "x", 32, secs, {},
+                                                          pid=noop_pid)))
+                runs["process"].append(asyncio.run(http_adds(server.url, token, 32, secs,
+                                                             none, pid=pid)))
+                runs["thread"].append(asyncio.run(http_adds(thread_url, token, 32, secs,
+                                                            none, pid=thread_pid)))
+            print(f"[{backend}] HTTP adds on_similar add, 1 client, bulk, recall ...",
+                  file=sys.stderr)
+            one = asyncio.run(http_adds(server.url, token, 1, secs / 2, none, pid=pid))
             many_add = asyncio.run(http_adds(server.url, token, 32, secs, {}, pid=pid))
             bulk = asyncio.run(http_adds(server.url, token, 1, secs, {}, batch=BULK,
                                          pid=pid))
@@ -560,50 +561,47 @@ def one_backend(backend: str, args: argparse.Namespace, pg_url: str | None) -> N
             server.stop()
             groups = [line for line in server.output().splitlines()
                       if "server.stopped" in line]
-        with child_server(home, "thread") as (url, thread_pid):
-            print(f"[{backend}] HTTP adds, the writer on a thread ...", file=sys.stderr)
-            thread = asyncio.run(http_adds(url, token, 32, secs, {"on_similar": None},
-                                           pid=thread_pid))
-        noop.append(bare_ceiling(32, secs, FRAMEWORK_APP))
-    ceiling = sum(r["rate"] for r in noop) / len(noop)
+    noop, many_none, thread = (median(runs[k]) for k in ("noop", "process", "thread"))
     bulk_rate = bulk["rate"] * BULK
     load = os.getloadavg()
     print(f"== {backend}: load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
-          f"{args.atoms} atoms in process, {secs:.0f} s per HTTP run")
+          f"{args.atoms} atoms in process, {secs:.0f} s per HTTP run, {args.rounds} rounds "
+          "of the compared loads (median kept)")
     print(f"in-process  bulk add {inproc['bulk_rate']:8.0f} atoms/s ({BULK} a command)   "
           f"groups of 32: {inproc['group32_add']:6.0f} atoms/s on_similar add, "
           f"{inproc['group32_none']:6.0f} none   recall p50 {inproc['recall_p50']:6.1f} ms "
           f"p95 {inproc['recall_p95']:6.1f} ms")
-    for n, r in enumerate(noop):
-        print(f"FastAPI no-op 32 clients ({'before' if n == 0 else 'after'}) "
-              f"{r['rate']:6.0f} req/s  p50 {r['p50']:6.1f} ms  p95 {r['p95']:6.1f} ms  "
-              "(a pydantic body in, a model out, nothing written)")
+    for label, key in (("FastAPI no-op 32 clients (writes nothing)     ", "noop"),
+                       ("HTTP add 32 clients, on_similar none         ", "process"),
+                       ("  the same, adds on the writer thread (0030) ", "thread")):
+        rates = ", ".join(f"{r['rate']:.0f}" for r in runs[key])
+        r = median(runs[key])
+        print(f"{label} {r['rate']:7.0f} req/s  p50 {r['p50']:6.1f} ms  p95 "
+              f"{r['p95']:6.1f} ms  non-201 {r['errors']:.0f}  (rounds: {rates})")
         print(cpu_line("", r))
-    for label, r in (("HTTP add  1 client,  on_similar none", one),
-                     ("HTTP add 32 clients, on_similar none", many_none),
-                     ("HTTP add 32 clients, on_similar add ", many_add)):
+    for label, r in (("HTTP add  1 client,  on_similar none        ", one),
+                     ("HTTP add 32 clients, on_similar add (default)", many_add)):
         print(f"{label} {r['rate']:7.0f} req/s  p50 {r['p50']:6.1f} ms  p95 "
               f"{r['p95']:6.1f} ms  non-201 {r['errors']:.0f}")
         print(cpu_line("", r))
-    print(f"HTTP add 32 clients, on_similar none, adds on the writer thread (ADR 0030) "
-          f"{thread['rate']:7.0f} req/s  p50 {thread['p50']:6.1f} ms  p95 "
-          f"{thread['p95']:6.1f} ms  non-201 {thread['errors']:.0f}")
-    print(cpu_line("", thread))
     print(f"HTTP bulk 1 client, {BULK} a request {bulk_rate:7.0f} atoms/s  p50 "
           f"{bulk['p50']:6.1f} ms  non-201 {bulk['errors']:.0f}")
     if groups:
         g = json.loads(groups[-1])
-        print(f"group commit: {g['grouped_adds']} adds in {g['write_groups']} signed commands "
+        print(f"group commit (writer process, every load): {g['grouped_adds']} adds in "
+              f"{g['write_groups']} signed commands "
               f"({g['grouped_adds'] / max(1, g['write_groups']):.1f} per command)")
     print(f"HTTP recall     p50 {recall['p50']:6.1f} ms  p95 {recall['p95']:6.1f} ms")
     if mcp is not None:
         print(f"MCP recall tool p50 {mcp['p50']:6.1f} ms  p95 {mcp['p95']:6.1f} ms")
+    for status, body in sorted(REFUSED.items()):
+        print(f"first answer {status}: {body.decode(errors='replace')}")
+    REFUSED.clear()
     print(f"ratio HTTP add (32 clients, on_similar none) / FastAPI no-op: "
-          f"{many_none['rate'] / ceiling:.3f} (goal >= 0.6)")
-    print(f"ratio HTTP add (32 clients, on_similar none), writer process / writer thread: "
-          f"{many_none['rate'] / thread['rate']:.3f}")
+          f"{many_none['rate'] / noop['rate']:.3f} (goal >= 0.6); with the writer thread "
+          f"{thread['rate'] / noop['rate']:.3f}")
     print(f"ratio HTTP add (32 clients, on_similar add, the default) / FastAPI no-op: "
-          f"{many_add['rate'] / ceiling:.3f} (goal >= 0.6)")
+          f"{many_add['rate'] / noop['rate']:.3f} (goal >= 0.6)")
     print(f"ratio HTTP add (32 clients, on_similar add) / in-process groups of 32: "
           f"{many_add['rate'] / inproc['group32_add']:.3f}; on_similar none: "
           f"{many_none['rate'] / inproc['group32_none']:.3f} (the writer's own bound)")
@@ -628,7 +626,9 @@ def main() -> None:
     ap.add_argument("--pg", default=None, help="a PostgreSQL URL to use instead")
     ap.add_argument("--overhead", action="store_true",
                     help="measure only the cost of metrics and of tracing (ADR 0054)")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of the compared 32-client loads (--overhead: of each "
+                         "mode)")
     ap.add_argument("--on-similar", choices=["add", "none"], default="add",
                     help="--overhead: its adds look for similar memories (add, the API's "
                          "default) or not (none: on_similar null)")

@@ -203,7 +203,10 @@ class _WriterProcess:
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_writer_main, name="ledger-writer-process",
                                 args=(str(home), child, os.environ.get("LEDGER_LOG_LEVEL")),
-                                daemon=True)
+                                # not daemonic: a large catch-up of the read models for the
+                                # similar search starts worker processes of its own; it ends
+                                # when the pipe closes (the server stopped, or died)
+                                daemon=False)
         self.proc.start()
         child.close()
         self.broken = False  # the pipe failed: the process is replaced before its next use

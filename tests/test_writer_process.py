@@ -150,3 +150,30 @@ def test_a_writer_process_killed_under_load_loses_no_acknowledged_add(tmp_path: 
     # unknown to the server): it may be in the log, unacknowledged, never twice
     assert len(created) - len(acked) <= statuses[503]
     assert run_cli("--home", str(home), "verify").code == 0
+
+
+def test_the_writer_process_may_start_processes_of_its_own(tmp_path: Path) -> None:
+    """A catch-up of 20,000 events or more for the similar search decodes in worker
+    processes (projections/parallel.py), which a daemonic process may not start: every
+    default add then failed 503 once the read models were that far behind."""
+    from server.backend import Backend
+    from service.caller import local_operator
+    from service.models import AtomIn, SubjectIn
+
+    home = tmp_path / "home"
+    LedgerApp.initialize(home)
+    backend = Backend(home, writer_process=True)
+    backend.start()
+    try:
+        child = backend.writer.child
+        assert child is not None and child.proc.is_alive() and not child.proc.daemon
+        op = local_operator()
+        backend.call_sync(lambda s: s.register_subject(op, SubjectIn(ref="u1")), write=True)
+
+        async def add() -> str:
+            return (await backend.add_atom(op, AtomIn(subject="u1", text="likes tea"))).atom_id
+        atom_id = asyncio.run(add())
+    finally:
+        backend.close()
+    assert not child.proc.is_alive()
+    assert _created(home)[atom_id.replace("-", "")] == 1
