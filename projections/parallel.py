@@ -151,7 +151,7 @@ class ParallelDecoder:
             mine = {str(n.originator_id) for n in part if n.topic in SEALED_TOPICS}
             futures.append(self.pool.submit(
                 decode_chunk, self.app.ledger_id, self.public_keys,
-                {k: v for k, v in keys.items() if k in mine}, part))
+                {k: keys[k] for k in mine if k in keys}, part))
         return futures
 
     @staticmethod
