@@ -14,8 +14,8 @@ unknown tenant, or another tenant's, answers 404.
 Tenants are opened when a request first needs them and kept in a bounded cache
 (``LEDGER_FLEET_OPEN``, default :data:`DEFAULT_OPEN`): past the bound the tenant used
 least recently, with no request in flight, is closed (its queued writes finish first).
-An open tenant's registry row is read again every few seconds, so a tenant offboarded by
-another process is closed and refused here too.
+Every few seconds the registry is read again and the tenants no longer active are closed,
+so a tenant offboarded by another process is closed and refused here too.
 
 The console, the Data Rights Protocol endpoints and ``/metrics`` are a one-ledger
 server's (they authenticate with the home's own tokens); a fleet serves ``/v1`` and
@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
-import time
 from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
@@ -38,7 +37,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ledger.errors import InputError, LedgerError, NotFound
+from ledger.errors import EnvironmentProblem, InputError, LedgerError, NotFound
 from server import problems
 from service.caller import Caller
 
@@ -76,7 +75,6 @@ class _Tenant:
         self.name = name
         self.app = app
         self.in_flight = 0
-        self.checked = time.monotonic()
         self._to_app: asyncio.Queue[Message] = asyncio.Queue()
         self._from_app: asyncio.Queue[Message] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
@@ -182,15 +180,7 @@ class FleetApp:
 
     async def _tenant(self, name: str) -> _Tenant:
         found = self.open.get(name)
-        if found is not None:
-            if time.monotonic() - found.checked > RECHECK:
-                try:
-                    await run_in_threadpool(self.fleet.tenant, name)
-                except NotFound:
-                    self.open.pop(name, None)
-                    self._close(found)
-                    raise
-                found.checked = time.monotonic()
+        if found is not None:  # still active: _watch closes it within RECHECK otherwise
             self.open.move_to_end(name)
             return found
         pending = self.opening.get(name)
@@ -215,7 +205,7 @@ class FleetApp:
         from server.app import Settings, create_app
         from server.mounts import mount_all
 
-        await run_in_threadpool(self.fleet.tenant, name)  # NotFound: unknown or offboarded
+        await run_in_threadpool(self._registered, name)
         home = self.fleet.tenant_home(name)
         app = await run_in_threadpool(create_app, Settings(home=home), _Passed(),
                                       mount_all)
@@ -223,6 +213,17 @@ class FleetApp:
         await tenant.start()
         log.info("fleet.tenant_opened", tenant=name, open=len(self.open) + 1)
         return tenant
+
+    def _registered(self, name: str) -> None:
+        """Raise unless ``name`` is an active tenant: NotFound (unknown, offboarded), or
+        EnvironmentProblem (HTTP 503) when the fleet's database does not answer."""
+        import sqlalchemy as sa
+
+        try:
+            self.fleet.tenant(name)
+        except sa.exc.OperationalError as e:
+            raise EnvironmentProblem(f"cannot read the fleet's tenants: {type(e).__name__}",
+                                     hint="retry in a moment") from e
 
     def _evict(self) -> None:
         for name in list(self.open):
@@ -239,14 +240,36 @@ class FleetApp:
         task.add_done_callback(self.closing.discard)
         log.info("fleet.tenant_closed", tenant=tenant.name)
 
+    async def _watch(self) -> None:
+        """Every few seconds, close the open tenants that are no longer active (offboarded
+        by another process), so their background work stops too, not only their
+        requests."""
+        while True:
+            await asyncio.sleep(RECHECK)
+            if not self.open:
+                continue
+            try:
+                active = {t.name for t in await asyncio.to_thread(self.fleet.tenants)
+                          if t.state == "active"}
+            except Exception as e:  # the fleet's database away a moment: next round
+                log.warning("fleet.watch_failed", error=type(e).__name__)
+                continue
+            for name in [n for n in self.open if n not in active]:
+                tenant = self.open.pop(name)
+                self._close(tenant)
+
     async def _lifespan(self, receive: Receive, send: Send) -> None:
+        watch: asyncio.Task[None] | None = None
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                watch = asyncio.create_task(self._watch())
                 log.info("server.started", fleet=self.fleet.fleet_id)
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 log.info("server.stopping")
+                if watch is not None:
+                    watch.cancel()
                 for tenant in list(self.open.values()):
                     self._close(tenant)
                 self.open.clear()

@@ -127,6 +127,12 @@ def test_32_clients_on_two_tenants_of_a_postgresql_fleet_each_atom_in_its_own_lo
                 tokens.append(f.issue_token(f"load-{name}", "assistant", name,
                                             ["load"]).token)
         with serving(fleet) as one, serving(fleet) as two:
+            for server in (one, two):  # each process opens each tenant before the clock
+                for token in tokens:  # starts (a tenant is opened by its first request)
+                    with server.client(token) as c:
+                        assert c.post("/v1/recall", json={
+                            "subject": "load", "query": "x", "rehearse": False}
+                        ).status_code == 200
             acked, _ = _run([one.url, two.url], tokens)
             assert one.stop() and two.stop()
         for name, mine, theirs in ((tenants[0], acked[0], acked[1]),
