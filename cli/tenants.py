@@ -136,14 +136,17 @@ def tenants_offboard(
 
     Example: ledger --home /srv/fleet tenants offboard acme --reason "contract" --out acme-pack
     """
-    from ledger.errors import InputError
+    from ledger.errors import InputError, NotFound
 
-    if not yes:
-        if not typer.confirm(f"Destroy every memory and key of tenant {name}?",
-                             err=True):
-            raise InputError("not confirmed; nothing was changed",
-                             hint="pass --yes to run without asking")
-    with _fleet() as fleet:
+    with _fleet() as fleet:  # the fleet and the tenant first: no question about nothing
+        if not yes:
+            if name not in {t.name for t in fleet.tenants()}:
+                raise NotFound(f"no tenant {name!r} in this fleet",
+                               hint="see the tenants with `ledger tenants list`")
+            if not typer.confirm(f"Destroy every memory and key of tenant {name}?",
+                                 err=True):
+                raise InputError("not confirmed; nothing was changed",
+                                 hint="pass --yes to run without asking")
         done = fleet.offboard(name, reason, out_dir)
     out(done, as_json, done["pack"] or "")
     t = done["targets"]

@@ -75,7 +75,7 @@ def find_fleet(explicit: Path | None = None) -> Path:
         raise EnvironmentProblem("no fleet home found here or in any parent folder",
                                  hint="run `ledger tenants init --home DIR`, or pass --home")
     if not is_fleet(path):
-        raise EnvironmentProblem(f"{path} is not a fleet home (no {FLEET_FILE})",
+        raise EnvironmentProblem(f"{path} is not a ledger home of a fleet (no {FLEET_FILE})",
                                  hint=f"run `ledger tenants init --home {path}` to make one")
     return path
 

@@ -31,7 +31,7 @@ def _walk(group: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str,
 LEAVES = dict(_walk(command()))
 # Commands that work on files and public keys alone, or on a witness's own home, or make
 # a new home (init, restore).
-NO_HOME = {("init",), ("restore",), ("verify-pack",),
+NO_HOME = {("init",), ("restore",), ("verify-pack",), ("tenants", "init"),
            *(p for p in LEAVES if p[0] == "audit-tools"),
            *(p for p in LEAVES if p[0] == "witness" and p[1] not in ("use", "forget",
                                                                         "policy"))}
