@@ -35,7 +35,8 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     sys.path.pop(0)
 
 from governance.erasure import redact_user
-from governance.pack import build_pack, verify_pack
+from governance.pack import build_pack
+from governance.pack_verify import verify_pack
 from ledger.application import LedgerApp
 from ledger.home import Config
 from projections.service import Projections

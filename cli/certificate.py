@@ -75,7 +75,7 @@ def register(cli: typer.Typer, served: Served, audit_cli: typer.Typer) -> None:
         Example: ledger audit-tools verify-certificate cert.json --root-key root.pub --pack pack.zip
         """
         from governance.certificate import CertificateInvalid, verify_certificate
-        from governance.pack import read_pack
+        from governance.pack_verify import read_pack
         from keys.keyring import read_public_key_file
         from ledger.errors import EXIT_VERIFY, InputError
 

@@ -317,7 +317,8 @@ def verify_pack_command(
     Example: ledger verify-pack pack.zip --root-key root.pub --policy witnesses.policy
     """
     from governance.copies import copies_line
-    from governance.pack import PackInvalid, verify_pack
+    from governance.pack_layout import PackInvalid
+    from governance.pack_verify import verify_pack
     from governance.witnessed import summary
     from keys.keyring import read_public_key_file
     from ledger import progress

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from governance.signed_docs import sign_document
+from governance.dsse import sign_document
 from ledger import clock
 from ledger.errors import EnvironmentProblem, InputError
 from ledger.progress import Steps, report

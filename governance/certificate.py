@@ -10,7 +10,7 @@ and how to verify it).
 Every fact but the controller, the tool and the issue is read from a verified Evidence Pack
 (:func:`facts_of_pack`), so the certificate claims nothing the pack does not prove, and a
 verifier given the pack derives the same facts again (step C6). The statement is a signed
-document of its own kind (governance/signed_docs.py: a DSSE envelope, payload type
+document of its own kind (governance/dsse.py: a DSSE envelope, payload type
 :data:`PAYLOAD_TYPE`, over the RFC 8785 bytes of a JSON object of type
 :data:`CERTIFICATE_TYPE`), signed by an operator key and carrying the ledger's roster events,
 so that a verifier holding only the root public key checks who signed it (steps C3, C4). No
@@ -34,13 +34,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from governance.pack_layout import EVENTS, SIGNER_ROLES, STATEMENT
-from governance.signed_docs import (
+from governance.dsse import (
     DocumentInvalid,
     check_signature,
     read_document,
+    read_statement,
     sign_document,
 )
+from governance.pack_layout import EVENTS, SIGNER_ROLES, STATEMENT
 from keys.errors import KeyNotAuthorized
 from keys.roster import ROSTER_TOPICS, TOPIC_STARTED, RosterState
 from keys.signing import key_id
@@ -48,7 +49,7 @@ from ledger import clock, envelope, json_schemas
 from ledger.errors import InputError, VerificationFailed
 
 if TYPE_CHECKING:
-    from governance.pack import PackReport
+    from governance.pack_verify import PackReport
     from ledger.application import LedgerApp
 
 PAYLOAD_TYPE = "application/vnd.memory-ledger.certificate-of-erasure.v1+json"
@@ -89,13 +90,11 @@ def pack_digest(files: Mapping[str, bytes]) -> str:
     payload of ``statement.dsse.json``. The statement's subjects are the digests of every
     other file, so this one digest names the whole pack; a countersignature added later
     changes the envelope, not the statement, nor this digest."""
-    dsse = json.loads(files[STATEMENT])
-    return hashlib.sha256(base64.b64decode(dsse["payload"], validate=True)).hexdigest()
+    return hashlib.sha256(read_statement(files[STATEMENT])[1]).hexdigest()
 
 
 def _statement(files: Mapping[str, bytes]) -> dict[str, Any]:
-    dsse = json.loads(files[STATEMENT])
-    statement: dict[str, Any] = json.loads(base64.b64decode(dsse["payload"], validate=True))
+    statement: dict[str, Any] = read_statement(files[STATEMENT])[2]
     return statement
 
 
@@ -244,7 +243,8 @@ def issue(app: LedgerApp, files: Mapping[str, bytes], batch_id: str, operator: s
     verified first (against the ledger's root key; a pack that fails is refused, naming its
     step), must be this ledger's and this batch's, and must show a completed erasure. The
     document and its signed file bytes (signed by ``operator``'s key)."""
-    from governance.pack import PackInvalid, verify_pack_bytes
+    from governance.pack_layout import PackInvalid
+    from governance.pack_verify import verify_pack_bytes
 
     try:
         report = verify_pack_bytes(files, app.root_public_key)
@@ -424,7 +424,8 @@ def _coherent(doc: Mapping[str, Any], roster: RosterState) -> None:
 def _against_pack(doc: Mapping[str, Any], pack: Mapping[str, bytes], root_public_key: bytes
                   ) -> list[dict[str, str]]:
     """Step C6; the pack's countersigners the certificate does not name (signed later)."""
-    from governance.pack import PackInvalid, verify_pack_bytes
+    from governance.pack_layout import PackInvalid
+    from governance.pack_verify import verify_pack_bytes
 
     try:
         report = verify_pack_bytes(pack, root_public_key)

@@ -37,7 +37,7 @@ from uuid import UUID
 
 import structlog
 
-from governance.signed_docs import (
+from governance.dsse import (
     DocumentInvalid,
     SignedDocument,
     check_signature,

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from keys.errors import SignatureInvalid
-from keys.signing import key_id, verify_signature
+from governance.dsse import DocumentInvalid, check_signature, read_document, sign_document
+from keys.signing import key_id
 from ledger import clock, envelope
 from ledger.checkpoint import CheckpointError, parse_vkey, verify_checkpoint
 from ledger.errors import ConflictError, NotFound, VerificationFailed
@@ -142,11 +142,7 @@ def build_receipt(app: LedgerApp, request_id: str, operator: str = "operator",
         "issued_at": clock.format_instant(clock.now()),
         "copies": {"batch": str(batch.id), "statement": stated, "events": copy_events},
     }
-    payload = envelope.canonical(document)
-    env = {"payloadType": PAYLOAD_TYPE, "payload": base64.b64encode(payload).decode(),
-           "signatures": [{"keyid": signer.kid, "sig": base64.b64encode(
-               signer.sign(envelope.pae(PAYLOAD_TYPE, payload))).decode()}]}
-    return envelope.canonical(env) + b"\n"
+    return sign_document(document, PAYLOAD_TYPE, signer)
 
 
 def _subject_locale(app: LedgerApp, subject_id: str | None) -> str | None:
@@ -210,44 +206,28 @@ def verify_receipt(data: bytes, operator_public_key: bytes | None = None,
     from ledger.witness.cosign import CosignatureError, check_cosignatures, parse_witness_vkey
     from ledger.witness.wire import WireError, parse_tlog_proof
 
-    # R1. Form: at most 4 MiB, canonical JSON of a DSSE envelope of our type, then LF.
-    if len(data) > MAX_RECEIPT_BYTES:
-        raise ReceiptInvalid("R1", f"{len(data)} bytes, limit {MAX_RECEIPT_BYTES}")
+    # R1. Form: at most 4 MiB, canonical JSON of a DSSE envelope of our type with one
+    # signature, over the canonical bytes of a receipt document, then LF.
     try:
-        env = json.loads(data)
-        canonical = envelope.canonical(env) + b"\n"
-    except (ValueError, TypeError, UnicodeDecodeError) as e:
-        raise ReceiptInvalid("R1", "not a JSON document") from e
-    if canonical != data:
-        raise ReceiptInvalid("R1", "the file is not the canonical form of its envelope (a byte "
-                                   "was changed, added or removed)")
-    if not isinstance(env, dict) or env.get("payloadType") != PAYLOAD_TYPE or \
-            set(env) != {"payloadType", "payload", "signatures"} or \
-            not isinstance(env["signatures"], list) or not env["signatures"]:
-        raise ReceiptInvalid("R1", f"not a DSSE envelope of type {PAYLOAD_TYPE}")
-    payload = _b64(env["payload"], "R1", "payload")
-    try:
-        doc = json.loads(payload)
-        if envelope.canonical(doc) != payload:
-            raise ValueError("payload is not canonical JSON")
-    except (ValueError, TypeError) as e:
-        raise ReceiptInvalid("R1", f"the payload: {e}") from e
-    if not isinstance(doc, dict) or doc.get("type") != RECEIPT_TYPE:
-        raise ReceiptInvalid("R1", f"the payload is not a {RECEIPT_TYPE} document")
+        signed = read_document(data, PAYLOAD_TYPE, RECEIPT_TYPE, "the receipt",
+                               max_bytes=MAX_RECEIPT_BYTES)
+    except DocumentInvalid as e:
+        raise ReceiptInvalid("R1", str(e)) from None
+    doc = signed.document
     # R2. The operator's signature: under the pinned key, else the key the receipt names.
     try:
-        own = _b64(doc["operator"]["public_key"], "R2", "operator key")
-        pub = operator_public_key or own
+        pub = operator_public_key or _b64(doc["operator"]["public_key"], "R2", "operator key")
         kid = key_id(pub)
-        sigs = [s for s in env["signatures"] if isinstance(s, dict) and s.get("keyid") == kid]
-        if not sigs or len(sigs) != len(env["signatures"]) or set(sigs[0]) != {"keyid", "sig"}:
-            raise ReceiptInvalid("R2", f"no signature (or a foreign one) beside key {kid}")
-        verify_signature(pub, envelope.pae(PAYLOAD_TYPE, payload),
-                         _b64(sigs[0]["sig"], "R2", "signature"))
-    except (KeyError, TypeError, ValueError, SignatureInvalid) as e:
+    except (KeyError, TypeError, ValueError) as e:
         if isinstance(e, ReceiptInvalid):
             raise
-        raise ReceiptInvalid("R2", f"the operator's signature does not verify: {e}") from e
+        raise ReceiptInvalid("R2", f"the receipt names no usable operator key: {e}") from e
+    if signed.kid != kid:
+        raise ReceiptInvalid("R2", f"no signature (or a foreign one) beside key {kid}")
+    try:
+        check_signature(signed, pub, "the operator's signature")
+    except DocumentInvalid as e:
+        raise ReceiptInvalid("R2", str(e)) from None
     # R3. Content: the fields a receipt has; every erased item id is a UUID.
     try:
         req, erased, items = doc["request"], doc["erased"], doc["tombstones"]

@@ -134,8 +134,8 @@ def read_packs(folder: Path, root_public_key: bytes | None, ledger_id: str) -> P
     """Every pack folder (holding ``statement.dsse.json``) and ``.zip`` below ``folder``,
     verified offline against the ledger's root key (governance/pack.py); only this
     ledger's packs that verify are kept."""
-    from governance.pack import PackInvalid, read_pack, verify_pack_bytes
-    from governance.pack_layout import STATEMENT
+    from governance.pack_layout import STATEMENT, PackInvalid
+    from governance.pack_verify import read_pack, verify_pack_bytes
     from ledger.errors import LedgerError
 
     if not folder.is_dir():

@@ -73,8 +73,8 @@ from governance.backup import (
     PAYLOAD_TYPE,
     sha256_of,
 )
+from governance.dsse import DocumentInvalid, check_signature, read_document
 from governance.journal import Journal, check_journal, read_journal
-from governance.signed_docs import DocumentInvalid, check_signature, read_document
 from keys.kek import KekRing, KekStore
 from ledger import clock, envelope, faults
 from ledger.errors import EnvironmentProblem, InputError, VerificationFailed

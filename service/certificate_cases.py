@@ -42,7 +42,7 @@ class CertificateCases(FacadeCore):
         self._require(caller, "operator")
         from governance.certificate import issue, render_html, verify_certificate
         from governance.certificate_pdf import render_pdf
-        from governance.pack import read_pack, read_pack_zip
+        from governance.pack_verify import read_pack, read_pack_zip
 
         if not is_uuid(batch_id):
             raise NotFound(f"no batch {batch_id!r}",

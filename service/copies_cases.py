@@ -39,8 +39,8 @@ class CopiesCases(FacadeCore):
         it is this ledger's journal (a cron job's copy), never another file."""
         self._require_ledger_operator(caller)
         self._local_files(caller)
+        from governance.dsse import DocumentInvalid
         from governance.journal import read_journal, refresh_journal
-        from governance.signed_docs import DocumentInvalid
         from keys.files import write_private
 
         if out is not None and out.exists():

@@ -479,7 +479,7 @@ class DrpCases(FacadeCore):
         """Build the Evidence Pack of a completed request's batch once, keep it for the
         agent, and return its digest (ADR 0048's: the SHA-256 of its in-toto statement)."""
         from governance.certificate import pack_digest
-        from governance.pack import read_pack_zip
+        from governance.pack_verify import read_pack_zip
 
         with tempfile.TemporaryDirectory(prefix="ledger-drp-pack-") as tmp:
             written = self._cases().write_pack(self._as(caller, "auditor"), str(status["batch_id"]),

@@ -408,7 +408,7 @@ class ErasureCases(FacadeCore):
         """Build the Evidence Pack of a closed batch, signed with the caller's key, verify
         it, and hand it back as a zip."""
         self._require(caller, "operator")
-        from governance.pack import read_pack_zip, verify_pack_bytes
+        from governance.pack_verify import read_pack_zip, verify_pack_bytes
 
         if not is_uuid(batch_id):
             raise NotFound(f"no batch {batch_id!r}")

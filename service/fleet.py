@@ -369,8 +369,9 @@ def _erase_all(home: Path, reason: str, out: Path, resumed: bool) -> dict[str, A
     ``out`` and verified, then every KEK epoch of the ledger destroyed. ``resumed``: an
     earlier run stopped; when it had erased everything, its batch is the one proved."""
     from governance.erasure import Targets, hard_erase, plan_user_erasure
-    from governance.pack import build_pack, verify_pack
+    from governance.pack import build_pack
     from governance.pack_layout import STATEMENT
+    from governance.pack_verify import verify_pack
     from service.root import close_service, open_service
 
     svc = open_service(home)

@@ -382,7 +382,7 @@ def test_a_tampered_backup_or_foreign_journal_is_refused_and_nothing_written(
     refused(extra, *journal, words="does not list")
     # the manifest re-signed by a key the backup's roster does not know
     from governance.backup import MANIFEST_TYPE, PAYLOAD_TYPE
-    from governance.signed_docs import read_document, sign_document
+    from governance.dsse import read_document, sign_document
     from keys.signing import Signer
 
     resigned = copy("resigned")

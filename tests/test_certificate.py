@@ -25,8 +25,8 @@ from governance.certificate import (
     CertificateInvalid,
     verify_certificate,
 )
-from governance.pack import read_pack
-from governance.signed_docs import sign_document
+from governance.dsse import sign_document
+from governance.pack_verify import read_pack
 from keys.keyring import read_public_key_file
 from ledger.home import Config
 

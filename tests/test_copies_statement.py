@@ -37,7 +37,8 @@ from governance.copies import (
 )
 from governance.dsse import sign_envelope
 from governance.i18n import Words
-from governance.pack import PackInvalid, verify_pack
+from governance.pack_layout import PackInvalid
+from governance.pack_verify import verify_pack
 from governance.receipt import PAYLOAD_TYPE, ReceiptInvalid, verify_receipt
 from ledger import clock, envelope
 from ledger.application import LedgerApp

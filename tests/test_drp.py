@@ -186,7 +186,7 @@ def test_deletion_through_the_protocol_states_to_fulfilled_with_the_pack(world: 
     assert m is not None, done
     # the pack handed over is the one the status names, and it verifies
     from governance.certificate import pack_digest
-    from governance.pack import read_pack_zip, verify_pack_bytes
+    from governance.pack_verify import read_pack_zip, verify_pack_bytes
 
     r = httpx.get(f"{world.server.url}{done['results_url']}", timeout=120,
                   headers={"Authorization": f"Bearer {world.tokens['agent']}"})

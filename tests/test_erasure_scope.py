@@ -22,7 +22,8 @@ from governance.identifiers import (
     compile_identifiers,
     first_matches,
 )
-from governance.pack import build_pack, verify_pack
+from governance.pack import build_pack
+from governance.pack_verify import verify_pack
 from governance.sweep import sweep
 from ledger.application import LedgerApp
 from ledger.errors import ConflictError, EnvironmentProblem, InputError

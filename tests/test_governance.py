@@ -17,7 +17,9 @@ from governance.erasure import (
     hard_erase,
     redact_user,
 )
-from governance.pack import PackInvalid, build_pack, verify_pack
+from governance.pack import build_pack
+from governance.pack_layout import PackInvalid
+from governance.pack_verify import verify_pack
 from ledger.application import LedgerApp
 from ledger.errors import InputError, NotFound
 from ledger.home import Config

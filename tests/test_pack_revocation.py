@@ -15,7 +15,9 @@ import pytest
 
 from governance.dsse import add_signature
 from governance.erasure import redact_user
-from governance.pack import PackInvalid, build_pack, countersign, verify_pack
+from governance.pack import build_pack, countersign
+from governance.pack_layout import PackInvalid
+from governance.pack_verify import verify_pack
 from ledger.application import LedgerApp
 from ledger.errors import InputError
 from projections.service import Projections

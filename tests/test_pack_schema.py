@@ -14,9 +14,12 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from governance import pack as pack_module
+from governance import pack_verify
 from governance.dsse import sign_envelope
 from governance.erasure import delete_artifact, redact_user
-from governance.pack import PREDICATE_SCHEMA, PackInvalid, build_pack, verify_pack
+from governance.pack import build_pack
+from governance.pack_layout import PREDICATE_SCHEMA, PackInvalid
+from governance.pack_verify import verify_pack
 from keys import roster
 from ledger import envelope
 from ledger.application import LedgerApp
@@ -373,7 +376,7 @@ def test_resigned_pack_with_altered_predicate_fails_at_step_1_1(
     assert r.code == 1 and r.err.startswith("FAIL: step 1.1: the predicate does not match")
     assert json.loads(r.out)["step"] == "1.1"
     if path == "text":  # the signature and every other step accept it: only 1.1 objects
-        monkeypatch.setattr(pack_module, "predicate_problems", lambda _p: [])
+        monkeypatch.setattr(pack_verify, "predicate_problems", lambda _p: [])
         assert verify_pack(pack, app.root_public_key).ok
 
 

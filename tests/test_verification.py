@@ -13,14 +13,9 @@ from typing import Any
 import pytest
 
 from governance.erasure import redact_user
-from governance.pack import (
-    PackInvalid,
-    build_pack,
-    read_pack,
-    read_pack_zip,
-    verify_pack,
-    verify_pack_bytes,
-)
+from governance.pack import build_pack
+from governance.pack_layout import PackInvalid
+from governance.pack_verify import read_pack, read_pack_zip, verify_pack, verify_pack_bytes
 from ledger.application import LedgerApp
 from ledger.home import Config
 from ledger.verification import (

@@ -15,7 +15,9 @@ import pytest
 
 from governance.dsse import sign_envelope
 from governance.erasure import redact_user
-from governance.pack import PackInvalid, build_pack, verify_pack
+from governance.pack import build_pack
+from governance.pack_layout import PackInvalid
+from governance.pack_verify import verify_pack
 from ledger import envelope
 from ledger.application import LedgerApp
 from ledger.checkpoint import parse_note
@@ -325,7 +327,7 @@ def test_pack_report_counts_in_words_and_one_form_of_time(erased: dict[str, Any]
     Z and microseconds)."""
     import re
 
-    from governance.pack import render_report
+    from governance.pack_render import render_report
 
     pack = erased["pack"]
     report = (pack / "report.html").read_text()
