@@ -285,6 +285,12 @@ class Fleet:
 
         subjects = tuple(subjects)
         validate_new_token(name, role, subjects, tenant, expires_at, signing_key)
+        if role == "privacy-agent":
+            raise InputError("a fleet does not serve the Data Rights Protocol's endpoints, "
+                             "so a privacy-agent token would reach nothing",
+                             hint="a one-ledger server serves it: the tenant's home on "
+                                  "its own (ledger --home FLEET/tenants/NAME serve), with "
+                                  "a token of that home (ADR 0061)")
         if tenant is None:
             if role not in FLEET_ROLES:
                 raise InputError(f"a fleet-wide token is an operator's or an auditor's, not "
