@@ -29,8 +29,8 @@ position of the batch that last wrote it, so an in-process copy of a subject's v
 from __future__ import annotations
 
 import heapq
+import secrets
 import sys
-import uuid
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -225,7 +225,7 @@ class VectorIndex:
         self.generations.create(conn, checkfirst=True)
         if conn.execute(sa.select(self.generations.c.token)).first() is None:
             insert = (sqlite_insert if conn.dialect.name == "sqlite" else pg_insert)(
-                self.generations).values(one=1, token=str(uuid.uuid4()))
+                self.generations).values(one=1, token=secrets.token_hex(16))
             conn.execute(insert.on_conflict_do_nothing())
 
     def reset(self, conn: Connection) -> None:
