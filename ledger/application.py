@@ -16,6 +16,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -97,6 +98,24 @@ log = structlog.get_logger("ledger")
 
 LEDGER_NAMESPACE = uuid.UUID("6c1b6d1e-5f0e-4a57-9f43-2f0d8a7c3b10")
 DEFAULT_KEYS = {"writer": "writer", "operator": "operator", "log": "log"}
+
+
+@dataclass(frozen=True)
+class AtomsWritten:
+    """What one atom command wrote: the atoms' ids (per proposal, for an update-or-add),
+    the atoms its maxAtoms step archived, and the artifacts captured with them."""
+
+    ids: list[UUID]
+    archived: list[str] = field(default_factory=list)
+    sources: list[UUID] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Witnessed:
+    """A checkpoint as stored (with the cosignatures it got) and each witness's answer."""
+
+    checkpoint: SignedCheckpoint
+    results: list[Any] = field(default_factory=list)
 
 
 class LedgerApp(Application[UUID]):
@@ -323,6 +342,11 @@ class LedgerApp(Application[UUID]):
                    ) -> SignedCheckpoint:
         """Bring the tree up to date, sign its head with the ledger's log key, and have it
         cosigned by the witnesses (``witnesses``, or those of config.toml)."""
+        return self.checkpoint_witnessed(witnesses).checkpoint
+
+    def checkpoint_witnessed(self, witnesses: Sequence[tuple[str, str]] | None = None
+                             ) -> Witnessed:
+        """:meth:`checkpoint`, with what each witness asked answered."""
         signer = self.signer("log")
         with self._write_lock():
             cp = self._sign_head(signer)
@@ -368,20 +392,19 @@ class LedgerApp(Application[UUID]):
                 if any(g.role == "log" for g in e.grants)}
 
     def witness(self, cp: SignedCheckpoint,
-                witnesses: Sequence[tuple[str, str]] | None = None) -> SignedCheckpoint:
+                witnesses: Sequence[tuple[str, str]] | None = None) -> Witnessed:
         """Ask the witnesses (``(url, vkey)``; default: config.toml's) to cosign ``cp``.
 
         Outside the write lock: a slow or dead witness never holds up a write. Witnesses that
         already cosigned this size are not asked again; the others are asked every time, so
         a witness that was down is retried by the next checkpoint. Results are recorded
-        (``tlog_witness_sizes``) and kept in :attr:`last_witnessing`.
+        (``tlog_witness_sizes``) and returned with the checkpoint as it is stored.
         """
         from ledger.witness.client import WitnessTarget, ask_all
 
         pairs = list(self.config.witnesses if witnesses is None else witnesses)
-        self.last_witnessing: list[Any] = []
         if not pairs:
-            return cp
+            return Witnessed(cp)
         try:
             targets = []
             for url, vkey in pairs:
@@ -395,12 +418,11 @@ class LedgerApp(Application[UUID]):
             self.tlog.record_witnessing(cp.size, results, clock.now().isoformat())
         except Exception as e:  # the checkpoint is signed and stored; witnessing is extra
             log.warning("checkpoint.witnessing_failed", error=e.__class__.__name__)
-            return cp
-        self.last_witnessing = results
+            return Witnessed(cp)
         for r in results:
             log.info("checkpoint.witnessed", size=cp.size, status=r.status)
         recorded = self.tlog.recorded(cp.size)
-        return recorded if recorded is not None else cp
+        return Witnessed(recorded if recorded is not None else cp, list(results))
 
     def seq_of(self, event_id: str) -> int:
         """The sequence number (leaf index + 1) of an event id ``<uuid>/<version>``."""
@@ -730,18 +752,20 @@ class LedgerApp(Application[UUID]):
 
     def add_atoms(self, items: Sequence[dict[str, Any]], actor: str | None = None,
                   sources: Sequence[dict[str, Any]] = ()) -> list[UUID]:
+        """Record atoms in one command: all are written, or none; their ids. See
+        :meth:`write_atoms` for the rest of what the command did."""
+        return self.write_atoms(items, actor, sources).ids
+
+    def write_atoms(self, items: Sequence[dict[str, Any]], actor: str | None = None,
+                    sources: Sequence[dict[str, Any]] = ()) -> AtomsWritten:
         """Record atoms in one command: all are written, or none. ``sources`` are
         artifacts captured in the same command, which every atom of it cites (the MCP
-        ``remember`` tool's source): their ids are in ``last_sources``."""
+        ``remember`` tool's source)."""
         with gc_pause.paused(len(items) >= gc_pause.MIN_ITEMS):
             return self._add_atoms(items, actor, sources)
 
     def _add_atoms(self, items: Sequence[dict[str, Any]], actor: str | None,
-                   sources: Sequence[dict[str, Any]] = ()) -> list[UUID]:
-        """Also sets ``last_archived``: the atoms this command's maxAtoms step archived,
-        and ``last_sources``: the ids of the artifacts captured with them."""
-        self.last_archived: list[str] = []
-        self.last_sources: list[UUID] = []
+                   sources: Sequence[dict[str, Any]] = ()) -> AtomsWritten:
         source_inputs = [parse(ArtifactInput, d) for d in sources]
         source_ids = [self._ref_id("artifact", a.ref) for a in source_inputs]
         if source_ids:
@@ -768,32 +792,30 @@ class LedgerApp(Application[UUID]):
             atoms: list[Any] = (created if policy is None
                                 else [_aggregate_of(e) for e in created])
             loaded = policy_rules.over_limit(self, policy, atoms, at)
-            self.last_archived = archived_by_policy([*atoms, *loaded])
+            archived = archived_by_policy([*atoms, *loaded])
             self.commit(*artifacts, *atoms, *loaded, event_ids=False)
-            self.last_sources = [a.id for a in artifacts]
         command_log = log.bind()  # bound once: the lazy module logger binds on every call
         if command_log.is_enabled_for(logging.INFO):  # else skip the per-atom id strings
             for e in created:
                 command_log.info("atom.created", atom_id=str(e.originator_id),
                                  subject_id=e.subject_id)
-        return [e.originator_id for e in created]
+        return AtomsWritten([e.originator_id for e in created], archived,
+                            [a.id for a in artifacts])
 
     def remember_atoms(self, items: Sequence[dict[str, Any]],
                        actions: Sequence[tuple[str, str | None]], actor: str | None = None,
-                       sources: Sequence[dict[str, Any]] = ()) -> list[UUID]:
+                       sources: Sequence[dict[str, Any]] = ()) -> AtomsWritten:
         """Update or add (ADR 0052): each proposed atom with its decision, all in one
         signed command, all or nothing. ``actions[i]`` is ``("add", None)``,
         ``("supersede", atom_id)``: the proposal is added and supersedes that atom (it
         gets ``valid_to``, as a correction), or ``("rehearse", atom_id)``: no new atom,
         that atom gets a rehearsal. An atom to supersede or rehearse must still be active
         and of the proposal's subject when the write lock is held, or nothing is written.
-        Returns per proposal the new atom's id, or the rehearsed atom's. ``sources``:
-        artifacts captured with the proposals that create atoms (cited by each of them),
-        not captured when none does. Sets ``last_archived`` and ``last_sources``."""
+        Its ``ids`` are per proposal the new atom's id, or the rehearsed atom's.
+        ``sources``: artifacts captured with the proposals that create atoms (cited by each
+        of them), not captured when none does."""
         if len(items) != len(actions):
             raise InputError("one decision per proposed atom")
-        self.last_archived = []
-        self.last_sources = []
         creating = [n for n, (act, _) in enumerate(actions) if act != "rehearse"]
         source_inputs = [parse(ArtifactInput, d) for d in sources] if creating else []
         source_ids = [self._ref_id("artifact", a.ref) for a in source_inputs]
@@ -851,9 +873,8 @@ class LedgerApp(Application[UUID]):
                 raise InputError("two atoms in this command have the same ref")
             loaded = [a for a in policy_rules.over_limit(self, policy, new, at)
                       if a.id not in existing]
-            self.last_archived = archived_by_policy([*new, *loaded])
+            archived = archived_by_policy([*new, *loaded])
             self.commit(*artifacts, *existing.values(), *new, *loaded, event_ids=False)
-            self.last_sources = [a.id for a in artifacts]
         for atom in new:
             log.info("atom.created", atom_id=str(atom.id), subject_id=atom.subject_id)
         for act, target in actions:
@@ -863,7 +884,7 @@ class LedgerApp(Application[UUID]):
         log.info("atoms.remembered", added=sum(a == "add" for a, _ in actions),
                  superseded=sum(a == "supersede" for a, _ in actions),
                  rehearsed=sum(a == "rehearse" for a, _ in actions))
-        return out
+        return AtomsWritten(out, archived, [a.id for a in artifacts])
 
     def get_many(self, ids: Iterable[UUID]) -> list[Any]:
         """Aggregates by id (duplicates once, in order), as ``repository.get`` gives them:

@@ -63,11 +63,12 @@ class LedgerCases(FacadeCore):
         from ledger.transparency import b64
         from ledger.witness.client import checkpoint_witnesses
 
-        cp = self.app.checkpoint(checkpoint_witnesses(list(witness_urls), list(witness_keys),
-                                                      self.app.config.witnesses))
+        done = self.app.checkpoint_witnessed(checkpoint_witnesses(
+            list(witness_urls), list(witness_keys), self.app.config.witnesses))
+        cp = done.checkpoint
         return CheckpointSigned(
             origin=cp.checkpoint.origin, size=cp.size, root_hash=b64(cp.root), note=cp.note,
-            witnesses=[r.as_json() for r in getattr(self.app, "last_witnessing", [])])
+            witnesses=[r.as_json() for r in done.results])
 
     def log_vkey(self, caller: Caller) -> LogVkey:
         """The C2SP verifier key of this ledger's checkpoints (origin as its name)."""

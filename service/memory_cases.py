@@ -198,10 +198,9 @@ class MemoryCases(FacadeCore):
         if source.subject != data.subject:
             raise InputError("the source artifact must be of the memory's subject",
                              hint="leave the source's subject out: it is the memory's")
-        added = self.remember_atoms(caller, [data], source=source)[0]
-        sources = list(getattr(self.app, "last_sources", []))
-        return SourcedAtomAdded(**added.model_dump(),
-                                artifact_id=str(sources[0]) if sources else None)
+        added, sources = self._remember(caller, [data], source)
+        return SourcedAtomAdded(**added[0].model_dump(),
+                                artifact_id=sources[0] if sources else None)
 
     # ------------------------------------------------------------------ update or add
     def similar_memories(self, caller: Caller, subject: str, texts: Sequence[str]
@@ -264,7 +263,12 @@ class MemoryCases(FacadeCore):
         its effect is one signed command: all proposals are written, or none (one
         refusal refuses them all). A proposal with no similar memory is added. Never
         across subjects; nothing is erased. ``source``: an artifact captured with them,
-        cited by every atom written (``last_sources``)."""
+        cited by every atom written."""
+        return self._remember(caller, items, source)[0]
+
+    def _remember(self, caller: Caller, items: Sequence[AtomIn], source: ArtifactIn | None
+                  ) -> tuple[list[AtomAdded], list[str]]:
+        """:meth:`remember_atoms`, and the id of the source artifact if it was captured."""
         self._require(caller, "assistant", "operator")
         if not items:
             raise InputError("no atoms to remember")
@@ -283,12 +287,13 @@ class MemoryCases(FacadeCore):
             (d.on_similar, f[0].atom_id) if f and d.on_similar in ("rehearse", "supersede")
             else ("add", None) for d, f in zip(items, found, strict=True)]
         sources = [self._artifact_command(caller, source)] if source is not None else []
-        ids = self.app.remember_atoms(commands, actions, caller.writer_key, sources=sources)
-        archived = list(getattr(self.app, "last_archived", []))
+        written = self.app.remember_atoms(commands, actions, caller.writer_key,
+                                          sources=sources)
         outcome = {"add": "added", "rehearse": "rehearsed", "supersede": "superseded"}
-        return [AtomAdded(atom_id=str(i), archived=archived, outcome=outcome[act],
+        return [AtomAdded(atom_id=str(i), archived=written.archived, outcome=outcome[act],
                           supersedes=target if act == "supersede" else None, similar=f)
-                for i, (act, target), f in zip(ids, actions, found, strict=True)]
+                for i, (act, target), f in zip(written.ids, actions, found, strict=True)], \
+            [str(i) for i in written.sources]
 
     def add_atoms(self, caller: Caller, items: Sequence[AtomIn]) -> AtomsAdded:
         """Record atoms in one signed command: all of them, or none."""
@@ -301,9 +306,8 @@ class MemoryCases(FacadeCore):
                                   "add`); a batch adds every item")
         sids: dict[tuple[Caller, str | None], str] = {}
         commands = [self._atom_command(caller, d, sids) for d in items]
-        ids = self.app.add_atoms(commands, caller.writer_key)
-        return AtomsAdded(atom_ids=[str(i) for i in ids],
-                          archived=list(getattr(self.app, "last_archived", [])))
+        written = self.app.write_atoms(commands, caller.writer_key)
+        return AtomsAdded(atom_ids=[str(i) for i in written.ids], archived=written.archived)
 
     def add_atoms_grouped(self, items: Sequence[tuple[Caller, AtomIn]]
                           ) -> list[AtomAdded | LedgerError]:
@@ -353,10 +357,9 @@ class MemoryCases(FacadeCore):
                 results[n] = failed
             return results
         try:
-            ids = self.app.add_atoms([c for _, c in commands])
-            archived = list(getattr(self.app, "last_archived", []))
-            for (n, _), aid in zip(commands, ids, strict=True):
-                results[n] = AtomAdded(atom_id=str(aid), archived=archived,
+            written = self.app.write_atoms([c for _, c in commands])
+            for (n, _), aid in zip(commands, written.ids, strict=True):
+                results[n] = AtomAdded(atom_id=str(aid), archived=written.archived,
                                        similar=similar.get(n, []))
             return results
         except LedgerError as e:
@@ -365,9 +368,8 @@ class MemoryCases(FacadeCore):
                 return results
         for n, cmd in commands:
             try:
-                aid = self.app.add_atoms([cmd])[0]
-                results[n] = AtomAdded(atom_id=str(aid),
-                                       archived=list(getattr(self.app, "last_archived", [])),
+                one = self.app.write_atoms([cmd])
+                results[n] = AtomAdded(atom_id=str(one.ids[0]), archived=one.archived,
                                        similar=similar.get(n, []))
             except LedgerError as e:
                 results[n] = e

@@ -60,14 +60,16 @@ def test_checkpoint_cosigned_and_a_dead_witness_does_not_block(
     app = _ledger(home, witnesses[:1], [(late_url, late_vkey)])
     try:
         app.register_subject({"ref": "u1"})
-        cp = app.checkpoint()
-        status = {r.url: r.status for r in app.last_witnessing}
+        done = app.checkpoint_witnessed()
+        cp = done.checkpoint
+        status = {r.url: r.status for r in done.results}
         assert status == {witnesses[0].url: "cosigned", late_url: "unreachable"}
         assert "\u2014 w0.example/witness " in cp.note
         assert app.tlog.recorded(cp.size).note == cp.note  # the cosigned note is stored
         app.add_atom({"subject": "u1", "text": "a fact"})
-        cp2 = app.checkpoint()  # the write went through; w0 moves on from its last size
-        assert [r.status for r in app.last_witnessing] == ["cosigned", "unreachable"]
+        done = app.checkpoint_witnessed()  # the write went through; w0 moves on
+        cp2 = done.checkpoint
+        assert [r.status for r in done.results] == ["cosigned", "unreachable"]
         assert app.tlog.witness_sizes()[witnesses[0].vkey] == cp2.size
     finally:
         app.close()
@@ -96,9 +98,10 @@ def test_checkpoint_cosigned_and_a_dead_witness_does_not_block(
         time.sleep(0.01)
     try:
         app = LedgerApp(Config.load(home))
-        cp3 = app.checkpoint()
+        done = app.checkpoint_witnessed()
+        cp3 = done.checkpoint
         assert cp3.size == cp2.size
-        assert [(r.url, r.status) for r in app.last_witnessing] == [(late_url, "cosigned")]
+        assert [(r.url, r.status) for r in done.results] == [(late_url, "cosigned")]
         assert "late.example/witness" in cp3.note and "w0.example/witness" in cp3.note
         app.close()
     finally:
@@ -247,8 +250,8 @@ def test_misconfigured_witness_never_blocks_a_checkpoint(home: Path, tmp_path: P
     app = LedgerApp(Config.load(home))
     try:
         app.register_subject({"ref": "u1"})
-        cp = app.checkpoint()
-        assert cp.size > 0 and app.last_witnessing == []
+        done = app.checkpoint_witnessed()
+        assert done.checkpoint.size > 0 and done.results == []
     finally:
         app.close()
     r = run_cli("--home", str(home), "checkpoint", "--witness", "http://127.0.0.1:9",
