@@ -328,11 +328,18 @@ class ErasureCases(FacadeCore):
         from governance.erasure import Targets, hard_erase
 
         aid = self._atom_id(caller, atom)
+        if action not in ("reanonymise", "redact", "dismiss"):
+            raise InputError(f"unknown action {action!r}",
+                             hint="use reanonymise, redact or dismiss")
+        if action == "reanonymise" and (not text or not text.strip()):
+            raise InputError("--action reanonymise needs --text with the new wording")
         key = self._signing_key(caller)
+        self.app.signer(key)  # a missing key is said first, as the signed command would
+        if flag not in (self.app.get_atom(aid).flags or ()):
+            raise InputError(f"atom {aid} has no open {flag!r} flag")  # nothing written
         with self._erasing(caller) if action == "redact" else self._acting(caller):
             if action == "reanonymise":
-                if not text:
-                    raise InputError("--action reanonymise needs --text with the new wording")
+                assert text is not None  # checked above
                 # A correction is a memory event (writer role, ADR 0012): signed by the
                 # caller's writer key; the operator signs the flag's resolution.
                 new = self.app.correct_atom(str(aid), {"text": text, "reason": "re-anonymised"},
@@ -346,12 +353,9 @@ class ErasureCases(FacadeCore):
                 if data.get("status") != "partial":  # the flag stays open until it is done
                     data["event_ids"].append(self.app.resolve_flag(aid, flag, "redacted",
                                                                    actor=key))
-            elif action == "dismiss":
+            else:  # dismiss
                 data = {"atom_id": str(aid),
                         "event_ids": [self.app.resolve_flag(aid, flag, "dismissed", actor=key)]}
-            else:
-                raise InputError(f"unknown action {action!r}",
-                                 hint="use reanonymise, redact or dismiss")
         return ErasureReport(report=data, atom_id=str(aid))
 
     def list_flags(self, caller: Caller) -> list[FlagOut]:

@@ -29,17 +29,18 @@ from service.drp import DrpCases
 from service.erasure_cases import ErasureCases
 from service.ledger_cases import LedgerCases
 from service.memory_cases import MemoryCases
+from service.oversight_cases import OversightCases
 
 
 class MemoryService(MemoryCases, ErasureCases, LedgerCases, CopiesCases, CertificateCases,
-                    DrpCases):
+                    DrpCases, OversightCases):
     """Every use case of one ledger, scoped by the caller (module docstring): the memory
     use cases (``service/memory_cases.py``), erasure and its proof
     (``service/erasure_cases.py``), the ledger-wide ones (``service/ledger_cases.py``),
     backups and the erasure journal (``service/copies_cases.py``) and the certificate of
     erasure (``service/certificate_cases.py``), the Data Rights Protocol
-    (``service/drp.py``), on the scope and plumbing of
-    :class:`service.core.FacadeCore`."""
+    (``service/drp.py``) and what the console shows (``service/oversight_cases.py``), on
+    the scope and plumbing of :class:`service.core.FacadeCore`."""
 
 
 __all__ = ["ATOM_CONTENT", "FacadeCore", "Forbidden", "MemoryService"]

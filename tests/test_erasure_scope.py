@@ -297,6 +297,30 @@ def test_review_resolve_settles_identifier_flags(app: LedgerApp, proj: Projectio
     assert _in_files(home, "owes me a book") == []
 
 
+@pytest.mark.parametrize("action", ["redact", "reanonymise", "dismiss"])
+def test_review_resolve_of_a_memory_with_no_open_flag_writes_nothing(
+        app: LedgerApp, home: Path, action: str) -> None:
+    """Resolving is for flagged memories: one with no open flag is refused before anything
+    is signed (a redact of it erased it, a re-anonymise corrected it, and only then did the
+    flag's resolution fail)."""
+    from .serving import home_digest
+
+    app.register_subject({"ref": "u1"})
+    kept = str(app.add_atom({"subject": "u1", "text": "Keeps bees on the roof"}))
+    app.close()
+    before = home_digest(home)
+    extra = ["--text", "Keeps insects"] if action == "reanonymise" else []
+    r = run_cli("--home", str(home), "review", "resolve", kept, "--action", action, *extra)
+    assert r.code == 2 and "has no open 'refers-to-erased' flag" in r.err
+    assert home_digest(home) == before
+    a2 = LedgerApp(Config.load(home))
+    try:
+        assert a2.get_atom(kept).status == "active"
+        assert a2.get_atom(kept).text == "Keeps bees on the roof"
+    finally:
+        a2.close()
+
+
 # ----------------------------------------------------------------------------- item 5
 def test_dry_run_by_a_non_operator_is_refused_like_the_real_run(
         app: LedgerApp, proj: Projections, home: Path, raw: RawStore) -> None:

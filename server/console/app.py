@@ -54,10 +54,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ledger import clock
 from ledger.errors import LedgerError, NotFound
 from server.console.sessions import Certificate, Pack, Session, SessionStore
-from service import oversight as usecases
 from service.caller import Caller
 from service.facade import Forbidden, MemoryService
-from service.models import ErasureRequestIn, RequestRejectIn
+from service.models import ErasureRequestIn, RequestRejectIn, SweepReport
+from service.oversight_cases import Revealed
 
 log = structlog.get_logger("ledger.console")
 
@@ -482,8 +482,8 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
     @c.page()
     async def request_page(request: Request, s: Session, caller: Caller) -> Response:
         rid = request.path_params["rid"]
-        detail = await c.backend.read(lambda svc: usecases.request_detail(svc, caller, rid))
-        routes = await c.backend.read(lambda svc: usecases.routes(svc, caller))
+        detail = await c.backend.read(lambda svc: svc.request_detail(caller, rid))
+        routes = await c.backend.read(lambda svc: svc.erasure_routes(caller))
         pid = request.query_params.get("pack")
         pack = s.packs.get(pid) if pid else None
         if pack is None and detail.batch is not None:  # the newest built in this session
@@ -560,7 +560,7 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
     async def build_pack(request: Request, s: Session, caller: Caller, form: FormData
                          ) -> Response:
         rid = request.path_params["rid"]
-        batch = await c.backend.read(lambda svc: usecases.batch_of_request(svc, caller, rid))
+        batch = await c.backend.read(lambda svc: svc.request_batch(caller, rid))
         out = await c.backend.write(lambda svc: svc.build_pack(caller, batch["batch_id"]))
         pid = s.keep_pack(Pack(out.batch_id, out.filename, out.content, out.verification))
         log.info("console.pack_built", batch_id=out.batch_id, ok=out.verification.get("ok"),
@@ -580,7 +580,7 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
     async def issue_certificate(request: Request, s: Session, caller: Caller,
                                 form: FormData) -> Response:
         rid = request.path_params["rid"]
-        batch = await c.backend.read(lambda svc: usecases.batch_of_request(svc, caller, rid))
+        batch = await c.backend.read(lambda svc: svc.request_batch(caller, rid))
         out = await c.backend.write(lambda svc: svc.certificate(caller, batch["batch_id"]))
         name = f"certificate-of-erasure-{out.batch_id}"
         files = {"pdf": (f"{name}.pdf", "application/pdf", out.pdf),
@@ -610,7 +610,7 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
 
     # -------------------------------------------------------------- review queue
     async def _review(request: Request, s: Session, caller: Caller,
-                      revealed: usecases.Revealed | None = None) -> Response:
+                      revealed: Revealed | None = None) -> Response:
         flags = await c.backend.read(lambda svc: svc.list_flags(caller))
         refs = await c.backend.read(lambda svc: {
             f.subject_id: _ref(svc, caller, f.subject_id) for f in flags if f.subject_id})
@@ -628,7 +628,7 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
     async def reveal(request: Request, s: Session, caller: Caller, form: FormData
                      ) -> Response:
         atom = request.path_params["atom"]
-        shown = await c.backend.write(lambda svc: usecases.reveal(svc, caller, atom))
+        shown = await c.backend.write(lambda svc: svc.reveal_flagged(caller, atom))
         log.info("console.revealed", atom_id=atom, event_id=shown.event_id,
                  credential_id=caller.credential_id)
         return c.redirect(request, "/review", shown=s.keep_reveal(shown))
@@ -639,12 +639,12 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
         atom = request.path_params["atom"]
         action = _field(form, "action") or ""
         text = _field(form, "text")
-        out = await c.backend.write(lambda svc: usecases.resolve(svc, caller, atom, action,
-                                                                 text))
+        out = await c.backend.write(lambda svc: svc.resolve_review(caller, atom, action,
+                                                                   text=text))
         log.info("console.flag_resolved", atom_id=atom, action=action,
                  credential_id=caller.credential_id)
         s.flash.append(f"Flag on {atom} resolved ({action}); "
-                       f"{len(out['event_ids'])} signed events.")
+                       f"{len(out.report.get('event_ids', []))} signed events.")
         return c.redirect(request, "/review")
 
     # -------------------------------------------------------------- audit
@@ -685,15 +685,15 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
             c.last_verified = fresh
             log.info("console.verified", ok=v.ok, events=v.events,
                      credential_id=caller.credential_id)
-        data = await c.backend.read(lambda svc: usecases.integrity(svc, caller))
+        data = await c.backend.read(lambda svc: svc.integrity(caller))
         return c.render(request, "integrity.html", session=s, caller=caller,
                         title="Integrity", nav="integrity", data=data,
                         last=c.last_verified, fresh=fresh)
 
     # -------------------------------------------------------------- policy
     async def _policy(request: Request, s: Session, caller: Caller,
-                      swept: dict[str, Any] | None = None) -> Response:
-        data = await c.backend.read(lambda svc: usecases.policy_view(svc, caller))
+                      swept: SweepReport | None = None) -> Response:
+        data = await c.backend.read(lambda svc: svc.policy_view(caller))
         doc = data["in_force"]
         return c.render(request, "policy.html", session=s, caller=caller, title="Policy",
                         nav="policy", data=data,
@@ -710,8 +710,8 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
         mode = _field(form, "mode")
         if mode not in ("dry-run", "run"):
             raise Refused(400, "choose a dry run or a run; nothing was written")
-        out = await c.backend.write(lambda svc: usecases.sweep(svc, caller, mode == "dry-run"))
-        log.info("console.sweep", status=out["status"], dry_run=mode == "dry-run",
+        out = await c.backend.write(lambda svc: svc.sweep(caller, dry_run=mode == "dry-run"))
+        log.info("console.sweep", status=out.status, dry_run=mode == "dry-run",
                  credential_id=caller.credential_id)
         return await _policy(request, s, caller, swept=out)
 
