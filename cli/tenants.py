@@ -149,10 +149,13 @@ def tenants_offboard(
                                  hint="pass --yes to run without asking")
         done = fleet.offboard(name, reason, out_dir)
     out(done, as_json, done["pack"] or "")
+    from ledger.text import plural
+
     t = done["targets"]
-    verdict(f"OK: tenant {name} offboarded: {t['atoms']} atoms, {t['artifacts']} artifacts, "
-            f"{t['subjects']} subjects erased, {len(done['kek_epochs_destroyed'])} KEK "
-            f"epochs destroyed, {len(done['tokens_revoked'])} tokens revoked; "
+    verdict(f"OK: tenant {name} offboarded: {plural(t['atoms'], 'atoms')}, "
+            f"{plural(t['artifacts'], 'artifacts')}, {plural(t['subjects'], 'subjects')} "
+            f"erased, {plural(len(done['kek_epochs_destroyed']), 'KEK epochs')} destroyed, "
+            f"{plural(len(done['tokens_revoked']), 'tokens')} revoked; "
             + (f"Evidence Pack {done['pack']} (verified)" if done["pack"]
                else "nothing to erase, so no Evidence Pack"))
 
