@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec
 from uuid import UUID
 
-import sqlalchemy as sa
 import structlog
 
 from governance import partial as part
@@ -60,8 +59,9 @@ from ledger.errors import (
 )
 from ledger.progress import Steps, report
 from ledger.tracing import traced
+from projections.atoms import GONE, AtomReads
 from projections.memory import index_text
-from projections.routes import Reach, StoreUnavailable
+from projections.routes import Reach, StoreUnavailable, unreachable
 from projections.service import Projections
 from projections.store import FREE_PAGE, content_digest, content_needles
 
@@ -73,7 +73,6 @@ log = structlog.get_logger("governance")
 
 DEFAULT_ACK_HOURS = 24.0  # Persona Schema §7 rightToBeForgottenSla defaults
 DEFAULT_COMPLETION_HOURS = 720.0
-GONE = ("hard-redacted", "deleted")
 MIN_PROBE_CHARS = 8
 
 
@@ -121,7 +120,7 @@ def check_operator(app: LedgerApp, operator: str) -> None:
 
 
 # ----------------------------------------------------------------------------- content
-def _content_of(proj: Projections, conn: Any, t: Targets
+def _content_of(reads: AtomReads, t: Targets
                 ) -> tuple[dict[str, list[str]], dict[str, str], dict[str, set[str]]]:
     """Plaintext of every target, for probes only. Never logged, never stored.
 
@@ -134,8 +133,8 @@ def _content_of(proj: Projections, conn: Any, t: Targets
     """
     out: dict[str, list[str]] = {}
     indexed: dict[str, str] = {}
-    kept = _successor_texts(proj, conn, t.atoms)
-    for row in proj.atoms.atoms_by_id(conn, t.atoms):
+    kept = _successor_texts(reads, t.atoms)
+    for row in reads.atoms_by_id(t.atoms):
         texts = [row.get("text"), row.get("gist"),
                  *(d.get("content") for d in (row.get("details") or []))]
         # what a correction copied into the live successor is the successor's own
@@ -145,18 +144,16 @@ def _content_of(proj: Projections, conn: Any, t: Targets
         if row.get("text") is not None:
             indexed[row["atom_id"]] = index_text(row.get("text"), row.get("gist"),
                                                  row.get("tags"), row.get("details"))
-    art, ac = proj.atoms.artifacts, proj.atoms.artifact_content
     if t.artifacts:
-        for r in conn.execute(sa.select(ac).where(ac.c.artifact_id.in_(t.artifacts))):
+        for r in reads.artifact_texts(t.artifacts):
             out[str(r.artifact_id)] = [x for x in (r.title, r.body, r.media_url) if x]
-    assert art is not None
     out = {k: [x for x in v if x and len(x) >= MIN_PROBE_CHARS] for k, v in out.items()}
     # a value another live memory holds too, word for word (a duplicate memory, the same
     # chat captured twice), is that memory's own content: it stays, and is not looked
     # for; the record counts such values (``reach.held_by_others``), never names them
     targets = {*t.atoms, *t.artifacts, *t.subjects, *t.records}
     digest_of = {x: content_digest(x) for v in out.values() for x in v}
-    holders = proj.atoms.items_with_digests(conn, "text", sorted(set(digest_of.values())))
+    holders = reads.items_with_digests("text", sorted(set(digest_of.values())))
     shared = {d: held - targets for d, held in holders.items() if held - targets}
     return ({k: [x for x in v if digest_of[x] not in shared] for k, v in out.items()},
             indexed, shared)
@@ -178,20 +175,17 @@ def held_inside_others(proj: Projections, targets: set[str],
     values: set[str] = set()
     atoms: set[str] = set()
     artifacts: set[str] = set()
-    ac = proj.atoms.artifact_content
-    with proj.store.engine.connect() as conn:
+    phrases = proj.keyword.phrase_holders([v for texts in content.values() for v in texts])
+    with proj.atoms.reading() as reads:
         for texts in content.values():
             for v in texts:
                 low = v.lower()
-                cands = sorted(set(proj.keyword.route.phrase_holders(conn, v)) - targets)
-                held = {str(r["atom_id"]) for r in proj.atoms.atoms_by_id(conn, cands)
+                cands = sorted(set(phrases[v]) - targets)
+                held = {str(r["atom_id"]) for r in reads.atoms_by_id(cands)
                         if any(isinstance(w, str) and low in w.lower() for w in (
                             r.get("text"), r.get("gist"),
                             *(d.get("content") for d in (r.get("details") or []))))}
-                arts = {str(a) for (a,) in conn.execute(sa.select(ac.c.artifact_id).where(
-                    sa.or_(sa.func.lower(ac.c.body).contains(low, autoescape=True),
-                           sa.func.lower(ac.c.title).contains(low, autoescape=True))))
-                    } - targets
+                arts = reads.artifacts_containing(low) - targets
                 if held or arts:
                     values.add(v)
                     atoms |= held
@@ -199,7 +193,7 @@ def held_inside_others(proj: Projections, targets: set[str],
     return values, sorted(atoms), sorted(artifacts)
 
 
-def held_by_others(proj: Projections, conn: Any, shared: Mapping[str, set[str]]
+def held_by_others(reads: AtomReads, shared: Mapping[str, set[str]]
                    ) -> tuple[dict[str, int], list[str], list[str]]:
     """What :func:`_content_of` found other live memories hold word for word (``shared``:
     a value's digest -> the memories outside the erasure holding it): the counts for the
@@ -208,28 +202,25 @@ def held_by_others(proj: Projections, conn: Any, shared: Mapping[str, set[str]]
     if not shared:
         return {}, [], []
     others = sorted({h for held in shared.values() for h in held})
-    atoms = sorted(str(r["atom_id"]) for r in proj.atoms.atoms_by_id(conn, others))
-    art = proj.atoms.artifacts
-    artifacts = sorted(str(a) for (a,) in conn.execute(
-        sa.select(art.c.artifact_id).where(art.c.artifact_id.in_(others))))
+    atoms = sorted(str(r["atom_id"]) for r in reads.atoms_by_id(others))
+    artifacts = sorted(reads.artifacts_among(others))
     return {"values": len(shared), "items": len(others)}, atoms, artifacts
 
 
-def successors(proj: Projections, conn: Any, atom_ids: Sequence[str]) -> dict[str, list[str]]:
+def successors(reads: AtomReads, atom_ids: Sequence[str]) -> dict[str, list[str]]:
     """Target atom -> the atoms that supersede it, directly or down the chain, that are
     not targets and not erased: the corrections that live on. Follows ``superseded_by``
     (primary-key reads, only for atoms that were corrected)."""
     targets = set(atom_ids)
     out: dict[str, list[str]] = {}
-    origin = {r["atom_id"]: r["atom_id"] for r in proj.atoms.atoms_by_id(conn, list(atom_ids))
+    origin = {r["atom_id"]: r["atom_id"] for r in reads.atoms_by_id(list(atom_ids))
               if r.get("superseded_by")}
-    nxt = {r["atom_id"]: str(r["superseded_by"])
-           for r in proj.atoms.atoms_by_id(conn, sorted(origin))}
+    nxt = {r["atom_id"]: str(r["superseded_by"]) for r in reads.atoms_by_id(sorted(origin))}
     seen = set(origin)
     while nxt:
         ids = sorted({v for v in nxt.values() if v not in seen})
         seen.update(ids)
-        by_id = {r["atom_id"]: r for r in proj.atoms.atoms_by_id(conn, ids)}
+        by_id = {r["atom_id"]: r for r in reads.atoms_by_id(ids)}
         following: dict[str, str] = {}
         for prev, sid in nxt.items():
             row = by_id.get(sid)
@@ -245,11 +236,11 @@ def successors(proj: Projections, conn: Any, atom_ids: Sequence[str]) -> dict[st
     return out
 
 
-def _successor_texts(proj: Projections, conn: Any, atom_ids: Sequence[str]) -> list[str]:
+def _successor_texts(reads: AtomReads, atom_ids: Sequence[str]) -> list[str]:
     """The free text (lower case) of the live successors of these atoms."""
-    ids = sorted({s for v in successors(proj, conn, atom_ids).values() for s in v})
+    ids = sorted({s for v in successors(reads, atom_ids).values() for s in v})
     texts = []
-    for row in proj.atoms.atoms_by_id(conn, ids):
+    for row in reads.atoms_by_id(ids):
         texts += [x.lower() for x in (row.get("text"), row.get("gist"),
                                       *(d.get("content") for d in (row.get("details") or [])))
                   if isinstance(x, str)]
@@ -396,10 +387,10 @@ def hard_erase(app: LedgerApp, proj: Projections, targets: Targets, *, mode: str
     if notes is None:  # taken before any key is destroyed (ADR 0019)
         if part.ATOMS_MODEL in down:
             raise _unreachable_before(down)
-        with proj.store.engine.connect() as conn:
-            content, indexed, shared = _content_of(proj, conn, targets)
-            kept = successors(proj, conn, targets.atoms)
-            others, same_atoms, same_artifacts = held_by_others(proj, conn, shared)
+        with proj.atoms.reading() as reads:
+            content, indexed, shared = _content_of(reads, targets)
+            kept = successors(reads, targets.atoms)
+            others, same_atoms, same_artifacts = held_by_others(reads, shared)
         referring = dict(referring) if isinstance(referring, Mapping) \
             else {r: "refers to memory" for r in referring}
         for other in same_atoms:  # flagged for review, never erased (ADR 0041)
@@ -660,17 +651,7 @@ def _unavailable(e: BaseException) -> bool:
     """Whether ``e`` says a store could not be reached (so a retry may succeed and a
     failing route is recorded as not checked), rather than a defect that must fail the
     erasure loudly. A blocked checkpoint is neither: it has its own stop (ADR 0019)."""
-    from sqlalchemy import exc as sa_exc
-
-    if isinstance(e, CheckpointBlocked | KeystoreBlocked):
-        return False
-    if isinstance(e, StoreUnavailable | ConnectionError | TimeoutError |
-                  sa_exc.DisconnectionError):
-        return True
-    if isinstance(e, sa_exc.OperationalError | sa_exc.InterfaceError):
-        text = str(getattr(e, "orig", e)).lower()
-        return "no such" not in text and "syntax error" not in text
-    return False
+    return not isinstance(e, CheckpointBlocked | KeystoreBlocked) and unreachable(e)
 
 
 def _retrying(step: Callable[[], Any]) -> tuple[int, BaseException | None]:
@@ -842,9 +823,8 @@ def _purge(proj: Projections, items: list[str], timer: _Timer,
     unreachable = {r.name: {**gone[r.model], "route": r.name} for r in every
                    if r.model in gone}
     routes = [r for r in every if r.name not in unreachable]
-    try:
-        with proj.store.engine.begin() as conn:  # explicit purge of every route, in batches
-            proj.registry.purge_many(conn, items, routes)
+    try:  # explicit purge of every route, in batches
+        proj.registry.purge_committed(proj.store, items, routes)
     except Exception as e:
         if not _unavailable(e):
             raise
@@ -873,8 +853,7 @@ def _purge(proj: Projections, items: list[str], timer: _Timer,
 
 
 def _purge_route(proj: Projections, items: list[str], route: Any) -> None:
-    with proj.store.engine.begin() as conn:
-        proj.registry.purge_many(conn, items, [route])
+    proj.registry.purge_committed(proj.store, items, [route])
 
 
 @traced("erasure.reach_probes", lambda out, proj, routes, items, *a, **k: {
@@ -1096,26 +1075,17 @@ def _atom_fields(row: Any) -> list[tuple[str, str | None]]:
     return out
 
 
-def _identifier_matches(conn: Any, store: Any, idents: Sequence[Identifier]
+def _identifier_matches(reads: AtomReads, idents: Sequence[Identifier]
                         ) -> tuple[list[tuple[str, str, Match]], list[tuple[str, str, Match]]]:
     """(atom id, subject id, match) and (artifact id, subject id, match) for every live
     memory an identifier matches. Reads every content row (normalisation and word
     boundaries are not SQL), streamed."""
-    a, ac = store.atoms, store.atom_content
     atoms: list[tuple[str, str, Match]] = []
-    stmt = (sa.select(ac.c.atom_id, a.c.subject_id, ac.c.text, ac.c.gist, ac.c.tags,
-                      ac.c.details)
-            .select_from(ac.join(a, a.c.atom_id == ac.c.atom_id))
-            .where(a.c.status.notin_(GONE)))
-    for row in conn.execution_options(stream_results=True, yield_per=2000).execute(stmt):
+    for row in reads.live_atom_contents():
         for m in first_matches(idents, _atom_fields(row)):
             atoms.append((str(row.atom_id), str(row.subject_id), m))
-    t, c = store.artifacts, store.artifact_content
     arts: list[tuple[str, str, Match]] = []
-    stmt = (sa.select(c.c.artifact_id, t.c.subject_id, c.c.title, c.c.body)
-            .select_from(c.join(t, t.c.artifact_id == c.c.artifact_id))
-            .where(t.c.content_erased.is_(False)))
-    for row in conn.execution_options(stream_results=True, yield_per=2000).execute(stmt):
+    for row in reads.live_artifact_contents():
         for m in first_matches(idents, [("title", row.title), ("body", row.body)]):
             arts.append((str(row.artifact_id), str(row.subject_id), m))
     return atoms, arts
@@ -1145,13 +1115,11 @@ def plan_user_erasure(app: LedgerApp, proj: Projections, subject: str,
         proj.catch_up()
     plan = ErasurePlan(sid, Targets())
     t = plan.targets
-    store = proj.atoms
-    a = store.atoms
-    with proj.store.engine.connect() as conn:
-        own = store.atoms_where(conn, a.c.subject_id == sid)
+    with proj.atoms.reading() as reads:
+        own = reads.atoms_of_subject(sid)
         in_session: dict[str, list[dict[str, Any]]] = {}
         if sessions:
-            for row in store.atoms_where(conn, a.c.session_id.in_(list(sessions))):
+            for row in reads.atoms_in_sessions(sessions):
                 in_session.setdefault(row["session_id"], []).append(row)
         for s in dict.fromkeys(sessions):
             rows = in_session.get(s, [])
@@ -1172,32 +1140,31 @@ def plan_user_erasure(app: LedgerApp, proj: Projections, subject: str,
             t.atoms.append(row["atom_id"])
             t.why[row["atom_id"]] = "subject"
             target_rows.append(row)
-        for art in store.artifacts_of(conn, sid):
+        for art in reads.artifacts_of(sid):
             if not art.get("content_erased"):
                 t.artifacts.append(str(art["artifact_id"]))
-        subj = store.subject(conn, sid)
+        subj = reads.subject(sid)
         if subj is not None and not subj.get("content_erased"):
             t.subjects.append(sid)
         t.records = _records_of(app, sid)
         target_set = set(t.atoms)
         if idents:
-            atom_hits, art_hits = _identifier_matches(conn, store, idents)
+            atom_hits, art_hits = _identifier_matches(reads, idents)
         else:
             atom_hits, art_hits = [], []
         # Memories of others that may refer to the erased ones: shared tags or session.
         tags = {tag for row in target_rows for tag in (row.get("tags") or [])}
         sess = sorted({row["session_id"] for row in target_rows if row.get("session_id")}
                       | set(sessions))
-        holders = store.items_with_digests(conn, "tag", [content_digest(x) for x in tags])
+        holders = reads.items_with_digests("tag", [content_digest(x) for x in tags])
         candidates = {i for ids in holders.values() for i in ids} - target_set
-        by_tag = store.atoms_by_id(conn, sorted(candidates))
-        by_session = store.atoms_where(conn, sa.and_(
-            a.c.session_id.in_(sess), a.c.subject_id != sid)) if sess else []
+        by_tag = reads.atoms_by_id(sorted(candidates))
+        by_session = reads.atoms_in_sessions(sess, not_of=sid) if sess else []
         # values other live memories hold word for word are theirs (ADR 0041): the erasure
         # keeps them and flags their holders; listed here, so the plan approved names them
-        _, _, shared = _content_of(proj, conn, t)
-        _, same_atoms, same_artifacts = held_by_others(proj, conn, shared)
-        by_words = store.atoms_by_id(conn, same_atoms)
+        _, _, shared = _content_of(reads, t)
+        _, same_atoms, same_artifacts = held_by_others(reads, shared)
+        by_words = reads.atoms_by_id(same_atoms)
     for atom_id, owner, m in atom_hits:
         if owner != sid and atom_id not in plan.flags:
             plan.flags[atom_id] = "identifier"
@@ -1228,9 +1195,9 @@ def plan_user_erasure(app: LedgerApp, proj: Projections, subject: str,
                              "the request will end partial until the hold is lifted")
     owners = {sid, *plan.flag_owners.values(), *(o for _, o, _ in atom_hits),
               *(o for _, o, _ in art_hits)}
-    with proj.store.engine.connect() as conn:
+    with proj.atoms.reading() as reads:
         for owner in sorted(owners):
-            found = store.subject(conn, owner)
+            found = reads.subject(owner)
             if found is not None:
                 plan.subject_refs[owner] = found["ref"]
     for ident in idents:
@@ -1468,8 +1435,8 @@ def delete_artifact(app: LedgerApp, proj: Projections, artifact: str, *, reason:
     """Delete an artifact; re-evaluate every atom whose provenance cites it (Konshus)."""
     aid = str(app.resolve("artifact", artifact))
     proj.catch_up()
-    with proj.store.engine.connect() as conn:
-        rows = [r for r in proj.atoms.list_atoms(conn)
+    with proj.atoms.reading() as reads:
+        rows = [r for r in reads.all_atoms()
                 if aid in (r.get("artifact_ids") or []) and r["status"] not in GONE]
     gone: set[str] = set()
     deleted_atoms: list[str] = []

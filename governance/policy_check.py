@@ -26,9 +26,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
-from governance.sweep import GONE, LIVE, plan_sweep
+from governance.sweep import LIVE, plan_sweep
 from ledger import clock, policy_rules
 from projections.service import Projections
 
@@ -90,63 +88,43 @@ def _coherence(doc: Mapping[str, Any], event_id: str) -> list[dict[str, Any]]:
 
 
 def _consent(proj: Projections) -> list[dict[str, Any]]:
-    a = proj.atoms.atoms
-    needs = list(policy_rules.CONSENT_BASES_BY_CLASS)
-    cond = sa.and_(a.c.status.in_(LIVE), a.c.content_erased.is_(False), sa.or_(
-        a.c.privacy_class.in_(needs),
-        sa.and_(a.c.privacy_class.is_(None),
-                a.c.sensitivity.in_(policy_rules.SENSITIVE_SENSITIVITIES))))
     out = []
-    with proj.store.engine.connect() as conn:
-        for r in conn.execute(sa.select(a.c.atom_id, a.c.privacy_class, a.c.consent_basis,
-                                        a.c.sensitivity, a.c.extensions).where(cond)
-                              .order_by(a.c.created_at, a.c.atom_id)):
-            ext = json.loads(r.extensions) if r.extensions else None
-            if policy_rules.is_placeholder(ext):
-                continue
-            problem = policy_rules.consent_problem(r.privacy_class, r.consent_basis,
-                                                   r.sensitivity)
-            if problem is not None:
-                out.append(_warning("consent-basis", str(r.atom_id), f"atom {problem[0]}",
-                                    f"{problem[1]}: correct it with `ledger atom correct`, "
-                                    "or redact it"))
+    with proj.atoms.reading() as reads:
+        rows = reads.consent_candidates(LIVE, list(policy_rules.CONSENT_BASES_BY_CLASS),
+                                        list(policy_rules.SENSITIVE_SENSITIVITIES))
+    for r in rows:
+        ext = json.loads(r.extensions) if r.extensions else None
+        if policy_rules.is_placeholder(ext):
+            continue
+        problem = policy_rules.consent_problem(r.privacy_class, r.consent_basis,
+                                               r.sensitivity)
+        if problem is not None:
+            out.append(_warning("consent-basis", str(r.atom_id), f"atom {problem[0]}",
+                                f"{problem[1]}: correct it with `ledger atom correct`, "
+                                "or redact it"))
     return out
 
 
 def _max_atoms(proj: Projections, limit: int) -> list[dict[str, Any]]:
-    a = proj.atoms.atoms
-    n = sa.func.count().label("n")
-    stmt = (sa.select(a.c.subject_id, n)
-            .where(a.c.status == "active", a.c.content_erased.is_(False))
-            .group_by(a.c.subject_id).having(sa.func.count() > limit)
-            .order_by(a.c.subject_id))
-    with proj.store.engine.connect() as conn:
-        return [_warning("max-atoms", str(r.subject_id),
-                         f"subject has {r.n} active atoms; the policy's maxAtoms is {limit}",
-                         f"archive {r.n - limit} of its lowest-salience atoms (`ledger redact "
-                         "ATOM --mode archive`); new writes archive the excess themselves")
-                for r in conn.execute(stmt)]
+    with proj.atoms.reading() as reads:
+        over = reads.subjects_over(limit)
+    return [_warning("max-atoms", str(r.subject_id),
+                     f"subject has {r.n} active atoms; the policy's maxAtoms is {limit}",
+                     f"archive {r.n - limit} of its lowest-salience atoms (`ledger redact "
+                     "ATOM --mode archive`); new writes archive the excess themselves")
+            for r in over]
 
 
 def _orphans(proj: Projections) -> list[dict[str, Any]]:
-    a, c = proj.atoms.atoms, proj.atoms.atom_content
-    art = proj.atoms.artifacts
-    with proj.store.engine.connect() as conn:
-        gone_rows = conn.execute(sa.select(a.c.atom_id, a.c.ref).where(a.c.status.in_(GONE)))
+    with proj.atoms.reading() as reads:
         gone: dict[str, str] = {}
-        for g in gone_rows:
+        for g in reads.erased_atom_refs():
             gone[str(g.atom_id)] = str(g.atom_id)
             if g.ref and _ID_LIKE.search(str(g.ref)):
                 gone[str(g.ref)] = str(g.atom_id)
-        known = {str(r[0]) for r in conn.execute(sa.select(a.c.atom_id))}
-        arts = {str(r.artifact_id): str(r.status)
-                for r in conn.execute(sa.select(art.c.artifact_id, art.c.status))}
-        live = conn.execute(
-            sa.select(a.c.atom_id, a.c.supersedes, a.c.artifact_ids, a.c.flags, c.c.text,
-                      c.c.gist, c.c.details, c.c.tags)
-            .select_from(a.outerjoin(c, a.c.atom_id == c.c.atom_id))
-            .where(a.c.status.in_(LIVE), a.c.content_erased.is_(False))
-            .order_by(a.c.created_at, a.c.atom_id)).all()
+        known = reads.atom_ids()
+        arts = reads.artifact_statuses()
+        live = reads.references_of_live(LIVE)
     out = []
     for r in live:
         aid = str(r.atom_id)

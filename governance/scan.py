@@ -86,9 +86,9 @@ class TreeScan:
                  engine: str | None = None) -> None:
         self.folder = folder
         self.wanted = tuple(sorted({n for n in needles if n}))
-        self.engine = engine or ENGINES[0]
+        self.byte_engine = engine or ENGINES[0]
         self.procs = workers if workers is not None else (os.cpu_count() or 1)
-        self.matcher = ByteMatcher(self.wanted, self.engine) if self.wanted else None
+        self.matcher = ByteMatcher(self.wanted, self.byte_engine) if self.wanted else None
         self._seen: dict[Path, tuple[int, int, int]] = {}
         self._futures: dict[Path, list[tuple[tuple[str, int, int], Future[list[int]]]]] = {}
         self._pending: list[tuple[tuple[str, int, int], Future[list[int]]]] = []
@@ -158,7 +158,7 @@ class TreeScan:
         self._early = sum(ident[0] for ident in self._seen.values())
         files = [p for p in sorted(self.folder.rglob("*")) if p.is_file()]
         if self.matcher is None:
-            return {"files": len(files), "bytes": 0, "needles": 0, "engine": self.engine,
+            return {"files": len(files), "bytes": 0, "needles": 0, "engine": self.byte_engine,
                     "hits": [], "offsets": {}, "early_bytes": 0, "rescanned_bytes": 0,
                     "patched_bytes": 0}
         now = {p: file_identity(p) for p in files}
@@ -200,7 +200,7 @@ class TreeScan:
                     kept = offsets.setdefault(rel, [])
                     kept.extend(starts[:MAX_OFFSETS - len(kept)])
         return {"files": len(files), "bytes": total, "needles": len(self.wanted),
-                "engine": self.engine,
+                "engine": self.byte_engine,
                 "hits": [{"file": f, "count": n} for f, n in sorted(per_file.items())],
                 "offsets": offsets, "early_bytes": self._early, "rescanned_bytes": rescanned,
                 "patched_bytes": patched}

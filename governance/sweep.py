@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
 import structlog
 
 from governance.erasure import Targets, check_operator, hard_erase
@@ -54,7 +53,7 @@ from ledger.inputs import PRIVACY_CLASSES
 from ledger.progress import Steps
 from ledger.progress import report as tell
 from projections import decay
-from projections.atoms import decay_state
+from projections.atoms import AtomReads, decay_state
 from projections.memory import parse_time
 from projections.service import Projections
 
@@ -70,7 +69,6 @@ ARCHIVE_CLASSES = ("non-pii", "aggregate")
 LIVE = ("active", "soft-redacted", "archived", "expired", "superseded")
 """Statuses of an atom whose record and content the ledger still holds."""
 ARCHIVABLE = ("active", "soft-redacted")
-GONE = ("hard-redacted", "deleted")
 _DAY = timedelta(days=1)
 
 
@@ -155,13 +153,6 @@ def _instant(t: datetime) -> str:
     return clock.format_instant(t)
 
 
-def ensure_indexes(proj: Projections) -> None:
-    """Create the sweep's indexes on an atom store made before they existed."""
-    with proj.store.engine.begin() as conn:
-        for index in proj.atoms.atoms.indexes:
-            index.create(conn, checkfirst=True)
-
-
 def plan_sweep(proj: Projections, policy: Mapping[str, Any], now: datetime) -> SweepPlan:
     """What is due at ``now`` under ``policy`` (as ``LedgerApp.policy()`` gives it).
 
@@ -171,70 +162,72 @@ def plan_sweep(proj: Projections, policy: Mapping[str, Any], now: datetime) -> S
     plan = SweepPlan(now=_instant(now), policy_event_id=policy.get("event_id"))
     if not doc:
         return plan
-    a = proj.atoms.atoms
-    taken: set[str] = set()
-    with proj.store.engine.connect() as conn:
-        # 1. Retention, one indexed range per class: privacy_class = C, status IN (...),
-        #    created_at <= now - N days.
-        for cls in [*PRIVACY_CLASSES, None]:
-            days = retention_days(doc, cls)
-            if days is None:
-                continue
-            archive = cls in ARCHIVE_CLASSES
-            cutoff = _instant(now - days * _DAY)
-            cond = sa.and_(a.c.privacy_class.is_(None) if cls is None
-                           else a.c.privacy_class == cls,
-                           a.c.status.in_(ARCHIVABLE if archive else LIVE),
-                           a.c.created_at <= cutoff)
-            rows = conn.execute(sa.select(a.c.atom_id, a.c.created_at).where(cond)
-                                .order_by(a.c.created_at, a.c.atom_id))
-            label = cls or "unclassified"
-            for r in rows:
-                due_at = _instant(parse_time(r.created_at) + days * _DAY)
-                reason = (f"memoryPolicy retention: {label} atoms are kept {days} days "
-                          f"(policy event {plan.policy_event_id})")
-                (plan.archive if archive else plan.erase).append(
-                    Due(str(r.atom_id), cls, "archive" if archive else "erase", "retention",
-                        due_at, reason))
-                taken.add(str(r.atom_id))
-        # 2. Decay: salience below the profile's minimumSalience. fades_at (indexed) is when
-        #    salience drops below the retrieval threshold 0.15; below minimumSalience comes
-        #    later for every profile whose minimumSalience <= 0.15, so it is a sound
-        #    pre-filter; the exact test runs on the few rows it returns.
-        cond = sa.and_(a.c.status == "active", a.c.fades_at.is_not(None),
-                       a.c.fades_at <= plan.now, a.c.content_erased.is_(False))
-        for r in conn.execute(sa.select(a).where(cond).order_by(a.c.fades_at, a.c.atom_id)):
-            row = dict(r._mapping)
-            if row["atom_id"] in taken:
-                continue
-            state = decay_state(row)
-            now_salience = state.salience(now)
-            if state.profile.decays and decay.is_archivable(now_salience, state.profile):
-                reason = (f"decay: salience {now_salience:.4f} below minimumSalience "
-                          f"{state.profile.minimum_salience:g} (Persona Schema §3; profile "
-                          f"from {row.get('profile_source') or 'atom'})")
-                plan.archive.append(Due(
-                    str(row["atom_id"]), row["privacy_class"], "archive", "decay",
-                    str(row["fades_at"]), reason))
-                plan.decayed[str(row["atom_id"])] = {
-                    "salience": round(now_salience, 6),
-                    "minimum_salience": state.profile.minimum_salience,
-                    "computed_at": plan.now, "reason": reason}
-        # 3. Tombstone records past tombstoneRetentionDays.
-        sla = doc.get("rightToBeForgottenSla")
-        keep = sla.get("tombstoneRetentionDays") if isinstance(sla, Mapping) else None
-        if keep is not None:
-            cutoff = _instant(now - int(keep) * _DAY)
-            cond = sa.and_(a.c.status.in_(GONE), a.c.redacted_at.is_not(None),
-                           a.c.redacted_at <= cutoff, a.c.content_erased.is_(True))
-            for t in conn.execute(sa.select(a.c.atom_id, a.c.privacy_class, a.c.redacted_at)
-                                  .where(cond).order_by(a.c.redacted_at, a.c.atom_id)):
-                plan.drop.append(Due(
-                    str(t.atom_id), t.privacy_class, "drop-tombstone-record",
-                    "tombstone-retention",
-                    _instant(parse_time(t.redacted_at) + int(keep) * _DAY),
-                    f"rightToBeForgottenSla.tombstoneRetentionDays {int(keep)}"))
+    with proj.atoms.reading() as reads:
+        taken = _retention_due(reads, doc, now, plan)
+        _decay_due(reads, now, plan, taken)
+        _tombstone_records_due(reads, doc, now, plan)
     return plan
+
+
+def _retention_due(reads: AtomReads, doc: Mapping[str, Any], now: datetime,
+                   plan: SweepPlan) -> set[str]:
+    """1. Retention, one indexed range per class: privacy_class = C, status IN (...),
+    created_at <= now - N days. Returns the atoms it made due."""
+    taken: set[str] = set()
+    for cls in [*PRIVACY_CLASSES, None]:
+        days = retention_days(doc, cls)
+        if days is None:
+            continue
+        archive = cls in ARCHIVE_CLASSES
+        label = cls or "unclassified"
+        for r in reads.retention_due(cls, ARCHIVABLE if archive else LIVE,
+                                     _instant(now - days * _DAY)):
+            due_at = _instant(parse_time(r.created_at) + days * _DAY)
+            reason = (f"memoryPolicy retention: {label} atoms are kept {days} days "
+                      f"(policy event {plan.policy_event_id})")
+            (plan.archive if archive else plan.erase).append(
+                Due(str(r.atom_id), cls, "archive" if archive else "erase", "retention",
+                    due_at, reason))
+            taken.add(str(r.atom_id))
+    return taken
+
+
+def _decay_due(reads: AtomReads, now: datetime, plan: SweepPlan, taken: set[str]) -> None:
+    """2. Decay: salience below the profile's minimumSalience. fades_at (indexed) is when
+    salience drops below the retrieval threshold 0.15; below minimumSalience comes later
+    for every profile whose minimumSalience <= 0.15, so it is a sound pre-filter; the
+    exact test runs on the few rows it returns."""
+    for row in reads.atoms_fading_by(plan.now):
+        if row["atom_id"] in taken:
+            continue
+        state = decay_state(row)
+        now_salience = state.salience(now)
+        if state.profile.decays and decay.is_archivable(now_salience, state.profile):
+            reason = (f"decay: salience {now_salience:.4f} below minimumSalience "
+                      f"{state.profile.minimum_salience:g} (Persona Schema §3; profile "
+                      f"from {row.get('profile_source') or 'atom'})")
+            plan.archive.append(Due(
+                str(row["atom_id"]), row["privacy_class"], "archive", "decay",
+                str(row["fades_at"]), reason))
+            plan.decayed[str(row["atom_id"])] = {
+                "salience": round(now_salience, 6),
+                "minimum_salience": state.profile.minimum_salience,
+                "computed_at": plan.now, "reason": reason}
+
+
+def _tombstone_records_due(reads: AtomReads, doc: Mapping[str, Any], now: datetime,
+                           plan: SweepPlan) -> None:
+    """3. Tombstone records past tombstoneRetentionDays."""
+    sla = doc.get("rightToBeForgottenSla")
+    keep = sla.get("tombstoneRetentionDays") if isinstance(sla, Mapping) else None
+    if keep is None:
+        return
+    for t in reads.tombstone_records_by(_instant(now - int(keep) * _DAY)):
+        plan.drop.append(Due(
+            str(t.atom_id), t.privacy_class, "drop-tombstone-record",
+            "tombstone-retention",
+            _instant(parse_time(t.redacted_at) + int(keep) * _DAY),
+            f"rightToBeForgottenSla.tombstoneRetentionDays {int(keep)}"))
 
 
 # ----------------------------------------------------------------------------- the command
@@ -243,19 +236,6 @@ def sweep_lock(app: LedgerApp) -> contextlib.AbstractContextManager[None]:
     return locks.held(app.config, "sweep", busy=ConflictError(
         "another `ledger sweep` is running on this ledger",
         hint="let it finish; sweeps are idempotent, run it again later"))
-
-
-def _drop_tombstone_records(proj: Projections, ids: list[str]) -> int:
-    a = proj.atoms.atoms
-    dropped = 0
-    with proj.store.engine.begin() as conn:
-        for start in range(0, len(ids), 500):
-            chunk = ids[start:start + 500]
-            # Re-check in the statement: only content-free tombstone rows are dropped.
-            dropped += conn.execute(sa.delete(a).where(
-                a.c.atom_id.in_(chunk), a.c.status.in_(GONE),
-                a.c.content_erased.is_(True))).rowcount or 0
-    return dropped
 
 
 def sweep(app: LedgerApp, proj: Projections, *, operator: str = "operator", dry_run: bool = False,
@@ -269,56 +249,69 @@ def sweep(app: LedgerApp, proj: Projections, *, operator: str = "operator", dry_
         return _report(SweepPlan(now=_instant(now), policy_event_id=None), dry_run,
                        "no-policy")
     with sweep_lock(app):
-        proj.catch_up_steps(progress)
-        tell(progress, "Finding what is due", 0, 1)
-        ensure_indexes(proj)
-        plan = plan_sweep(proj, policy, now)
-        held = held_items(app, {"atoms": [d.atom_id for d in plan.erase]},
-                          holds_in_force(policy))
-        if held:  # a legal hold keeps them: not due while it lasts (ADR 0047)
-            plan.erase = [d for d in plan.erase if d.atom_id not in held]
-            log.info("sweep.held", atoms=len(held), holds=sorted(set(held.values())))
-        plan.kek = kek_rotation(app, policy, now)
-        tell(progress, "Finding what is due", 1, 1)
+        plan = _due(app, proj, policy, now, progress)
         report = _report(plan, dry_run, "nothing-due" if plan.empty
                          else ("planned" if dry_run else "swept"))
         if dry_run or plan.empty:
             log.info("sweep.planned" if dry_run else "sweep.nothing_due",
                      due=len(plan.due), now=plan.now)
             return report
-        if plan.archive:
-            tell(progress, "Archiving atoms", 0, len(plan.archive))
-            ids = app.archive_atoms({d.atom_id: d.reason for d in plan.archive
-                                     if d.rule != "decay"}, actor=operator)
-            decayed = app.archive_decayed(plan.decayed, actor=operator)
-            tell(progress, "Archiving atoms", len(plan.archive), len(plan.archive))
-            report["archived"]["event_ids"] = ids + decayed
-            report["archived"]["count"] = len(ids) + len(decayed)
-            report["archived"]["by_rule"] = {"retention": len(ids), "decay": len(decayed)}
-        if plan.erase:
-            reason = (f"memoryPolicy retention sweep at {plan.now}: {len(plan.erase)} atoms "
-                      f"past their class's retention (policy event {plan.policy_event_id})")
-            result = hard_erase(app, proj, Targets(atoms=[d.atom_id for d in plan.erase]),
-                                mode="delete", reason=reason, operator=operator,
-                                progress=progress)
-            report["erased"].update(batch_id=result["batch_id"],
-                                    event_ids=result["event_ids"],
-                                    checkpoints=result.get("checkpoints"))
-        if plan.drop:
-            tell(progress, "Dropping tombstone records", 0, len(plan.drop))
-            proj.catch_up()
-            report["tombstone_records_dropped"]["count"] = _drop_tombstone_records(
-                proj, [d.atom_id for d in plan.drop])
-            tell(progress, "Dropping tombstone records", len(plan.drop), len(plan.drop))
-        if plan.rotation_due:  # last: it covers this sweep's own erasures too
-            from ledger.epochs import rotate_kek
-
-            report["kek_rotation"]["rotated"] = rotate_kek(
-                app, operator, progress=progress).as_json()
+        _carry_out(app, proj, plan, report, operator, progress)
     log.info("sweep.done", archived=report["archived"]["count"],
              erased=report["erased"]["count"], batch_id=report["erased"]["batch_id"],
              tombstone_records=report["tombstone_records_dropped"]["count"])
     return report
+
+
+def _due(app: LedgerApp, proj: Projections, policy: Mapping[str, Any], now: datetime,
+         progress: Steps | None) -> SweepPlan:
+    """The read models caught up, the plan at ``now``, less what a legal hold keeps, and
+    the KEK rotation the policy asks for."""
+    proj.catch_up_steps(progress)
+    tell(progress, "Finding what is due", 0, 1)
+    proj.atoms.ensure_indexes()
+    plan = plan_sweep(proj, policy, now)
+    held = held_items(app, {"atoms": [d.atom_id for d in plan.erase]},
+                      holds_in_force(policy))
+    if held:  # a legal hold keeps them: not due while it lasts (ADR 0047)
+        plan.erase = [d for d in plan.erase if d.atom_id not in held]
+        log.info("sweep.held", atoms=len(held), holds=sorted(set(held.values())))
+    plan.kek = kek_rotation(app, policy, now)
+    tell(progress, "Finding what is due", 1, 1)
+    return plan
+
+
+def _carry_out(app: LedgerApp, proj: Projections, plan: SweepPlan, report: dict[str, Any],
+               operator: str, progress: Steps | None) -> None:
+    """Archive, erase, drop the tombstone records, rotate the KEK; into ``report``."""
+    if plan.archive:
+        tell(progress, "Archiving atoms", 0, len(plan.archive))
+        ids = app.archive_atoms({d.atom_id: d.reason for d in plan.archive
+                                 if d.rule != "decay"}, actor=operator)
+        decayed = app.archive_decayed(plan.decayed, actor=operator)
+        tell(progress, "Archiving atoms", len(plan.archive), len(plan.archive))
+        report["archived"]["event_ids"] = ids + decayed
+        report["archived"]["count"] = len(ids) + len(decayed)
+        report["archived"]["by_rule"] = {"retention": len(ids), "decay": len(decayed)}
+    if plan.erase:
+        reason = (f"memoryPolicy retention sweep at {plan.now}: {len(plan.erase)} atoms "
+                  f"past their class's retention (policy event {plan.policy_event_id})")
+        result = hard_erase(app, proj, Targets(atoms=[d.atom_id for d in plan.erase]),
+                            mode="delete", reason=reason, operator=operator,
+                            progress=progress)
+        report["erased"].update(batch_id=result["batch_id"], event_ids=result["event_ids"],
+                                checkpoints=result.get("checkpoints"))
+    if plan.drop:
+        tell(progress, "Dropping tombstone records", 0, len(plan.drop))
+        proj.catch_up()
+        report["tombstone_records_dropped"]["count"] = proj.atoms.drop_tombstone_records(
+            [d.atom_id for d in plan.drop])
+        tell(progress, "Dropping tombstone records", len(plan.drop), len(plan.drop))
+    if plan.rotation_due:  # last: it covers this sweep's own erasures too
+        from ledger.epochs import rotate_kek
+
+        report["kek_rotation"]["rotated"] = rotate_kek(
+            app, operator, progress=progress).as_json()
 
 
 def _report(plan: SweepPlan, dry_run: bool, status: str) -> dict[str, Any]:

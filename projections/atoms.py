@@ -22,8 +22,9 @@ each atom the profile of the policy in force at its creation.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
@@ -45,10 +46,13 @@ from projections.routes import ProbeHit, ProbeResult
 from projections.runner import Applied
 from projections.store import Store, content_digest, content_needles, dumps
 
-__all__ = ["AtomStore", "AtomStoreRoute", "decay_state", "is_candidate"]
+__all__ = ["GONE", "AtomReads", "AtomStore", "AtomStoreRoute", "decay_state", "is_candidate"]
 
 _ID = sa.String(36)
 _TIME = sa.String(40)
+
+GONE = ("hard-redacted", "deleted")
+"""Statuses of an atom whose content is erased (hard redaction, deletion)."""
 
 
 def _loads(value: str | None) -> Any:
@@ -366,6 +370,35 @@ class AtomStore:
             .where(t.c.subject_id == subject_id).order_by(t.c.created_at, t.c.artifact_id))
         return [dict(r._mapping) for r in rows]
 
+    # ------------------------------------------------------------------ named queries
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[AtomReads]:
+        """The named queries governance asks (:class:`AtomReads`), on one connection: what
+        they read is one snapshot of the store."""
+        with self.store.engine.connect() as conn:
+            yield AtomReads(self, conn)
+
+    def ensure_indexes(self) -> None:
+        """Create the atoms table's indexes on a store made before they existed (the
+        sweep's ranges, ADR 0014)."""
+        with self.store.engine.begin() as conn:
+            for index in self.atoms.indexes:
+                index.create(conn, checkfirst=True)
+
+    def drop_tombstone_records(self, ids: Sequence[str]) -> int:
+        """Drop the rows of these atoms that are content-free tombstone records (the
+        condition re-checked in the statement), 500 a statement, in one transaction;
+        how many rows went."""
+        a = self.atoms
+        dropped = 0
+        with self.store.engine.begin() as conn:
+            for start in range(0, len(ids), 500):
+                chunk = list(ids[start:start + 500])
+                dropped += conn.execute(sa.delete(a).where(
+                    a.c.atom_id.in_(chunk), a.c.status.in_(GONE),
+                    a.c.content_erased.is_(True))).rowcount or 0
+        return dropped
+
 
 def _digests_of(values: dict[str, Any]) -> list[tuple[str, str]]:
     """(kind, digest) of every content value of one content row."""
@@ -474,6 +507,168 @@ def _decode_atom(row: dict[str, Any]) -> dict[str, Any]:
     row["human_reviewed"] = bool(row["human_reviewed"])
     row["content_erased"] = bool(row["content_erased"])
     return row
+
+
+class AtomReads:
+    """The atom store's named queries, on one connection (:meth:`AtomStore.reading`):
+    what the erasure, the sweep and the policy check ask, each by a name that says what
+    it asks, so that no SQL, table or connection leaves the read model."""
+
+    def __init__(self, model: AtomStore, conn: Connection) -> None:
+        self.m = model
+        self._conn = conn
+
+    # --------------------------------------------------------------- atoms and subjects
+    def atoms_by_id(self, ids: Sequence[str]) -> list[dict[str, Any]]:
+        """The atoms (with content) of these ids, 500 a statement."""
+        return self.m.atoms_by_id(self._conn, ids)
+
+    def all_atoms(self) -> list[dict[str, Any]]:
+        return self.m.list_atoms(self._conn)
+
+    def atoms_of_subject(self, subject_id: str) -> list[dict[str, Any]]:
+        return self.m.atoms_where(self._conn, self.m.atoms.c.subject_id == subject_id)
+
+    def atoms_in_sessions(self, sessions: Sequence[str],
+                          not_of: str | None = None) -> list[dict[str, Any]]:
+        """The atoms of these sessions (``not_of``: but none of that subject's)."""
+        a = self.m.atoms
+        cond: sa.ColumnElement[bool] = a.c.session_id.in_(list(sessions))
+        if not_of is not None:
+            cond = sa.and_(cond, a.c.subject_id != not_of)
+        return self.m.atoms_where(self._conn, cond)
+
+    def subject(self, subject_id: str) -> dict[str, Any] | None:
+        return self.m.subject(self._conn, subject_id)
+
+    def items_with_digests(self, kind: str, digests: Sequence[str]) -> dict[str, set[str]]:
+        """digest -> ids of the items holding a value with that digest (index lookups)."""
+        return self.m.items_with_digests(self._conn, kind, digests)
+
+    def live_atom_contents(self) -> Iterator[Any]:
+        """Every atom not erased, with its subject and content columns as stored (text,
+        gist, tags and details as JSON text), streamed."""
+        a, ac = self.m.atoms, self.m.atom_content
+        stmt = (sa.select(ac.c.atom_id, a.c.subject_id, ac.c.text, ac.c.gist, ac.c.tags,
+                          ac.c.details)
+                .select_from(ac.join(a, a.c.atom_id == ac.c.atom_id))
+                .where(a.c.status.notin_(GONE)))
+        yield from self._conn.execution_options(stream_results=True,
+                                                yield_per=2000).execute(stmt)
+
+    # --------------------------------------------------------------- artifacts
+    def artifacts_of(self, subject_id: str) -> list[dict[str, Any]]:
+        return self.m.artifacts_of(self._conn, subject_id)
+
+    def artifact_texts(self, ids: Sequence[str]) -> list[Any]:
+        """The content rows (artifact_id, title, body, media_url) of these artifacts."""
+        ac = self.m.artifact_content
+        return list(self._conn.execute(sa.select(ac).where(ac.c.artifact_id.in_(list(ids)))))
+
+    def artifacts_among(self, ids: Sequence[str]) -> list[str]:
+        """Those of these ids that are artifacts."""
+        art = self.m.artifacts
+        return [str(a) for (a,) in self._conn.execute(
+            sa.select(art.c.artifact_id).where(art.c.artifact_id.in_(list(ids))))]
+
+    def artifacts_containing(self, lowered: str) -> set[str]:
+        """The artifacts whose title or body holds ``lowered`` (lower case), as a
+        substring, case-folded."""
+        ac = self.m.artifact_content
+        return {str(a) for (a,) in self._conn.execute(sa.select(ac.c.artifact_id).where(
+            sa.or_(sa.func.lower(ac.c.body).contains(lowered, autoescape=True),
+                   sa.func.lower(ac.c.title).contains(lowered, autoescape=True))))}
+
+    def live_artifact_contents(self) -> Iterator[Any]:
+        """Every artifact whose content is not erased: id, subject, title, body; streamed."""
+        t, c = self.m.artifacts, self.m.artifact_content
+        stmt = (sa.select(c.c.artifact_id, t.c.subject_id, c.c.title, c.c.body)
+                .select_from(c.join(t, t.c.artifact_id == c.c.artifact_id))
+                .where(t.c.content_erased.is_(False)))
+        yield from self._conn.execution_options(stream_results=True,
+                                                yield_per=2000).execute(stmt)
+
+    def artifact_statuses(self) -> dict[str, str]:
+        art = self.m.artifacts
+        return {str(r.artifact_id): str(r.status)
+                for r in self._conn.execute(sa.select(art.c.artifact_id, art.c.status))}
+
+    # --------------------------------------------------------------- the policy's rules
+    def retention_due(self, privacy_class: str | None, statuses: Sequence[str],
+                      created_by: str) -> list[Any]:
+        """(atom_id, created_at) of the atoms of this class (None: unclassified) in these
+        statuses created at or before ``created_by``: one range of
+        ``proj_atoms_retention``, oldest first."""
+        a = self.m.atoms
+        cond = sa.and_(a.c.privacy_class.is_(None) if privacy_class is None
+                       else a.c.privacy_class == privacy_class,
+                       a.c.status.in_(statuses), a.c.created_at <= created_by)
+        return list(self._conn.execute(sa.select(a.c.atom_id, a.c.created_at).where(cond)
+                                       .order_by(a.c.created_at, a.c.atom_id)))
+
+    def atoms_fading_by(self, instant: str) -> list[dict[str, Any]]:
+        """The active atoms, content not erased, whose salience falls below the retrieval
+        threshold at or before ``instant`` (``fades_at``, indexed), as rows without
+        content, soonest first."""
+        a = self.m.atoms
+        cond = sa.and_(a.c.status == "active", a.c.fades_at.is_not(None),
+                       a.c.fades_at <= instant, a.c.content_erased.is_(False))
+        return [dict(r._mapping) for r in self._conn.execute(
+            sa.select(a).where(cond).order_by(a.c.fades_at, a.c.atom_id))]
+
+    def tombstone_records_by(self, redacted_by: str) -> list[Any]:
+        """(atom_id, privacy_class, redacted_at) of the content-free records of erased
+        atoms whose tombstone is at or before ``redacted_by``, oldest first."""
+        a = self.m.atoms
+        cond = sa.and_(a.c.status.in_(GONE), a.c.redacted_at.is_not(None),
+                       a.c.redacted_at <= redacted_by, a.c.content_erased.is_(True))
+        return list(self._conn.execute(
+            sa.select(a.c.atom_id, a.c.privacy_class, a.c.redacted_at)
+            .where(cond).order_by(a.c.redacted_at, a.c.atom_id)))
+
+    def consent_candidates(self, statuses: Sequence[str], classes: Sequence[str],
+                           sensitivities: Sequence[str]) -> list[Any]:
+        """(atom_id, privacy_class, consent_basis, sensitivity, extensions) of the atoms in
+        these statuses, content not erased, of one of these classes or unclassified and of
+        one of these sensitivities, oldest first."""
+        a = self.m.atoms
+        cond = sa.and_(a.c.status.in_(statuses), a.c.content_erased.is_(False), sa.or_(
+            a.c.privacy_class.in_(list(classes)),
+            sa.and_(a.c.privacy_class.is_(None), a.c.sensitivity.in_(list(sensitivities)))))
+        return list(self._conn.execute(
+            sa.select(a.c.atom_id, a.c.privacy_class, a.c.consent_basis, a.c.sensitivity,
+                      a.c.extensions).where(cond).order_by(a.c.created_at, a.c.atom_id)))
+
+    def subjects_over(self, limit: int) -> list[Any]:
+        """(subject_id, n) of the subjects with more than ``limit`` active atoms whose
+        content is not erased."""
+        a = self.m.atoms
+        n = sa.func.count().label("n")
+        return list(self._conn.execute(
+            sa.select(a.c.subject_id, n)
+            .where(a.c.status == "active", a.c.content_erased.is_(False))
+            .group_by(a.c.subject_id).having(sa.func.count() > limit)
+            .order_by(a.c.subject_id)))
+
+    def erased_atom_refs(self) -> list[Any]:
+        """(atom_id, ref) of every erased atom."""
+        a = self.m.atoms
+        return list(self._conn.execute(sa.select(a.c.atom_id, a.c.ref)
+                                       .where(a.c.status.in_(GONE))))
+
+    def atom_ids(self) -> set[str]:
+        return {str(r[0]) for r in self._conn.execute(sa.select(self.m.atoms.c.atom_id))}
+
+    def references_of_live(self, statuses: Sequence[str]) -> list[Any]:
+        """(atom_id, supersedes, artifact_ids, flags, text, gist, details, tags; JSON as
+        stored) of the atoms in these statuses whose content is not erased, oldest first."""
+        a, c = self.m.atoms, self.m.atom_content
+        return list(self._conn.execute(
+            sa.select(a.c.atom_id, a.c.supersedes, a.c.artifact_ids, a.c.flags, c.c.text,
+                      c.c.gist, c.c.details, c.c.tags)
+            .select_from(a.outerjoin(c, a.c.atom_id == c.c.atom_id))
+            .where(a.c.status.in_(statuses), a.c.content_erased.is_(False))
+            .order_by(a.c.created_at, a.c.atom_id)).all())
 
 
 class AtomStoreRoute:

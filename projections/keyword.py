@@ -354,6 +354,12 @@ class KeywordIndex:
         self._counts[key] = (docs, n)
         return n
 
+    def phrase_holders(self, values: Sequence[str]) -> dict[str, list[str]]:
+        """Value -> the atoms whose indexed text holds its words as a phrase (index
+        lookups on one connection; the caller checks the words against the atoms' rows)."""
+        with self.store.engine.connect() as conn:
+            return {v: self.route.phrase_holders(conn, v) for v in values}
+
     def dump(self, conn: Connection) -> dict[str, list[tuple[Any, ...]]]:
         if not self.sqlite:
             rows = conn.execute(sa.text(self.sql(_PG_DUMP))).all()

@@ -17,16 +17,19 @@ Probe results name tables, files and other item ids, never content.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 
 from ledger.errors import EnvironmentProblem
 
-__all__ = ["ProbeHit", "ProbeResult", "Reach", "Route", "RouteRegistry", "StoreUnavailable"]
+__all__ = ["ProbeHit", "ProbeResult", "Reach", "Route", "RouteRegistry", "StoreUnavailable",
+           "unreachable"]
 
 
 class StoreUnavailable(EnvironmentProblem):
@@ -36,6 +39,26 @@ class StoreUnavailable(EnvironmentProblem):
     error) after its retries records the route as not checked and ends partial
     (governance/erasure.py, ADR 0047) instead of failing. The message names the store,
     never content."""
+
+
+def unreachable(e: BaseException) -> bool:
+    """Whether ``e`` says a read model's store (or one route's) could not be reached, so
+    a retry may succeed, rather than a defect: :class:`StoreUnavailable`, a connection
+    error or timeout, a database driver's disconnection, or an operational error that is
+    not a missing table or a syntax error."""
+    if isinstance(e, StoreUnavailable | ConnectionError | TimeoutError |
+                  sa_exc.DisconnectionError):
+        return True
+    if isinstance(e, sa_exc.OperationalError | sa_exc.InterfaceError):
+        text = str(getattr(e, "orig", e)).lower()
+        return "no such" not in text and "syntax error" not in text
+    return False
+
+
+class Transactional(Protocol):
+    """A store that gives one transaction (projections/store.py's ``Store``)."""
+
+    def transaction(self) -> contextlib.AbstractContextManager[Connection]: ...
 
 
 class Reach(StrEnum):
@@ -141,6 +164,13 @@ class RouteRegistry:
             out[r.name] = int(many(conn, list(item_ids))) if many is not None else \
                 sum(r.purge(conn, i) for i in item_ids)
         return out
+
+    def purge_committed(self, store: Transactional, item_ids: Sequence[str],
+                        routes: Sequence[Route] | None = None) -> dict[str, int]:
+        """:meth:`purge_many` in one transaction of ``store``, committed: the purge an
+        erasure runs (every route, or one at a time on retry)."""
+        with store.transaction() as conn:
+            return self.purge_many(conn, item_ids, routes)
 
     def probe_many(self, items: Mapping[str, Sequence[str]],
                    routes: Sequence[Route] | None = None) -> list[ProbeResult]:

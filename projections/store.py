@@ -145,6 +145,11 @@ class Store:
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"),
                      {"k": (_LOCK_KEY << 32) | zlib.crc32((self.schema or "").encode())})
 
+    def transaction(self) -> contextlib.AbstractContextManager[Connection]:
+        """One transaction on the store, committed when the block ends (rolled back if it
+        raises): the unit several routes' purges share."""
+        return self.engine.begin()
+
     def table_exists(self, conn: Connection, name: str) -> bool:
         return bool(sa.inspect(conn).has_table(name, schema=self.schema))
 
