@@ -13,10 +13,9 @@ import io
 import os
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
@@ -240,21 +239,6 @@ def app(home: Path) -> Iterator[LedgerApp]:
     a = LedgerApp(Config.load(home))
     yield a
     a.close()
-
-
-@contextmanager
-def opened_layers(home: Path) -> Iterator[tuple[LedgerApp, Any]]:
-    """The application and its read models over ``home``, opened as the commands opened
-    them before they called the facade (the tests that compare the two), closed after."""
-    from projections.service import Projections
-
-    application = LedgerApp(Config.load(home))
-    proj = Projections(application)
-    try:
-        yield application, proj
-    finally:
-        proj.close()
-        application.close()
 
 
 def files_under(folder: Path) -> list[Path]:
