@@ -1,7 +1,13 @@
-"""Commands on both backends: record, read, correct, rehearse, expire; atomic refusals."""
+"""Commands on both backends: record, read, correct, rehearse, expire; atomic refusals.
+
+The acts and reads go through the facade as the local operator (the ``ledger`` command's
+caller, ``svc``); the application is used directly where it is the unit: the fields only
+it and the importers take (decay profile, extensions), its aggregates' copies, its batch
+read, and ``import_records`` (tests/test_portability_*.py import through the commands)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -9,8 +15,37 @@ import pytest
 from ledger.application import LedgerApp
 from ledger.errors import ClockError, ConflictError, InputError, NotFound
 from ledger.home import Config
+from service.caller import local_operator
+from service.facade import MemoryService
+from service.models import ArtifactIn, AtomCorrectionIn, AtomIn, SubjectIn
+from service.root import opened_service
 
 from .conftest import RawStore, run_cli
+
+OP = local_operator()
+
+
+@pytest.fixture
+def svc(home: Path) -> Iterator[MemoryService]:
+    with opened_service(home, lazy=True) as service:
+        yield service
+
+
+def _atom(**fields: object) -> AtomIn:
+    """An atom to add without looking for similar memories (``on_similar`` null, a bulk
+    loader's choice): these tests are about the write side's rules, and the look opens
+    the read models."""
+    return AtomIn(**fields, on_similar=None)  # type: ignore[arg-type]
+
+
+def _seed_through_the_facade(svc: MemoryService) -> str:
+    svc.register_subject(OP, SubjectIn(ref="user_9f4e", display_name="J. Miller"))
+    svc.capture_artifact(OP, ArtifactIn(subject="user_9f4e", ref="art_101", kind="chat",
+                                        body="the whole transcript"))
+    return svc.add_atom(OP, _atom(
+        subject="user_9f4e", ref="atom_001", text="Prefers direct, unhedged feedback.",
+        derivation="inferred", artifact_ids=["art_101"], extractor="claude-opus-4",
+        sensitivity="public")).atom_id
 
 
 def _seed(app: LedgerApp) -> str:
@@ -123,94 +158,95 @@ def test_get_many_reads_as_the_repository_does(home: Path,
         app.close()
 
 
-def test_correction_supersedes_and_never_overwrites(app: LedgerApp) -> None:
-    old_id = _seed(app)
-    new_id = app.correct_atom(old_id, {"text": "Prefers gentle feedback.", "reason": "asked"})
-    old, new = app.get_atom(old_id), app.get_atom(new_id)
-    assert old.text == "Prefers direct, unhedged feedback in writing."  # kept, not overwritten
-    assert old.status == "superseded" and old.superseded_by == str(new_id)
-    assert old.valid_to is not None
-    assert new.supersedes == old_id and new.text == "Prefers gentle feedback."
-    assert new.derivation == "inferred" and new.artifact_ids == old.artifact_ids
-    assert new.sensitivity == old.sensitivity  # sensitivity travels to the correction
-    topics = [r["topic"] for r in app.history(old_id)]
+def test_correction_supersedes_and_never_overwrites(svc: MemoryService) -> None:
+    old_id = _seed_through_the_facade(svc)
+    corrected = svc.correct_atom(OP, old_id, AtomCorrectionIn(text="Prefers gentle feedback.",
+                                                              reason="asked"))
+    assert corrected.atom_id == old_id
+    new_id = corrected.new_atom_id
+    old, new = (svc.get_atom(OP, old_id).model_dump(), svc.get_atom(OP, new_id).model_dump())
+    assert old["text"] == "Prefers direct, unhedged feedback."  # kept, not overwritten
+    assert old["status"] == "superseded" and old["superseded_by"] == new_id
+    assert old["valid_to"] is not None
+    assert new["supersedes"] == old_id and new["text"] == "Prefers gentle feedback."
+    assert new["derivation"] == "inferred" and new["artifact_ids"] == old["artifact_ids"]
+    assert new["sensitivity"] == old["sensitivity"] == "public"  # travels to the correction
+    topics = [r.topic for r in svc.history(OP, old_id)]
     assert topics == ["memory-ledger:atom.created.v1", "memory-ledger:atom.superseded.v1",
                       "memory-ledger:atom.created.v1"]
     with pytest.raises(ConflictError, match="superseded"):
-        app.correct_atom(old_id, {"text": "again"})
+        svc.correct_atom(OP, old_id, AtomCorrectionIn(text="again"))
 
 
-def test_rehearse_and_expire(app: LedgerApp) -> None:
-    atom_id = _seed(app)
-    assert app.rehearse_atom(atom_id, "sess:2") == 1
-    assert app.rehearse_atom(atom_id, "sess:3") == 2
-    atom = app.get_atom(atom_id)
-    assert atom.rehearsal_count == 2 and atom.last_rehearsed_at is not None
-    app.expire_atom(atom_id, "retention")
-    assert app.get_atom(atom_id).status == "expired"
+def test_rehearse_and_expire(svc: MemoryService) -> None:
+    atom_id = _seed_through_the_facade(svc)
+    assert svc.rehearse_atom(OP, atom_id, "sess:2").rehearsal_count == 1
+    assert svc.rehearse_atom(OP, atom_id, "sess:3").rehearsal_count == 2
+    atom = svc.get_atom(OP, atom_id).model_dump()
+    assert atom["rehearsal_count"] == 2 and atom["last_rehearsed_at"] is not None
+    svc.expire_atom(OP, atom_id, "retention")
+    assert svc.get_atom(OP, atom_id).status == "expired"
     with pytest.raises(ConflictError):
-        app.rehearse_atom(atom_id)
+        svc.rehearse_atom(OP, atom_id)
 
 
 @pytest.mark.parametrize("derivation", ["inferred", "observed"])
-def test_unsourced_inferred_or_observed_atom_refused(app: LedgerApp, derivation: str) -> None:
-    app.register_subject({"ref": "u1"})
-    before = RawStore(app.config.home).rows()
+def test_unsourced_inferred_or_observed_atom_refused(svc: MemoryService, home: Path,
+                                                     derivation: str) -> None:
+    svc.register_subject(OP, SubjectIn(ref="u1"))
+    before = RawStore(home).rows()
     with pytest.raises(InputError, match="Konshus provenance rule"):
-        app.add_atom({"subject": "u1", "text": "likes tea", "derivation": derivation,
-                      "extractor": "m"})
-    assert RawStore(app.config.home).rows() == before
+        svc.add_atom(OP, _atom(subject="u1", text="likes tea", derivation=derivation,
+                                extractor="m"))
+    assert RawStore(home).rows() == before
 
 
-def test_unknown_artifact_or_subject_refused(app: LedgerApp) -> None:
-    app.register_subject({"ref": "u1"})
+def test_unknown_artifact_or_subject_refused(svc: MemoryService) -> None:
+    svc.register_subject(OP, SubjectIn(ref="u1"))
     with pytest.raises(NotFound, match="art_missing"):
-        app.add_atom({"subject": "u1", "text": "t", "derivation": "inferred",
-                      "extractor": "m", "artifact_ids": ["art_missing"]})
+        svc.add_atom(OP, _atom(subject="u1", text="t", derivation="inferred",
+                                extractor="m", artifact_ids=["art_missing"]))
     with pytest.raises(NotFound, match="nobody"):
-        app.add_atom({"subject": "nobody", "text": "t"})
+        svc.add_atom(OP, _atom(subject="nobody", text="t"))
 
 
-def test_bulk_add_is_all_or_nothing(app: LedgerApp) -> None:
-    app.register_subject({"ref": "u1"})
-    rows_before = RawStore(app.config.home).rows()
-    keys_before = app.datakeys.count()
+def test_bulk_add_is_all_or_nothing(svc: MemoryService, home: Path) -> None:
+    svc.register_subject(OP, SubjectIn(ref="u1"))
+    rows_before = RawStore(home).rows()
+    keys_before = svc.app.datakeys.count()  # the keystore: no surface shows its rows
     with pytest.raises(NotFound):
-        app.add_atoms([{"subject": "u1", "text": "ok"},
-                       {"subject": "u1", "text": "bad", "derivation": "observed",
-                        "artifact_ids": ["nope"]}])
-    assert RawStore(app.config.home).rows() == rows_before
-    assert app.datakeys.count() == keys_before
-    ids = app.add_atoms([{"subject": "u1", "text": f"fact {i}"} for i in range(5)])
-    assert len(ids) == 5 and app.datakeys.count() == keys_before + 5
+        svc.add_atoms(OP, [AtomIn(subject="u1", text="ok"),
+                           AtomIn(subject="u1", text="bad", derivation="observed",
+                                  artifact_ids=["nope"])])
+    assert RawStore(home).rows() == rows_before
+    assert svc.app.datakeys.count() == keys_before
+    ids = svc.add_atoms(OP, [AtomIn(subject="u1", text=f"fact {i}") for i in range(5)])
+    assert len(ids.atom_ids) == 5 and svc.app.datakeys.count() == keys_before + 5
 
 
-def test_clock_earlier_than_newest_event_refused(home: Path,
+def test_clock_earlier_than_newest_event_refused(svc: MemoryService, home: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LEDGER_NOW", "2030-01-01T00:00:00Z")
-    app = LedgerApp(Config.load(home))
-    try:
-        app.register_subject({"ref": "u1"})
-        before = RawStore(home).rows()
-        monkeypatch.setenv("LEDGER_NOW", "2029-12-31T23:59:59Z")
-        with pytest.raises(ClockError, match="earlier than the newest event"):
-            app.add_atom({"subject": "u1", "text": "backdated"})
-        assert RawStore(home).rows() == before
-        monkeypatch.setenv("LEDGER_NOW", "2030-01-02")
-        app.add_atom({"subject": "u1", "text": "later"})
-        assert RawStore(home).rows()[-1][4].count(b"2030-01-02T00:00:00.000000Z") == 1
-    finally:
-        app.close()
+    svc.register_subject(OP, SubjectIn(ref="u1"))
+    before = RawStore(home).rows()
+    monkeypatch.setenv("LEDGER_NOW", "2029-12-31T23:59:59Z")
+    with pytest.raises(ClockError, match="earlier than the newest event"):
+        svc.add_atom(OP, _atom(subject="u1", text="backdated"))
+    assert RawStore(home).rows() == before
+    monkeypatch.setenv("LEDGER_NOW", "2030-01-02")
+    svc.add_atom(OP, _atom(subject="u1", text="later"))
+    assert RawStore(home).rows()[-1][4].count(b"2030-01-02T00:00:00.000000Z") == 1
 
 
-def test_revoked_writer_is_refused_and_nothing_written(app: LedgerApp) -> None:
-    app.register_subject({"ref": "u1"})
-    writer = app.signer("writer")
-    app.revoke_key(writer.kid, reason="laptop lost")
-    before = RawStore(app.config.home).rows()
+def test_revoked_writer_is_refused_and_nothing_written(svc: MemoryService,
+                                                       home: Path) -> None:
+    svc.register_subject(OP, SubjectIn(ref="u1"))
+    [writer] = [r.kid for r in svc.roster(OP) if r.name == "writer"]
+    svc.revoke_key(OP, writer, reason="laptop lost")
+    before = RawStore(home).rows()
     with pytest.raises(InputError, match="revoked"):
-        app.add_atom({"subject": "u1", "text": "after revocation"})
-    assert RawStore(app.config.home).rows() == before
+        svc.add_atom(OP, _atom(subject="u1", text="after revocation"))
+    assert RawStore(home).rows() == before
 
 
 def test_rotation_keeps_history_verifiable(home: Path) -> None:
@@ -224,13 +260,13 @@ def test_rotation_keeps_history_verifiable(home: Path) -> None:
     assert '"revoked_from": null' in listing and "REVOKED" not in listing
 
 
-def test_duplicate_subject_and_ref_conflict(app: LedgerApp) -> None:
-    app.register_subject({"ref": "u1"})
+def test_duplicate_subject_and_ref_conflict(svc: MemoryService) -> None:
+    svc.register_subject(OP, SubjectIn(ref="u1"))
     with pytest.raises(ConflictError):
-        app.register_subject({"ref": "u1"})
-    app.add_atom({"subject": "u1", "text": "a", "ref": "atom_9"})
+        svc.register_subject(OP, SubjectIn(ref="u1"))
+    svc.add_atom(OP, _atom(subject="u1", text="a", ref="atom_9"))
     with pytest.raises(ConflictError, match="atom_9"):
-        app.add_atom({"subject": "u1", "text": "b", "ref": "atom_9"})
+        svc.add_atom(OP, _atom(subject="u1", text="b", ref="atom_9"))
 
 
 def test_import_records_is_atomic_and_idempotent(app: LedgerApp) -> None:
