@@ -23,6 +23,8 @@ import pytest
 from cli.main import main
 from ledger.application import LedgerApp
 from ledger.home import Config
+from service.facade import MemoryService
+from service.root import opened_service
 
 from . import pgserver
 
@@ -239,6 +241,15 @@ def app(home: Path) -> Iterator[LedgerApp]:
     a = LedgerApp(Config.load(home))
     yield a
     a.close()
+
+
+@pytest.fixture
+def svc(home: Path) -> Iterator[MemoryService]:
+    """The facade over ``home``, opened as the ``ledger`` command opens it (the read
+    models when a use case first needs them); the command's caller is
+    ``service.caller.local_operator()``."""
+    with opened_service(home, lazy=True) as service:
+        yield service
 
 
 def files_under(folder: Path) -> list[Path]:

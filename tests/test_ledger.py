@@ -7,7 +7,6 @@ read, and ``import_records`` (tests/test_portability_*.py import through the com
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,17 +17,10 @@ from ledger.home import Config
 from service.caller import local_operator
 from service.facade import MemoryService
 from service.models import ArtifactIn, AtomCorrectionIn, AtomIn, SubjectIn
-from service.root import opened_service
 
 from .conftest import RawStore, run_cli
 
 OP = local_operator()
-
-
-@pytest.fixture
-def svc(home: Path) -> Iterator[MemoryService]:
-    with opened_service(home, lazy=True) as service:
-        yield service
 
 
 def _atom(**fields: object) -> AtomIn:
