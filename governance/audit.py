@@ -449,6 +449,236 @@ def _roster_changes(roster_events: list[dict[str, Any]], period: Period,
     return roster_changes
 
 
+@dataclass
+class _Tally:
+    """What one pass over the period's events counts (:func:`_tally`)."""
+
+    by_topic: Counter[str] = field(default_factory=Counter)
+    by_actor: Counter[str] = field(default_factory=Counter)
+    by_category: Counter[str] = field(default_factory=Counter)
+    per_day: dict[str, Counter[str]] = field(default_factory=dict)
+    events: int = 0
+    not_reported: int = 0
+    creations: Counter[str] = field(default_factory=Counter)
+    recalled_atoms: set[str] = field(default_factory=set)
+    recall_sessions: set[str] = field(default_factory=set)
+    rehearsed_atoms: set[str] = field(default_factory=set)
+    modes: Counter[str] = field(default_factory=Counter)
+    keys_destroyed: Counter[str] = field(default_factory=Counter)
+    unredactions: int = 0
+    artifact_deletions: int = 0
+    sweeps: Counter[str] = field(default_factory=Counter)
+    policy_archived: Counter[str] = field(default_factory=Counter)
+    packs: Counter[str] = field(default_factory=Counter)
+    first_seq: int | None = None
+    last_seq: int | None = None
+    first_position: int | None = None
+    last_position: int | None = None
+    batch_in_period: set[str] = field(default_factory=set)
+
+    def place(self, env: dict[str, Any], position: int) -> None:
+        """Note the event's place in the log (the period's first and last)."""
+        if self.first_seq is None:
+            self.first_seq, self.first_position = int(env["seq"]), position
+        self.last_seq, self.last_position = int(env["seq"]), position
+
+    def count(self, app: LedgerApp, env: dict[str, Any], flags: dict[str, bool]) -> None:
+        """Count one event of the period (of the subject, with ``--subject``)."""
+        topic, oid, payload = env["topic"], env["originator_id"], env["payload"]
+        self.events += 1
+        if topic in BATCH_TOPICS:
+            self.batch_in_period.add(oid)
+        cat = category(topic, payload)
+        flag = FLAG_OF_CATEGORY.get(cat)
+        if flag is not None and not flags[flag]:
+            self.not_reported += 1
+            return
+        self.by_topic[topic] += 1
+        self.by_actor[env["kid"]] += 1
+        self.by_category[cat] += 1
+        self.per_day.setdefault(env["timestamp"][:10], Counter())[cat] += 1
+        self._count_kind(app, env, cat)
+        if topic != Atom.Redacted.TOPIC and _SWEEP.search(_short(topic)):
+            self.sweeps[topic] += 1
+        if _PACK.search(_short(topic)):
+            self.packs[topic] += 1
+
+    def _count_kind(self, app: LedgerApp, env: dict[str, Any], cat: str) -> None:
+        """The count of its kind a reported event adds to (creations, retrievals, ...)."""
+        topic, oid, payload = env["topic"], env["originator_id"], env["payload"]
+        if topic in CREATION_TOPICS:
+            self.creations[CREATION_TOPICS[topic]] += 1
+        elif cat == "recalled":
+            self.recalled_atoms.add(oid)
+            session = payload.get("session_id") or _sealed_session(app, env)
+            if session:
+                self.recall_sessions.add(str(session))
+        elif cat == "rehearsed":
+            self.rehearsed_atoms.add(oid)
+        elif topic == Atom.Redacted.TOPIC and policy_rule(payload) is not None:
+            self.policy_archived[str(policy_rule(payload))] += 1  # a policy effect, not a redaction
+        elif topic == Atom.Redacted.TOPIC:
+            mode = str(payload.get("mode"))
+            self.modes[mode if mode in REDACTION_MODES else "other"] += 1
+            if mode == "archive":
+                self.sweeps[f"{topic} (mode archive)"] += 1
+        elif topic == Atom.Unredacted.TOPIC:
+            self.unredactions += 1
+        elif topic == Artifact.Deleted.TOPIC:
+            self.artifact_deletions += 1
+        elif topic in KEY_DESTROYED:
+            self.keys_destroyed[KEY_DESTROYED[topic]] += 1
+
+
+@dataclass
+class _SubjectScope:
+    """With ``--subject``: which events and batches are on the subject's items."""
+
+    sid: str
+    requests: dict[str, dict[str, Any]]
+    batches: dict[str, dict[str, Any]]
+    owners: _Owners
+
+    def batch_matches(self, b: dict[str, Any]) -> bool:
+        req = self.requests.get(str(b.get("request_id")))
+        if req is not None and req["subject_id"] == self.sid:
+            return True
+        t = b["_targets"]
+        if self.sid in (t.get("subjects") or []):
+            return True
+        return any(self.owners.of(Atom.Created.TOPIC, a) == self.sid
+                   for a in t.get("atoms") or []) or \
+            any(self.owners.of(Artifact.Created.TOPIC, a) == self.sid
+                for a in t.get("artifacts") or [])
+
+    def includes(self, env: dict[str, Any]) -> bool:
+        """Whether the event is on the subject (noting the owners its creation names)."""
+        topic, oid = env["topic"], env["originator_id"]
+        self.owners.note(topic, oid, env["payload"])
+        prefix = _short(topic).split(".", 1)[0]
+        if prefix == "request":
+            return self.requests.get(oid, {}).get("subject_id") == self.sid
+        if prefix == "batch":
+            return oid in self.batches and self.batch_matches(self.batches[oid])
+        return self.owners.of(topic, oid) == self.sid
+
+
+def _tally(app: LedgerApp, positions: tuple[int, int], in_period: int,
+           scope: _SubjectScope | None, flags: dict[str, bool],
+           progress: Steps | None) -> _Tally:
+    """One pass over the period's events (``positions``, first and last)."""
+    tally = _Tally()
+    done = 0
+    report(progress, READING, 0, in_period)
+    for done, row in enumerate(rows(app, *positions), 1):
+        if progress is not None and done % EVERY == 0:
+            progress(READING, done, in_period)
+        env = _env(row.state)
+        tally.place(env, int(row.id))
+        if scope is not None and not scope.includes(env):
+            continue
+        tally.count(app, env, flags)
+    report(progress, READING, done, in_period)
+    return tally
+
+
+def _policy_in_period(app: LedgerApp, period: Period, names: dict[str, str]
+                      ) -> dict[str, Any]:
+    """The policy section: in force at the end of the period, and changes within it."""
+    pol_events = _policy_events(app)
+    in_force = None
+    for env in pol_events:
+        if not period.after_end(env["timestamp"]):
+            in_force = _policy_summary(env, names)
+    flags, flags_note = _flags(in_force)
+    policy_changes = [_policy_summary(e, names) for e in pol_events
+                      if period.contains(e["timestamp"])]
+    return {"in_force": in_force, "audit_flags": flags, "audit_flags_source": flags_note,
+            "changes": policy_changes}
+
+
+def _findings(req_rows: list[dict[str, Any]], verification: dict[str, Any],
+              events: int) -> list[str]:
+    """What an auditor should look at: late or overdue requests, a failed verification,
+    an empty period."""
+    findings = []
+    for r in req_rows:
+        if r["overdue"]:
+            findings.append(f"erasure request {r['request_id']} is overdue: completion was due "
+                            f"{clock.for_people(r['complete_due'])} and it is not completed")
+        elif r["status"] == "completed-late":
+            findings.append(f"erasure request {r['request_id']} was completed late "
+                            f"({clock.for_people(r['completed_at'])}, due "
+                            f"{clock.for_people(r['complete_due'])})")
+    if verification["ok"] is False:
+        findings.append(f"verification failed: {verification['failure']['reason']}")
+    if events == 0:
+        findings.append("no events in the period")
+    return findings
+
+
+def _activity(t: _Tally, roster: RosterState, names: dict[str, str]) -> dict[str, Any]:
+    """The activity section: events by topic, category, actor and day."""
+    actors = [{"kid": kid, "name": names.get(kid),
+               "roles": sorted({g.role for g in roster.entries[kid].grants})
+               if kid in roster.entries else (["root"] if kid == roster.root_kid else []),
+               "events": n}
+              for kid, n in sorted(t.by_actor.items(), key=lambda kv: (-kv[1], kv[0]))]
+    return {
+        "events": t.events, "reported": t.events - t.not_reported,
+        "not_reported": t.not_reported,
+        "by_topic": dict(sorted(t.by_topic.items())),
+        "by_category": {c: t.by_category.get(c, 0) for c in CATEGORIES},
+        "by_actor": actors,
+        "per_day": {d: {c: t.per_day[d].get(c, 0) for c in CATEGORIES}
+                    for d in sorted(t.per_day)},
+    }
+
+
+def _counted_sections(t: _Tally, flags: dict[str, bool]) -> dict[str, Any]:
+    """Creations, retrievals, rehearsals and redactions, each as its audit flag allows."""
+    return {
+        "creations": _section(flags, "logCreation", {
+            "atoms": t.creations["atoms"], "artifacts": t.creations["artifacts"],
+            "subjects": t.creations["subjects"], "total": sum(t.creations.values())}),
+        "retrievals": _section(flags, "logRetrieval", {
+            "events": t.by_category["recalled"], "atoms": len(t.recalled_atoms),
+            "sessions": len(t.recall_sessions)}),
+        "rehearsals": _section(flags, "logRehearsal", {
+            "events": t.by_category["rehearsed"], "atoms": len(t.rehearsed_atoms)}),
+        "redactions": _section(flags, "logRedaction", {
+            "by_mode": {m: t.modes.get(m, 0) for m in (*REDACTION_MODES, "other") if
+                        m != "other" or t.modes.get(m)},
+            "unredactions": t.unredactions, "artifact_deletions": t.artifact_deletions,
+            "data_keys_destroyed": {k: t.keys_destroyed.get(k, 0)
+                                    for k in ("atom", "artifact", "subject", "request")},
+            "events": t.by_category["redacted"]}),
+    }
+
+
+def _erasure_sections(batch_rows: list[dict[str, Any]], req_rows: list[dict[str, Any]],
+                      packs: Counter[str]) -> dict[str, Any]:
+    """Batches, erasure requests and where their evidence is."""
+    statuses = Counter(r["status"] for r in req_rows)
+    closed_batches = sum(1 for b in batch_rows if b["status"] == "closed")
+    overdue_ids = [r["request_id"] for r in req_rows if r["overdue"]]
+    return {
+        "batches": {"count": len(batch_rows), "closed": closed_batches, "items": batch_rows},
+        "erasure_requests": {
+            "count": len(req_rows), "overdue": statuses["overdue"], "open": statuses["open"],
+            "completed": statuses["completed"], "completed_late": statuses["completed-late"],
+            "overdue_ids": overdue_ids, "items": req_rows},
+        "evidence_packs": {
+            "recorded": bool(packs), "events": sum(packs.values()),
+            "by_topic": dict(sorted(packs.items())),
+            "closed_batches": closed_batches,
+            "evidence_events": sum(b["event_ids"] for b in batch_rows
+                                   if b["status"] == "closed"),
+            "note": evidence_note(closed_batches, sum(b["event_ids"] for b in batch_rows
+                                                      if b["status"] == "closed"))},
+    }
+
+
 def build_report(app: LedgerApp, period: Period, subject: str | None = None,
                  verify: str = "full", now: datetime | None = None,
                  progress: Steps | None = None) -> dict[str, Any]:
@@ -471,190 +701,37 @@ def build_report(app: LedgerApp, period: Period, subject: str | None = None,
     stop_pos = bound(app, max_id, period.after_end) - 1
     in_period = max(stop_pos - start_pos + 1, 0)
 
-    # -- policy in force at the end of the period, and changes within it
-    pol_events = _policy_events(app)
-    in_force = None
-    for env in pol_events:
-        if not period.after_end(env["timestamp"]):
-            in_force = _policy_summary(env, names)
-    flags, flags_note = _flags(in_force)
-    policy_changes = [_policy_summary(e, names) for e in pol_events
-                      if period.contains(e["timestamp"])]
-
+    policy = _policy_in_period(app, period, names)
+    flags = policy["audit_flags"]
     requests, batches = _governance(app)
-    owners = _Owners(app)
+    scope = None if sid is None else _SubjectScope(sid, requests, batches, _Owners(app))
+    t = _tally(app, (start_pos, stop_pos), in_period, scope, flags, progress)
 
-    def batch_subject_match(b: dict[str, Any]) -> bool:
-        req = requests.get(str(b.get("request_id")))
-        if req is not None and req["subject_id"] == sid:
-            return True
-        t = b["_targets"]
-        if sid in (t.get("subjects") or []):
-            return True
-        return any(owners.of(Atom.Created.TOPIC, a) == sid for a in t.get("atoms") or []) or \
-            any(owners.of(Artifact.Created.TOPIC, a) == sid for a in t.get("artifacts") or [])
-
-    # -- one pass over the period's events
-    by_topic: Counter[str] = Counter()
-    by_actor: Counter[str] = Counter()
-    by_category: Counter[str] = Counter()
-    per_day: dict[str, Counter[str]] = {}
-    events = not_reported = 0
-    creations: Counter[str] = Counter()
-    recalled_atoms: set[str] = set()
-    recall_sessions: set[str] = set()
-    rehearsed_atoms: set[str] = set()
-    modes: Counter[str] = Counter()
-    keys_destroyed: Counter[str] = Counter()
-    unredactions = artifact_deletions = 0
-    sweeps: Counter[str] = Counter()
-    policy_archived: Counter[str] = Counter()
-    packs: Counter[str] = Counter()
-    first_seq = last_seq = None
-    first_position = last_position = None
-    batch_in_period: set[str] = set()
-    done = 0
-    report(progress, READING, 0, in_period)
-    for done, row in enumerate(rows(app, start_pos, stop_pos), 1):
-        if progress is not None and done % EVERY == 0:
-            progress(READING, done, in_period)
-        env = _env(row.state)
-        topic, oid, payload = env["topic"], env["originator_id"], env["payload"]
-        if first_seq is None:
-            first_seq, first_position = int(env["seq"]), int(row.id)
-        last_seq, last_position = int(env["seq"]), int(row.id)
-        if sid is not None:
-            owners.note(topic, oid, payload)
-            prefix = _short(topic).split(".", 1)[0]
-            if prefix == "request":
-                if requests.get(oid, {}).get("subject_id") != sid:
-                    continue
-            elif prefix == "batch":
-                if oid not in batches or not batch_subject_match(batches[oid]):
-                    continue
-            elif owners.of(topic, oid) != sid:
-                continue
-        events += 1
-        if topic in BATCH_TOPICS:
-            batch_in_period.add(oid)
-        cat = category(topic, payload)
-        flag = FLAG_OF_CATEGORY.get(cat)
-        if flag is not None and not flags[flag]:
-            not_reported += 1
-            continue
-        by_topic[topic] += 1
-        by_actor[env["kid"]] += 1
-        by_category[cat] += 1
-        per_day.setdefault(env["timestamp"][:10], Counter())[cat] += 1
-        if topic in CREATION_TOPICS:
-            creations[CREATION_TOPICS[topic]] += 1
-        elif cat == "recalled":
-            recalled_atoms.add(oid)
-            session = payload.get("session_id") or _sealed_session(app, env)
-            if session:
-                recall_sessions.add(str(session))
-        elif cat == "rehearsed":
-            rehearsed_atoms.add(oid)
-        elif topic == Atom.Redacted.TOPIC and policy_rule(payload) is not None:
-            policy_archived[str(policy_rule(payload))] += 1  # a policy effect, not a redaction
-        elif topic == Atom.Redacted.TOPIC:
-            mode = str(payload.get("mode"))
-            modes[mode if mode in REDACTION_MODES else "other"] += 1
-            if mode == "archive":
-                sweeps[f"{topic} (mode archive)"] += 1
-        elif topic == Atom.Unredacted.TOPIC:
-            unredactions += 1
-        elif topic == Artifact.Deleted.TOPIC:
-            artifact_deletions += 1
-        elif topic in KEY_DESTROYED:
-            keys_destroyed[KEY_DESTROYED[topic]] += 1
-        if topic != Atom.Redacted.TOPIC and _SWEEP.search(_short(topic)):
-            sweeps[topic] += 1
-        if _PACK.search(_short(topic)):
-            packs[topic] += 1
-
-    report(progress, READING, done, in_period)
     req_rows = _request_rows(requests, period, sid, at)
-    statuses = Counter(r["status"] for r in req_rows)
-    batch_rows = _batch_rows(batches, period, batch_in_period, names,
-                             None if sid is None else batch_subject_match)
+    batch_rows = _batch_rows(batches, period, t.batch_in_period, names,
+                             None if scope is None else scope.batch_matches)
     roster_changes = _roster_changes(roster_events, period, names)
-
-    actors = [{"kid": kid, "name": names.get(kid),
-               "roles": sorted({g.role for g in roster.entries[kid].grants})
-               if kid in roster.entries else (["root"] if kid == roster.root_kid else []),
-               "events": n}
-              for kid, n in sorted(by_actor.items(), key=lambda kv: (-kv[1], kv[0]))]
-    closed_batches = sum(1 for b in batch_rows if b["status"] == "closed")
-    overdue_ids = [r["request_id"] for r in req_rows if r["overdue"]]
-    findings = []
-    for r in req_rows:
-        if r["overdue"]:
-            findings.append(f"erasure request {r['request_id']} is overdue: completion was due "
-                            f"{clock.for_people(r['complete_due'])} and it is not completed")
-        elif r["status"] == "completed-late":
-            findings.append(f"erasure request {r['request_id']} was completed late "
-                            f"({clock.for_people(r['completed_at'])}, due "
-                            f"{clock.for_people(r['complete_due'])})")
-    verification = _verification(app, verify, first_seq, last_position, period, progress)
-    if verification["ok"] is False:
-        findings.append(f"verification failed: {verification['failure']['reason']}")
-    if events == 0:
-        findings.append("no events in the period")
+    verification = _verification(app, verify, t.first_seq, t.last_position, period, progress)
 
     return {
         "report": "memory-ledger audit", "version": REPORT_VERSION,
         "ledger_id": app.ledger_id, "generated_at": clock.format_instant(at),
         "period": {"from": period.start_text, "to": period.end_text,
                    "to_inclusive": period.end_inclusive,
-                   "first_position": first_position, "last_position": last_position,
-                   "first_seq": first_seq, "last_seq": last_seq},
+                   "first_position": t.first_position, "last_position": t.last_position,
+                   "first_seq": t.first_seq, "last_seq": t.last_seq},
         "subject": None if sid is None else {"subject_id": sid},
         "scope_note": ("events on this subject's items only; policy, key roster and "
                        "verification are ledger-wide") if sid else "every event of the ledger",
-        "policy": {"in_force": in_force, "audit_flags": flags, "audit_flags_source": flags_note,
-                   "changes": policy_changes},
-        "activity": {
-            "events": events, "reported": events - not_reported, "not_reported": not_reported,
-            "by_topic": dict(sorted(by_topic.items())),
-            "by_category": {c: by_category.get(c, 0) for c in CATEGORIES},
-            "by_actor": actors,
-            "per_day": {d: {c: per_day[d].get(c, 0) for c in CATEGORIES}
-                        for d in sorted(per_day)},
-        },
-        "creations": _section(flags, "logCreation", {
-            "atoms": creations["atoms"], "artifacts": creations["artifacts"],
-            "subjects": creations["subjects"], "total": sum(creations.values())}),
-        "retrievals": _section(flags, "logRetrieval", {
-            "events": by_category["recalled"], "atoms": len(recalled_atoms),
-            "sessions": len(recall_sessions)}),
-        "rehearsals": _section(flags, "logRehearsal", {
-            "events": by_category["rehearsed"], "atoms": len(rehearsed_atoms)}),
-        "redactions": _section(flags, "logRedaction", {
-            "by_mode": {m: modes.get(m, 0) for m in (*REDACTION_MODES, "other") if
-                        m != "other" or modes.get(m)},
-            "unredactions": unredactions, "artifact_deletions": artifact_deletions,
-            "data_keys_destroyed": {k: keys_destroyed.get(k, 0)
-                                    for k in ("atom", "artifact", "subject", "request")},
-            "events": by_category["redacted"]}),
-        "batches": {"count": len(batch_rows), "closed": closed_batches, "items": batch_rows},
-        "erasure_requests": {
-            "count": len(req_rows), "overdue": statuses["overdue"], "open": statuses["open"],
-            "completed": statuses["completed"], "completed_late": statuses["completed-late"],
-            "overdue_ids": overdue_ids, "items": req_rows},
-        "evidence_packs": {
-            "recorded": bool(packs), "events": sum(packs.values()),
-            "by_topic": dict(sorted(packs.items())),
-            "closed_batches": closed_batches,
-            "evidence_events": sum(b["event_ids"] for b in batch_rows
-                                   if b["status"] == "closed"),
-            "note": evidence_note(closed_batches, sum(b["event_ids"] for b in batch_rows
-                                                      if b["status"] == "closed"))},
-        "sweeps": {"events": sum(sweeps.values()), "by_topic": dict(sorted(sweeps.items()))},
-        "policy_archiving": {"events": sum(policy_archived.values()),
-                             "by_rule": dict(sorted(policy_archived.items()))},
+        "policy": policy,
+        "activity": _activity(t, roster, names),
+        **_counted_sections(t, flags),
+        **_erasure_sections(batch_rows, req_rows, t.packs),
+        "sweeps": {"events": sum(t.sweeps.values()), "by_topic": dict(sorted(t.sweeps.items()))},
+        "policy_archiving": {"events": sum(t.policy_archived.values()),
+                             "by_rule": dict(sorted(t.policy_archived.items()))},
         "key_roster": {"changes": len(roster_changes), "items": roster_changes,
                        "keys": len(roster.entries) + (1 if roster.root_kid else 0)},
         "verification": verification,
-        "findings": findings,
+        "findings": _findings(req_rows, verification, t.events),
     }

@@ -91,17 +91,28 @@ def _period_words(r: dict[str, Any]) -> str:
 
 
 def render_text(r: dict[str, Any]) -> str:
-    a = r["activity"]
-    lines = [f"Memory audit report — ledger {r['ledger_id']}",
-             f"period {_period_label(r)}; generated {r['generated_at']}",
-             f"scope: {r['scope_note']}"
-             + (f" (subject {r['subject']['subject_id']})" if r["subject"] else ""), ""]
-    if r["findings"]:
-        lines.append("FINDINGS")
-        lines += [f"  ! {f}" for f in r["findings"]]
-        lines.append("")
+    lines = [*_text_head(r), *_text_findings(r), *_text_verification(r), *_text_activity(r),
+             *_text_kinds(r), *_text_batches(r), *_text_requests(r), *_text_sweeps(r),
+             *_text_policy(r), *_text_key_roster(r)]
+    return "\n".join(lines) + "\n"
+
+
+def _text_head(r: dict[str, Any]) -> list[str]:
+    return [f"Memory audit report — ledger {r['ledger_id']}",
+            f"period {_period_label(r)}; generated {r['generated_at']}",
+            f"scope: {r['scope_note']}"
+            + (f" (subject {r['subject']['subject_id']})" if r["subject"] else ""), ""]
+
+
+def _text_findings(r: dict[str, Any]) -> list[str]:
+    if not r["findings"]:
+        return []
+    return ["FINDINGS", *(f"  ! {f}" for f in r["findings"]), ""]
+
+
+def _text_verification(r: dict[str, Any]) -> list[str]:
     v = r["verification"]
-    lines.append("VERIFICATION")
+    lines = ["VERIFICATION"]
     if v["scope"] == "none":
         lines.append(f"  {v['note']}")
     else:
@@ -117,26 +128,30 @@ def render_text(r: dict[str, Any]) -> str:
             lines.append(f"  FAIL at position {f['position']} (seq {f['seq']}): step "
                          f"{f['step']}: {f['reason']}")
     lines.append("")
-    lines.append(f"ACTIVITY: {a['events']} events in the period, {a['reported']} reported"
-                 + (f", {a['not_reported']} not reported (auditPolicy)"
-                    if a["not_reported"] else ""))
-    lines.append("")
-    lines.append("By category")
-    lines += _table(["category", "events"], a["by_category"].items())
-    lines.append("")
-    lines.append("By type (topic)")
-    lines += _table(["topic", "events"], a["by_topic"].items())
-    lines.append("")
-    lines.append("By actor (signer)")
-    lines += _table(["key id", "name", "roles", "events"],
-                    [(x["kid"], x["name"], ",".join(x["roles"]), x["events"])
-                     for x in a["by_actor"]])
-    lines.append("")
-    lines.append("Per day (UTC)")
-    lines += _table(["day", *CATEGORIES, "total"],
-                    [(d, *(c[k] for k in CATEGORIES), sum(c.values()))
-                     for d, c in a["per_day"].items()])
-    lines.append("")
+    return lines
+
+
+def _text_activity(r: dict[str, Any]) -> list[str]:
+    a = r["activity"]
+    return [
+        f"ACTIVITY: {a['events']} events in the period, {a['reported']} reported"
+        + (f", {a['not_reported']} not reported (auditPolicy)" if a["not_reported"] else ""),
+        "",
+        "By category", *_table(["category", "events"], a["by_category"].items()), "",
+        "By type (topic)", *_table(["topic", "events"], a["by_topic"].items()), "",
+        "By actor (signer)",
+        *_table(["key id", "name", "roles", "events"],
+                [(x["kid"], x["name"], ",".join(x["roles"]), x["events"])
+                 for x in a["by_actor"]]), "",
+        "Per day (UTC)",
+        *_table(["day", *CATEGORIES, "total"],
+                [(d, *(c[k] for k in CATEGORIES), sum(c.values()))
+                 for d, c in a["per_day"].items()]), "",
+    ]
+
+
+def _text_kinds(r: dict[str, Any]) -> list[str]:
+    lines = []
     for key, title, fields in (
             ("creations", "CREATIONS", ("atoms", "artifacts", "subjects", "total")),
             ("retrievals", "RETRIEVALS (recall rehearsals)", ("events", "atoms", "sessions")),
@@ -155,58 +170,71 @@ def render_text(r: dict[str, Any]) -> str:
     else:
         lines.append(f"REDACTIONS: {s['note']}")
     lines.append("")
+    return lines
+
+
+def _text_batches(r: dict[str, Any]) -> list[str]:
     b = r["batches"]
-    lines.append(f"REDACTION BATCHES: {b['count']} ({b['closed']} closed)")
-    lines += _table(["batch", "mode", "request", "opened", "approved by", "closed", "atoms",
+    return [f"REDACTION BATCHES: {b['count']} ({b['closed']} closed)",
+            *_table(["batch", "mode", "request", "opened", "approved by", "closed", "atoms",
                      "artifacts", "subjects", "status"],
                     [(x["batch_id"], x["mode"], x["request_id"], x["opened_at"],
                       x["approved_by_name"] or x["approved_by"], x["closed_at"],
                       x["targets"]["atoms"], x["targets"]["artifacts"],
-                      x["targets"]["subjects"], x["status"]) for x in b["items"]])
-    lines.append("")
+                      x["targets"]["subjects"], x["status"]) for x in b["items"]]),
+            ""]
+
+
+def _text_requests(r: dict[str, Any]) -> list[str]:
     e = r["erasure_requests"]
-    lines.append(f"ERASURE REQUESTS: {e['count']} ({e['completed']} completed, "
-                 f"{e['completed_late']} completed late, {e['open']} open, "
-                 f"{e['overdue']} OVERDUE)")
-    lines += _table(["request", "subject", "subject id", "received", "ack due", "complete due",
-                     "completed", "hours", "deadline h", "status"],
-                    [(x["request_id"], x.get("subject_ref"), x["subject_id"], x["received_at"],
-                      x["ack_due"],
-                      x["complete_due"], x["completed_at"],
+    return [f"ERASURE REQUESTS: {e['count']} ({e['completed']} completed, "
+            f"{e['completed_late']} completed late, {e['open']} open, "
+            f"{e['overdue']} OVERDUE)",
+            *_table(["request", "subject", "subject id", "received", "ack due",
+                     "complete due", "completed", "hours", "deadline h", "status"],
+                    [(x["request_id"], x.get("subject_ref"), x["subject_id"],
+                      x["received_at"], x["ack_due"], x["complete_due"], x["completed_at"],
                       x["hours_taken"] if x["hours_taken"] is not None else x["hours_open"],
                       x["deadline_hours"], x["status"].upper() if x["overdue"]
-                      else x["status"]) for x in e["items"]])
-    lines.append("")
-    ep = r["evidence_packs"]
-    lines.append(f"EVIDENCE PACKS: {ep['events']} recorded" if ep["recorded"]
-                 else f"EVIDENCE PACKS: {ep['note']}")
-    sw = r["sweeps"]
-    lines.append(f"SWEEPS (expiry / archive): {sw['events']} events")
-    lines += _table(["topic", "events"], sw["by_topic"].items()) if sw["by_topic"] else []
-    lines.append("")
-    pa = r["policy_archiving"]
-    lines.append(f"POLICY ARCHIVING (atoms archived by memoryPolicy rules at creation): "
-                 f"{pa['events']} events")
-    lines += _table(["rule", "events"], pa["by_rule"].items()) if pa["by_rule"] else []
-    lines.append("")
+                      else x["status"]) for x in e["items"]]),
+            ""]
+
+
+def _text_sweeps(r: dict[str, Any]) -> list[str]:
+    """Evidence packs, sweeps and policy archiving."""
+    ep, sw, pa = r["evidence_packs"], r["sweeps"], r["policy_archiving"]
+    return [f"EVIDENCE PACKS: {ep['events']} recorded" if ep["recorded"]
+            else f"EVIDENCE PACKS: {ep['note']}",
+            f"SWEEPS (expiry / archive): {sw['events']} events",
+            *(_table(["topic", "events"], sw["by_topic"].items()) if sw["by_topic"] else []),
+            "",
+            f"POLICY ARCHIVING (atoms archived by memoryPolicy rules at creation): "
+            f"{pa['events']} events",
+            *(_table(["rule", "events"], pa["by_rule"].items()) if pa["by_rule"] else []),
+            ""]
+
+
+def _text_policy(r: dict[str, Any]) -> list[str]:
     pol = r["policy"]
     inf = pol["in_force"]
-    lines.append("POLICY in force at the end of the period: " + (
-        f"{inf['event_id']} set {inf['set_at']} by {inf['signer_name'] or inf['signer']}"
-        if inf else "none"))
-    lines.append("  audit flags: " + ", ".join(f"{k}={str(v).lower()}"
-                                              for k, v in pol["audit_flags"].items())
-                 + f" ({pol['audit_flags_source']})")
-    lines.append(f"  changes in the period: {len(pol['changes'])}")
-    lines += _table(["event", "set at", "signer"],
-                    [(c["event_id"], c["set_at"], c["signer_name"] or c["signer"])
-                     for c in pol["changes"]]) if pol["changes"] else []
+    return ["POLICY in force at the end of the period: " + (
+            f"{inf['event_id']} set {inf['set_at']} by {inf['signer_name'] or inf['signer']}"
+            if inf else "none"),
+            "  audit flags: " + ", ".join(f"{k}={str(v).lower()}"
+                                          for k, v in pol["audit_flags"].items())
+            + f" ({pol['audit_flags_source']})",
+            f"  changes in the period: {len(pol['changes'])}",
+            *(_table(["event", "set at", "signer"],
+                     [(c["event_id"], c["set_at"], c["signer_name"] or c["signer"])
+                      for c in pol["changes"]]) if pol["changes"] else [])]
+
+
+def _text_key_roster(r: dict[str, Any]) -> list[str]:
     k = r["key_roster"]
-    lines.append(f"KEY ROSTER changes in the period: {k['changes']}")
-    lines += _table(["at", "change", "key id", "name", "role"],
-                    [(x["at"], x["change"], x["kid"], x["name"], x["role"])
-                     for x in k["items"]]) if k["items"] else []
-    return "\n".join(lines) + "\n"
+    return [f"KEY ROSTER changes in the period: {k['changes']}",
+            *(_table(["at", "change", "key id", "name", "role"],
+                     [(x["at"], x["change"], x["kid"], x["name"], x["role"])
+                      for x in k["items"]]) if k["items"] else [])]
 
 
 # -- html
@@ -532,21 +560,39 @@ def render_html_body(r: dict[str, Any], level: int = 2) -> str:
     what the console shows inside its own page. Styled by class names only (no style
     attribute), so it renders under a strict Content-Security-Policy. ``level``: the
     heading level of its sections (3 to nest them under a page's own h2)."""
-    a, v, e = r["activity"], r["verification"], r["erasure_requests"]
-    out: list[str] = [
+    out = [*_html_head(r), *_html_tiles(r), *_html_verification(r), *_html_activity(r),
+           *_html_kinds(r), *_html_requests(r), *_html_batches(r), *_evidence_html(r),
+           *_counted(r, "sweeps", "Sweeps (expiry, archive)", "by_topic", "topic"),
+           *_counted(r, "policy_archiving", "Policy archiving (memoryPolicy rules at creation)",
+                     "by_rule", "rule"),
+           *_html_policy(r), *_html_key_roster(r),
+           '<p class="muted">Ids and counts only: this report holds no memory content. '
+           "Produced by <code>ledger audit</code>.</p>"]
+    body = _scrollable("\n".join(out))
+    if level != 2:
+        body = re.sub(r"<(/?)h([23])>", lambda m: f"<{m[1]}h{int(m[2]) + level - 2}>", body)
+    return body
+
+
+def _html_head(r: dict[str, Any]) -> list[str]:
+    """The ledger, period and scope line, then the findings."""
+    return [
         f'<p class="muted">Ledger <code>{html.escape(r["ledger_id"])}</code> · period '
         f"{html.escape(_period_words(r))} · generated "
         f"{html.escape(for_people(r['generated_at']))}<br>"
         f"{html.escape(r['scope_note'])}"
         + (f" · subject <code>{html.escape(r['subject']['subject_id'])}</code>"
            if r["subject"] else "") + "</p>",
+        *(f'<div class="finding">{html.escape(f)}</div>' for f in r["findings"]),
     ]
-    for f in r["findings"]:
-        out.append(f'<div class="finding">{html.escape(f)}</div>')
+
+
+def _html_tiles(r: dict[str, Any]) -> list[str]:
+    a, v, e = r["activity"], r["verification"], r["erasure_requests"]
     vstate = "" if v["ok"] is None else ("good" if v["ok"] else "bad")
-    out.append('<div class="tiles">')
-    out.append(_tile("events in the period", a["events"], "activity", "events"))
-    out.append(_tile("reported events", a["reported"], "activity", "reported"))
+    out = ['<div class="tiles">',
+           _tile("events in the period", a["events"], "activity", "events"),
+           _tile("reported events", a["reported"], "activity", "reported")]
     for key, label in (("creations", "creations"), ("retrievals", "retrievals"),
                        ("rehearsals", "other rehearsals")):
         s = r[key]
@@ -563,160 +609,182 @@ def render_html_body(r: dict[str, Any], level: int = 2) -> str:
         out.append(_tile("events verified", v["events_verified"], "verification",
                          "events_verified", state=vstate))
     out.append("</div>")
+    return out
 
-    # verification
-    out.append("<h2>Verification</h2>")
+
+def _html_verification(r: dict[str, Any]) -> list[str]:
+    v = r["verification"]
+    out = ["<h2>Verification</h2>"]
     if v["scope"] == "none":
         out.append(f"<p>{html.escape(v['note'])}</p>")
-    else:
-        cls = "ok" if v["ok"] else "fail"
-        out.append(f'<p>Status: <span class="{cls}" data-json-pointer="/verification/status">'
-                   f"{html.escape(v['status'])}</span> (scope {html.escape(v['scope'])}); head "
-                   f"seq {_n(v['head_seq'], 'verification', 'head_seq', tag='span')} at "
-                   f"{html.escape(for_people(v['head_time']))}.</p>")
-        if v.get("note"):
-            out.append(f'<p class="muted">{html.escape(v["note"])}</p>')
-        if v["failure"]:
-            fl = v["failure"]
-            out.append(f'<p class="fail">FAIL at position {fl["position"]} (seq {fl["seq"]}): '
-                       f"step {html.escape(str(fl['step']))}: {html.escape(fl['reason'])}</p>")
-        c = v["checkpoints"]
-        out.append("<table><tr><th>checkpoints recorded</th><th>checked (signature and "
-                   "consistency)</th><th>signed in the period</th></tr><tr>"
-                   + _n(c["recorded"], "verification", "checkpoints", "recorded")
-                   + _n(c["checked"], "verification", "checkpoints", "checked")
-                   + _n(c["in_period"], "verification", "checkpoints", "in_period")
-                   + "</tr></table>")
+        return out
+    cls = "ok" if v["ok"] else "fail"
+    out.append(f'<p>Status: <span class="{cls}" data-json-pointer="/verification/status">'
+               f"{html.escape(v['status'])}</span> (scope {html.escape(v['scope'])}); head "
+               f"seq {_n(v['head_seq'], 'verification', 'head_seq', tag='span')} at "
+               f"{html.escape(for_people(v['head_time']))}.</p>")
+    if v.get("note"):
+        out.append(f'<p class="muted">{html.escape(v["note"])}</p>')
+    if v["failure"]:
+        fl = v["failure"]
+        out.append(f'<p class="fail">FAIL at position {fl["position"]} (seq {fl["seq"]}): '
+                   f"step {html.escape(str(fl['step']))}: {html.escape(fl['reason'])}</p>")
+    c = v["checkpoints"]
+    out.append("<table><tr><th>checkpoints recorded</th><th>checked (signature and "
+               "consistency)</th><th>signed in the period</th></tr><tr>"
+               + _n(c["recorded"], "verification", "checkpoints", "recorded")
+               + _n(c["checked"], "verification", "checkpoints", "checked")
+               + _n(c["in_period"], "verification", "checkpoints", "in_period")
+               + "</tr></table>")
+    return out
 
-    # activity
-    out.append("<h2>Activity over time</h2>")
-    out.append(_activity_svg(r))
-    out.append("<h3>By category</h3><table><tr><th>category</th><th>events</th></tr>")
-    for c, n in a["by_category"].items():
-        out.append(f"<tr>{_t(c)}{_n(n, 'activity', 'by_category', c)}</tr>")
-    out.append("</table>")
-    out.append("<h3>By type (topic)</h3><table><tr><th>topic</th><th>events</th></tr>")
-    for t, n in a["by_topic"].items():
-        out.append(f"<tr>{_t(t)}{_n(n, 'activity', 'by_topic', t)}</tr>")
-    out.append("</table>")
-    out.append("<h3>By actor (signer)</h3><table><tr><th>key id</th><th>name</th><th>roles"
-               "</th><th>events</th></tr>")
-    for i, x in enumerate(a["by_actor"]):
-        out.append(f"<tr>{_t(x['kid'])}{_t(x['name'])}{_t(', '.join(x['roles']))}"
-                   f"{_n(x['events'], 'activity', 'by_actor', i, 'events')}</tr>")
-    out.append("</table>")
-    out.append("<details><summary>Events per day (UTC)</summary><table><tr><th>day</th>"
-               + "".join(f"<th>{c}</th>" for c in CATEGORIES) + "</tr>")
-    for d, counts in a["per_day"].items():
-        out.append(f"<tr>{_t(d)}" + "".join(_n(counts[c], "activity", "per_day", d, c)
-                                            for c in CATEGORIES) + "</tr>")
-    out.append("</table></details>")
 
-    # kinds
-    out.append("<h2>Creations, retrievals, rehearsals, redactions</h2><table>"
-               "<tr><th>kind</th><th>audit flag</th><th>figures</th></tr>")
+def _html_activity(r: dict[str, Any]) -> list[str]:
+    a = r["activity"]
+    return [
+        "<h2>Activity over time</h2>",
+        _activity_svg(r),
+        "<h3>By category</h3><table><tr><th>category</th><th>events</th></tr>",
+        *(f"<tr>{_t(c)}{_n(n, 'activity', 'by_category', c)}</tr>"
+          for c, n in a["by_category"].items()),
+        "</table>",
+        "<h3>By type (topic)</h3><table><tr><th>topic</th><th>events</th></tr>",
+        *(f"<tr>{_t(t)}{_n(n, 'activity', 'by_topic', t)}</tr>"
+          for t, n in a["by_topic"].items()),
+        "</table>",
+        "<h3>By actor (signer)</h3><table><tr><th>key id</th><th>name</th><th>roles"
+        "</th><th>events</th></tr>",
+        *(f"<tr>{_t(x['kid'])}{_t(x['name'])}{_t(', '.join(x['roles']))}"
+          f"{_n(x['events'], 'activity', 'by_actor', i, 'events')}</tr>"
+          for i, x in enumerate(a["by_actor"])),
+        "</table>",
+        "<details><summary>Events per day (UTC)</summary><table><tr><th>day</th>"
+        + "".join(f"<th>{c}</th>" for c in CATEGORIES) + "</tr>",
+        *(f"<tr>{_t(d)}" + "".join(_n(counts[c], "activity", "per_day", d, c)
+                                   for c in CATEGORIES) + "</tr>"
+          for d, counts in a["per_day"].items()),
+        "</table></details>",
+    ]
+
+
+def _html_kinds(r: dict[str, Any]) -> list[str]:
+    """Creations, retrievals, rehearsals and redactions: one row each."""
+    out = ["<h2>Creations, retrievals, rehearsals, redactions</h2><table>"
+           "<tr><th>kind</th><th>audit flag</th><th>figures</th></tr>"]
     for key in ("creations", "retrievals", "rehearsals"):
         s = r[key]
-        if not s["reported"]:
-            figures = html.escape(s["note"])
-        elif key == "creations":
-            figures = (", ".join(_counted_words(s[f], f, key, f)
-                                 for f in ("atoms", "artifacts", "subjects"))
-                       + f"; {_n(s['total'], key, 'total', tag='span')} in all")
-        elif key == "retrievals":
-            figures = (f"{_counted_words(s['events'], 'recall events', key, 'events')} on "
-                       f"{_counted_words(s['atoms'], 'atoms', key, 'atoms')} in "
-                       f"{_counted_words(s['sessions'], 'sessions', key, 'sessions')}")
-        else:
-            figures = (f"{_counted_words(s['events'], 'events', key, 'events')} on "
-                       f"{_counted_words(s['atoms'], 'atoms', key, 'atoms')}")
-        out.append(f"<tr>{_t(key)}{_t(s['audit_flag'])}<td>{figures}</td></tr>")
+        out.append(f"<tr>{_t(key)}{_t(s['audit_flag'])}<td>{_kind_figures(key, s)}</td></tr>")
     s = r["redactions"]
-    if s["reported"]:
-        figures = "by mode: " + ", ".join(
-            f"{_n(n, 'redactions', 'by_mode', m, tag='span')} {html.escape(m)}"
-            for m, n in s["by_mode"].items())
-        figures += "; " + _counted_words(s["unredactions"], "unredactions", "redactions",
-                                         "unredactions")
-        figures += "; " + _counted_words(s["artifact_deletions"], "artifact deletions",
-                                         "redactions", "artifact_deletions")
-        figures += "; data keys destroyed: " + ", ".join(
-            _counted_words(n, f"{k} keys", "redactions", "data_keys_destroyed", k)
-            for k, n in s["data_keys_destroyed"].items())
-    else:
-        figures = html.escape(s["note"])
-    out.append(f"<tr>{_t('redactions')}{_t(s['audit_flag'])}<td>{figures}</td></tr></table>")
+    out.append(f"<tr>{_t('redactions')}{_t(s['audit_flag'])}<td>{_redaction_figures(s)}</td>"
+               "</tr></table>")
+    return out
 
-    # erasure
-    out.append("<h2>Erasure requests and turnaround</h2>")
-    out.append(f"<p>Requests: {_n(e['count'], 'erasure_requests', 'count', tag='span')}; "
-               f"{_n(e['completed'], 'erasure_requests', 'completed', tag='span')} completed, "
-               f"{_n(e['completed_late'], 'erasure_requests', 'completed_late', tag='span')} "
-               f"completed late, {_n(e['open'], 'erasure_requests', 'open', tag='span')} open, "
-               f"{_n(e['overdue'], 'erasure_requests', 'overdue', tag='span')} overdue.</p>")
-    out.append(_turnaround_svg(r))
-    out.append("<table><tr><th>request</th><th>subject</th><th>received</th>"
-               "<th>acknowledged</th><th>completed</th><th>time taken</th><th>status</th>"
-               "</tr>")
-    for i, x in enumerate(e["items"]):
-        out.append(_request_row(i, x))
-    out.append("</table>")
+
+def _kind_figures(key: str, s: dict[str, Any]) -> str:
+    if not s["reported"]:
+        return html.escape(s["note"])
+    if key == "creations":
+        return (", ".join(_counted_words(s[f], f, key, f)
+                          for f in ("atoms", "artifacts", "subjects"))
+                + f"; {_n(s['total'], key, 'total', tag='span')} in all")
+    if key == "retrievals":
+        return (f"{_counted_words(s['events'], 'recall events', key, 'events')} on "
+                f"{_counted_words(s['atoms'], 'atoms', key, 'atoms')} in "
+                f"{_counted_words(s['sessions'], 'sessions', key, 'sessions')}")
+    return (f"{_counted_words(s['events'], 'events', key, 'events')} on "
+            f"{_counted_words(s['atoms'], 'atoms', key, 'atoms')}")
+
+
+def _redaction_figures(s: dict[str, Any]) -> str:
+    if not s["reported"]:
+        return html.escape(s["note"])
+    figures = "by mode: " + ", ".join(
+        f"{_n(n, 'redactions', 'by_mode', m, tag='span')} {html.escape(m)}"
+        for m, n in s["by_mode"].items())
+    figures += "; " + _counted_words(s["unredactions"], "unredactions", "redactions",
+                                     "unredactions")
+    figures += "; " + _counted_words(s["artifact_deletions"], "artifact deletions",
+                                     "redactions", "artifact_deletions")
+    figures += "; data keys destroyed: " + ", ".join(
+        _counted_words(n, f"{k} keys", "redactions", "data_keys_destroyed", k)
+        for k, n in s["data_keys_destroyed"].items())
+    return figures
+
+
+def _html_requests(r: dict[str, Any]) -> list[str]:
+    e = r["erasure_requests"]
+    return [
+        "<h2>Erasure requests and turnaround</h2>",
+        f"<p>Requests: {_n(e['count'], 'erasure_requests', 'count', tag='span')}; "
+        f"{_n(e['completed'], 'erasure_requests', 'completed', tag='span')} completed, "
+        f"{_n(e['completed_late'], 'erasure_requests', 'completed_late', tag='span')} "
+        f"completed late, {_n(e['open'], 'erasure_requests', 'open', tag='span')} open, "
+        f"{_n(e['overdue'], 'erasure_requests', 'overdue', tag='span')} overdue.</p>",
+        _turnaround_svg(r),
+        "<table><tr><th>request</th><th>subject</th><th>received</th>"
+        "<th>acknowledged</th><th>completed</th><th>time taken</th><th>status</th>"
+        "</tr>",
+        *(_request_row(i, x) for i, x in enumerate(e["items"])),
+        "</table>",
+    ]
+
+
+def _html_batches(r: dict[str, Any]) -> list[str]:
     b = r["batches"]
-    out.append(f"<h2>Redaction batches</h2><p>Batches: "
-               f"{_n(b['count'], 'batches', 'count', tag='span')}; "
-               f"{_n(b['closed'], 'batches', 'closed', tag='span')} closed.</p>")
-    out.append("<table><tr><th>batch</th><th>mode</th><th>request</th><th>opened</th>"
-               "<th>approved by</th><th>closed</th><th>targets</th><th>events</th>"
-               "<th>status</th></tr>")
-    for i, x in enumerate(b["items"]):
-        req = x["request_id"]
-        targets = ", ".join(_counted_words(x["targets"][k], k, "batches", "items", i,
-                                           "targets", k)
-                            for k in ("atoms", "artifacts", "subjects"))
-        out.append(
-            f"<tr><td><code>{html.escape(x['batch_id'])}</code></td>{_t(x['mode'])}"
+    return [f"<h2>Redaction batches</h2><p>Batches: "
+            f"{_n(b['count'], 'batches', 'count', tag='span')}; "
+            f"{_n(b['closed'], 'batches', 'closed', tag='span')} closed.</p>",
+            "<table><tr><th>batch</th><th>mode</th><th>request</th><th>opened</th>"
+            "<th>approved by</th><th>closed</th><th>targets</th><th>events</th>"
+            "<th>status</th></tr>",
+            *(_batch_row(i, x) for i, x in enumerate(b["items"])),
+            "</table>"]
+
+
+def _batch_row(i: int, x: dict[str, Any]) -> str:
+    req = x["request_id"]
+    targets = ", ".join(_counted_words(x["targets"][k], k, "batches", "items", i,
+                                       "targets", k)
+                        for k in ("atoms", "artifacts", "subjects"))
+    return (f"<tr><td><code>{html.escape(x['batch_id'])}</code></td>{_t(x['mode'])}"
             + (f'<td title="{html.escape(req)}"><code>{html.escape(req[:8])}…</code></td>'
                if req else _t(None))
             + f"{_when(x['opened_at'])}{_t(x['approved_by_name'] or x['approved_by'])}"
             f"{_when(x['closed_at'])}<td>{targets}</td>"
             f"{_n(x['event_ids'], 'batches', 'items', i, 'event_ids')}{_t(x['status'])}</tr>")
-    out.append("</table>")
-    out += _evidence_html(r)
-    out += _counted(r, "sweeps", "Sweeps (expiry, archive)", "by_topic", "topic")
-    out += _counted(r, "policy_archiving", "Policy archiving (memoryPolicy rules at creation)",
-                    "by_rule", "rule")
 
-    # policy and keys
+
+def _html_policy(r: dict[str, Any]) -> list[str]:
     pol = r["policy"]
     inf = pol["in_force"]
-    out.append("<h2>Policy</h2>")
-    out.append("<p>In force at the end of the period: " + (
-        f"<code>{html.escape(inf['event_id'])}</code> set "
-        f"{html.escape(for_people(inf['set_at']))} by "
-        f"{html.escape(str(inf['signer_name'] or inf['signer']))}" if inf else "none")
-        + "</p>")
-    out.append("<p>Audit flags: " + ", ".join(
-        f"{html.escape(k)}=<span data-json-pointer=\"{_pointer('policy', 'audit_flags', k)}\">"
-        f"{str(val).lower()}</span>" for k, val in pol["audit_flags"].items())
-        + f' <span class="muted">({html.escape(pol["audit_flags_source"])})</span></p>')
-    out.append(f"<p>Changes in the period: {len(pol['changes'])}</p>")
+    out = ["<h2>Policy</h2>",
+           "<p>In force at the end of the period: " + (
+               f"<code>{html.escape(inf['event_id'])}</code> set "
+               f"{html.escape(for_people(inf['set_at']))} by "
+               f"{html.escape(str(inf['signer_name'] or inf['signer']))}" if inf else "none")
+           + "</p>",
+           "<p>Audit flags: " + ", ".join(
+               f"{html.escape(k)}=<span data-json-pointer=\""
+               f"{_pointer('policy', 'audit_flags', k)}\">"
+               f"{str(val).lower()}</span>" for k, val in pol["audit_flags"].items())
+           + f' <span class="muted">({html.escape(pol["audit_flags_source"])})</span></p>',
+           f"<p>Changes in the period: {len(pol['changes'])}</p>"]
     if pol["changes"]:
         out.append("<table><tr><th>event</th><th>set at</th><th>signer</th></tr>" + "".join(
             f"<tr>{_t(c['event_id'])}{_when(c['set_at'])}{_t(c['signer_name'] or c['signer'])}"
             "</tr>" for c in pol["changes"]) + "</table>")
+    return out
+
+
+def _html_key_roster(r: dict[str, Any]) -> list[str]:
     k = r["key_roster"]
-    out.append(f"<h2>Key roster</h2><p>"
-               f"{_n(k['changes'], 'key_roster', 'changes', tag='span')} changes in the "
-               f"period; {_n(k['keys'], 'key_roster', 'keys', tag='span')} keys in the "
-               "roster.</p>")
+    out = [f"<h2>Key roster</h2><p>"
+           f"{_n(k['changes'], 'key_roster', 'changes', tag='span')} changes in the "
+           f"period; {_n(k['keys'], 'key_roster', 'keys', tag='span')} keys in the "
+           "roster.</p>"]
     if k["items"]:
         out.append("<table><tr><th>at</th><th>change</th><th>key id</th><th>name</th>"
                    "<th>role</th></tr>" + "".join(
                        f"<tr>{_when(x['at'])}{_t(x['change'])}{_t(x['kid'])}{_t(x['name'])}"
                        f"{_t(x['role'])}</tr>" for x in k["items"]) + "</table>")
-    out.append('<p class="muted">Ids and counts only: this report holds no memory content. '
-               "Produced by <code>ledger audit</code>.</p>")
-    body = _scrollable("\n".join(out))
-    if level != 2:
-        body = re.sub(r"<(/?)h([23])>", lambda m: f"<{m[1]}h{int(m[2]) + level - 2}>", body)
-    return body
+    return out
