@@ -37,13 +37,13 @@ from governance.partial import LEGAL_HOLD, STORE_UNREACHABLE
 from governance.witnessed import verify_witnessing
 from keys.errors import KeyError_, KeyNotAuthorized, PublicKeyFileError
 from keys.keyring import parse_public_key_document
-from keys.roster import parse_time
+from keys.roster import RosterState, parse_time
 from ledger import clock, envelope
 from ledger.checkpoint import parse_body, parse_note
 from ledger.errors import InputError, VerificationFailed
 from ledger.merkle import verify_consistency, verify_inclusion
 from ledger.progress import Steps, report
-from ledger.transparency import unb64, verify_with_roster
+from ledger.transparency import SignedCheckpoint, unb64, verify_with_roster
 from ledger.verification import EVERY, VERIFYING
 from ledger.verify import LogVerifier
 
@@ -92,7 +92,30 @@ def verify_pack_bytes(pack: Mapping[str, bytes], root_public_key: bytes | None =
     Raise :class:`PackInvalid` at the first failing step. ``progress(stage, done, total)``
     counts the events through steps 3 and 5 (ADR 0036)."""
     files = dict(pack)
-    # Step 1: the statement is a DSSE envelope of an in-toto Statement v1 of our type.
+    dsse, statement = _read_statement(files)
+    predicate = _check_predicate_schema(statement)
+    _check_subjects(statement, files)
+    v, events = _verify_events(files, predicate, root_public_key, progress)
+    roster = v.report.roster
+    at = pack_time(predicate, [rec for _doc, rec in events])
+    signers = _verify_statement_signatures(dsse, statement, roster, at)
+    before, after = _verify_checkpoints(files, predicate["ledger"]["origin"], roster, events, at)
+    _check_inclusions(events, v.leaves or [], after, progress)
+    _check_consistency(files[CONSISTENCY], before, after)
+    _check_predicate(predicate, events)
+    # Steps 7.1-7.3: proof files, cosignatures, the witness policy (governance/witnessed.py).
+    witnessing = verify_witnessing(files, predicate, events, v.leaves or [], before, after,
+                                   policy)
+    _check_copies(predicate, events)
+    return _report(predicate, signers, len(events), witnessing)
+
+
+_Events = list[tuple[dict[str, Any], "_Rec"]]
+
+
+def _read_statement(files: dict[str, bytes]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Step 1: the statement is a DSSE envelope of an in-toto Statement v1 of our type.
+    Takes the statement out of ``files`` (it is the one file no subject covers)."""
     try:
         dsse, _payload, statement = read_statement(files.pop(STATEMENT))
     except (KeyError, ValueError, TypeError) as e:
@@ -102,13 +125,21 @@ def verify_pack_bytes(pack: Mapping[str, bytes], root_public_key: bytes | None =
     if statement.get("_type") != STATEMENT_TYPE or statement.get("predicateType") != \
             PREDICATE_TYPE:
         raise PackInvalid("1", "the statement is not an evidence-pack in-toto Statement v1")
-    # Step 1.1: the predicate matches its JSON Schema (no field the format does not have).
+    return dsse, statement
+
+
+def _check_predicate_schema(statement: dict[str, Any]) -> dict[str, Any]:
+    """Step 1.1: the predicate matches its JSON Schema (no field the format does not have)."""
     problems = predicate_problems(statement.get("predicate"))
     if problems:
         raise PackInvalid("1.1", f"the predicate does not match schemas/{PREDICATE_SCHEMA}: "
                                  f"{'; '.join(problems[:3])}")
-    predicate = statement["predicate"]
-    # Step 2: every file is a subject with the right digest; no file missing or extra.
+    predicate: dict[str, Any] = statement["predicate"]
+    return predicate
+
+
+def _check_subjects(statement: dict[str, Any], files: dict[str, bytes]) -> None:
+    """Step 2: every file is a subject with the right digest; no file missing or extra."""
     subjects = {s["name"]: s["digest"]["sha256"] for s in statement["subject"]}
     if set(subjects) != set(files):
         missing = sorted(set(subjects) - set(files))
@@ -117,21 +148,26 @@ def verify_pack_bytes(pack: Mapping[str, bytes], root_public_key: bytes | None =
     for name, digest in subjects.items():
         if sha256_hex(files[name]) != digest:
             raise PackInvalid("2", f"{name}: SHA-256 does not match the signed statement")
-    # Step 3: every event verifies against the roster folded from the pack's roster events.
+
+
+def _verify_events(files: dict[str, bytes], predicate: dict[str, Any],
+                   root_public_key: bytes | None, progress: Steps | None
+                   ) -> tuple[LogVerifier, _Events]:
+    """Step 3: every event verifies against the roster folded from the pack's roster
+    events; returns the verifier (its roster and leaves) and the events read."""
     if root_public_key is None:
         try:
             root_public_key = parse_public_key_document(files[ROOT_PUB], ROOT_PUB)
         except PublicKeyFileError as e:
             raise PackInvalid("3", str(e)) from None
-    ledger_id = predicate["ledger"]["id"]
-    v = LogVerifier(ledger_id=ledger_id, root_public_key=root_public_key, collect_leaves=True)
+    v = LogVerifier(ledger_id=predicate["ledger"]["id"], root_public_key=root_public_key,
+                    collect_leaves=True)
     v.sparse = True
-    events = []
+    events: _Events = []
     lines = files[EVENTS].decode().splitlines()
     report(progress, VERIFYING, 0, len(lines))
     for done, line in enumerate(lines, 1):
-        if progress is not None and (done % EVERY == 0 or done == len(lines)):
-            progress(VERIFYING, done, len(lines))
+        _tick(progress, VERIFYING, done, len(lines))
         doc = json.loads(line)
         rec = _Rec(doc["seq"], UUID(doc["originator_id"]), doc["version"], doc["topic"],
                    unb64(doc["state"]))
@@ -140,10 +176,19 @@ def verify_pack_bytes(pack: Mapping[str, bytes], root_public_key: bytes | None =
             assert f is not None
             raise PackInvalid("3", f"event seq {doc['seq']}: step {f.step}: {f.reason}")
         events.append((doc, rec))
-    roster = v.report.roster
-    # Step 4: every signature on the statement is by a key that holds the operator or
-    # auditor role at the pack's time, in the pack's roster (revoked keys refused).
-    at = pack_time(predicate, [rec for _doc, rec in events])
+    return v, events
+
+
+def _tick(progress: Steps | None, stage: str, done: int, total: int) -> None:
+    if progress is not None and (done % EVERY == 0 or done == total):
+        progress(stage, done, total)
+
+
+def _verify_statement_signatures(dsse: dict[str, Any], statement: dict[str, Any],
+                                 roster: RosterState, at: datetime) -> list[str]:
+    """Step 4: every signature on the statement is by a key that holds the operator or
+    auditor role at the pack's time, in the pack's roster (revoked keys refused); the
+    payload is the statement's canonical form. Returns the signers."""
     signers = _statement_signers(dsse, roster, at)
     try:
         verified = verify_envelope(dsse, signers)
@@ -151,9 +196,14 @@ def verify_pack_bytes(pack: Mapping[str, bytes], root_public_key: bytes | None =
         raise PackInvalid("4", f"statement signature: {e}") from e
     if verified.payload != envelope.canonical(statement):
         raise PackInvalid("4", "the statement is not in canonical form")
-    # Step 5: checkpoints are signed by a key holding the log role when they were signed
-    # (no earlier than the newest pack event they cover); events included; before -> after.
-    origin = predicate["ledger"]["origin"]
+    return verified.signers
+
+
+def _verify_checkpoints(files: dict[str, bytes], origin: str, roster: RosterState,
+                        events: _Events, at: datetime
+                        ) -> tuple[SignedCheckpoint, SignedCheckpoint]:
+    """Step 5: checkpoints are signed by a key holding the log role when they were signed
+    (no earlier than the newest pack event they cover)."""
     before_note, after_note = files[BEFORE].decode(), files[AFTER].decode()
     try:
         before = verify_with_roster(before_note, origin, roster,
@@ -161,16 +211,26 @@ def verify_pack_bytes(pack: Mapping[str, bytes], root_public_key: bytes | None =
         after = verify_with_roster(after_note, origin, roster, at)
     except VerificationFailed as e:
         raise PackInvalid("5", str(e)) from e
+    return before, after
+
+
+def _check_inclusions(events: _Events, leaves: list[bytes], after: SignedCheckpoint,
+                      progress: Steps | None) -> None:
+    """Step 5: every event is included in the after checkpoint."""
     report(progress, CHECKING, 0, len(events))
-    for done, ((doc, _rec), leaf) in enumerate(zip(events, v.leaves or [], strict=True), 1):
-        if progress is not None and (done % EVERY == 0 or done == len(events)):
-            progress(CHECKING, done, len(events))
+    for done, ((doc, _rec), leaf) in enumerate(zip(events, leaves, strict=True), 1):
+        _tick(progress, CHECKING, done, len(events))
         try:
             verify_inclusion(leaf, doc["seq"] - 1, after.size, [unb64(p) for p in doc["proof"]],
                              after.root)
         except VerificationFailed as e:
             raise PackInvalid("5", f"event seq {doc['seq']}: {e}") from e
-    cons = json.loads(files[CONSISTENCY])
+
+
+def _check_consistency(data: bytes, before: SignedCheckpoint, after: SignedCheckpoint
+                       ) -> None:
+    """Step 5: the before checkpoint is a prefix of the after checkpoint."""
+    cons = json.loads(data)
     if (cons["old_size"], cons["new_size"]) != (before.size, after.size):
         raise PackInvalid("5", "the consistency proof is for other checkpoints")
     try:
@@ -178,26 +238,30 @@ def verify_pack_bytes(pack: Mapping[str, bytes], root_public_key: bytes | None =
                            [unb64(p) for p in cons["proof"]])
     except VerificationFailed as e:
         raise PackInvalid("5", f"before -> after: {e}") from e
-    # Step 6: the predicate says what the signed events say.
-    _check_predicate(predicate, events)
-    # Steps 7.1-7.3: proof files, cosignatures, the witness policy (governance/witnessed.py).
 
-    witnessing = verify_witnessing(files, predicate, events, v.leaves or [], before, after,
-                                   policy)
-    # Steps 8.1-8.4: the copies statement is what the signed events support.
+
+def _check_copies(predicate: dict[str, Any], events: _Events) -> None:
+    """Steps 8.1-8.4: the copies statement is what the signed events support."""
     copies = predicate.get("copies")
-    if copies is not None:
-        try:
-            check_statement(copies, [fact_of(rec.state) for _doc, rec in events],
-                            predicate["batch"]["id"])
-        except CopiesInvalid as e:
-            raise PackInvalid(f"8.{e.step}", f"copies: {e}") from e
-        except (KeyError, TypeError, ValueError) as e:  # a signed event it cannot read
-            raise PackInvalid("8", f"copies: the statement's events do not read: {e!r}") from e
+    if copies is None:
+        return
+    try:
+        check_statement(copies, [fact_of(rec.state) for _doc, rec in events],
+                        predicate["batch"]["id"])
+    except CopiesInvalid as e:
+        raise PackInvalid(f"8.{e.step}", f"copies: {e}") from e
+    except (KeyError, TypeError, ValueError) as e:  # a signed event it cannot read
+        raise PackInvalid("8", f"copies: the statement's events do not read: {e!r}") from e
+
+
+def _report(predicate: dict[str, Any], signers: list[str], events: int,
+            witnessing: dict[str, Any]) -> PackReport:
+    """What the verified pack proves."""
+    copies = predicate.get("copies")
     reach = predicate["reach"]
     partials = predicate.get("partial_outcomes") or []
     is_partial = predicate["batch"]["outcome"] == PARTIAL
-    return PackReport(True, None, None, verified.signers, len(events),
+    return PackReport(True, None, None, signers, events,
                       {k: len(v) for k, v in predicate["targets"].items()}, witnessing,
                       len(reach["flagged_for_review"]),
                       len(reach.get("flags", {}).get("artifacts_for_review", [])),
