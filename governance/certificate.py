@@ -36,6 +36,7 @@ from uuid import UUID
 
 from governance.dsse import (
     DocumentInvalid,
+    SignedDocument,
     check_signature,
     read_document,
     read_statement,
@@ -322,10 +323,7 @@ class _Line:
 def read_certificate(data: bytes) -> dict[str, Any]:
     """The document of a certificate file, checked for form only (step C1): for showing
     it, never for trusting it (:func:`verify_certificate`)."""
-    try:
-        return read_document(data, PAYLOAD_TYPE, CERTIFICATE_TYPE, "the certificate").document
-    except DocumentInvalid as e:
-        raise CertificateInvalid("C1", str(e)) from None
+    return _read_signed(data).document
 
 
 def verify_certificate(data: bytes, root_public_key: bytes,
@@ -334,22 +332,47 @@ def verify_certificate(data: bytes, root_public_key: bytes,
     first that fails. Pure: bytes and the trusted root key in, no file, no clock. With
     ``pack`` (the files of an Evidence Pack, as governance.pack.read_pack gives them), step
     C6 verifies the pack and derives the certificate's facts from it again."""
-    from ledger.verify import LogVerifier
+    signed = _read_signed(data)
+    doc = signed.document
+    _check_schema(doc)
+    roster = _verify_roster(doc, root_public_key)
+    _check_signer(signed, roster)
+    # C5. Coherence: the facts agree with each other and with the roster.
+    _coherent(doc, roster)
+    report = CertificateReport(
+        doc["batch"]["id"], (doc["request"] or {}).get("id"),
+        (doc["subject"] or {}).get("reference"), doc["issued_at"], doc["issued_by"],
+        doc["pack"]["digest"]["sha256"], doc["verification"]["result"])
+    # C6. Evidence pack (when given): it verifies, it is the one the certificate names, and
+    # the certificate's facts are the ones it proves.
+    if pack is not None:
+        report.pack_checked = True
+        report.later_countersigners = _against_pack(doc, pack, root_public_key)
+    return report
 
-    # C1. Form: the canonical file of a DSSE envelope of our payload type, one signature,
-    # over the canonical bytes of a document of our type.
+
+def _read_signed(data: bytes) -> SignedDocument:
+    """C1. Form: the canonical file of a DSSE envelope of our payload type, one signature,
+    over the canonical bytes of a document of our type."""
     try:
-        signed = read_document(data, PAYLOAD_TYPE, CERTIFICATE_TYPE, "the certificate")
+        return read_document(data, PAYLOAD_TYPE, CERTIFICATE_TYPE, "the certificate")
     except DocumentInvalid as e:
         raise CertificateInvalid("C1", str(e)) from None
-    doc = signed.document
-    # C2. Schema: every field a certificate has, and no other (no place for content).
+
+
+def _check_schema(doc: dict[str, Any]) -> None:
+    """C2. Schema: every field a certificate has, and no other (no place for content)."""
     found = problems(doc)
     if found:
         raise CertificateInvalid("C2", f"the document does not match schemas/{SCHEMA}: "
                                        f"{'; '.join(found[:3])}")
-    # C3. Roster: the roster events verify under the pinned root key, as the ledger's log
-    # does (docs/spec/event-envelope.md steps 1-7, a selection in log order).
+
+
+def _verify_roster(doc: dict[str, Any], root_public_key: bytes) -> RosterState:
+    """C3. Roster: the roster events verify under the pinned root key, as the ledger's log
+    does (docs/spec/event-envelope.md steps 1-7, a selection in log order)."""
+    from ledger.verify import LogVerifier
+
     if doc["ledger"]["root_kid"] != key_id(root_public_key):
         raise CertificateInvalid("C3", f"the certificate names root key "
                                        f"{doc['ledger']['root_kid']}, not the pinned "
@@ -366,11 +389,15 @@ def verify_certificate(data: bytes, root_public_key: bytes,
             assert f is not None
             raise CertificateInvalid("C3", f"roster event seq {line['seq']}: step {f.step}: "
                                            f"{f.reason}")
-    roster = v.report.roster
     if not doc["roster"] or doc["roster"][0]["topic"] != TOPIC_STARTED:
         raise CertificateInvalid("C3", "the roster does not start with roster.started")
-    # C4. Signature: by a key that held the operator or auditor role when the certificate
-    # was issued (as far as its roster shows), and it verifies.
+    return v.report.roster
+
+
+def _check_signer(signed: SignedDocument, roster: RosterState) -> None:
+    """C4. Signature: by a key that held the operator or auditor role when the certificate
+    was issued (as far as its roster shows), and it verifies."""
+    doc = signed.document
     at = clock.parse_instant(doc["issued_at"])
     try:
         public = roster.holds(signed.kid, SIGNER_ROLES, at)
@@ -385,18 +412,6 @@ def verify_certificate(data: bytes, root_public_key: bytes,
     if doc["issued_by"] != _person(roster, signed.kid):
         raise CertificateInvalid("C4", f"issued_by {doc['issued_by']} is not the signer "
                                        f"{_person(roster, signed.kid)}")
-    # C5. Coherence: the facts agree with each other and with the roster.
-    _coherent(doc, roster)
-    report = CertificateReport(
-        doc["batch"]["id"], (doc["request"] or {}).get("id"),
-        (doc["subject"] or {}).get("reference"), doc["issued_at"], doc["issued_by"],
-        doc["pack"]["digest"]["sha256"], doc["verification"]["result"])
-    # C6. Evidence pack (when given): it verifies, it is the one the certificate names, and
-    # the certificate's facts are the ones it proves.
-    if pack is not None:
-        report.pack_checked = True
-        report.later_countersigners = _against_pack(doc, pack, root_public_key)
-    return report
 
 
 def _coherent(doc: Mapping[str, Any], roster: RosterState) -> None:
@@ -529,37 +544,46 @@ def summary(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def sections(doc: Mapping[str, Any]) -> list[Section]:
     """The certificate in words: the sections both renderings print, in order."""
-    c, req, subj, batch = doc["controller"], doc["request"], doc["subject"], doc["batch"]
-    v, people, pack = doc["verification"], doc["people"], doc["pack"]
-    out = [Section("Controller", [
+    return [_controller_section(doc), _request_section(doc), _method_section(doc),
+            _destroyed_section(doc), _verification_section(doc["verification"]),
+            _copies_section(doc["copies"]), _signatures_section(doc), _evidence_section(doc)]
+
+
+def _controller_section(doc: Mapping[str, Any]) -> Section:
+    c = doc["controller"]
+    return Section("Controller", [
         Row("Organisation", c["name"] or NOT_SET),
         Row("Contact", c["contact"] or NOT_SET),
         Row("Ledger", f"`{doc['ledger']['origin']}` (ledger id `{doc['ledger']['id']}`)"),
-    ])]
+    ])
+
+
+def _request_section(doc: Mapping[str, Any]) -> Section:
+    req, subj = doc["request"], doc["subject"]
     if req is None:
-        out.append(Section("Request", [Row("Reference", "none: this erasure was not made for a "
-                                                        "data subject's request (an operator's "
-                                                        "or an application's deletion)"),
-                                       Row("Data subject", "none named")]))
-    else:
-        due, done = req["complete_due"], req["completed_at"]
-        met = (" (within the deadline)" if done and clock.parse_instant(done) <=
-               clock.parse_instant(due) else " (after the deadline)") if done else ""
-        out.append(Section("Request", [
-            Row("Reference", f"`{req['id']}`"),
-            Row("Received", when(req["received_at"])),
-            Row("Legal basis", req["legal_basis"] or "not stated"),
-            Row("Completed", f"{when(done)}{met}; deadline {when(due)}"),
-            Row("Data subject", f"reference `{subj['reference']}` (subject id `{subj['id']}`). "
-                                "No other personal data is on this certificate."),
-        ]))
-    destroyed = doc["destroyed"]["items"]
-    items = ", ".join(_count(destroyed[k], k) for k in sorted(destroyed, key=_kind_order)
-                      if destroyed[k])
+        return Section("Request", [Row("Reference", "none: this erasure was not made for a "
+                                                    "data subject's request (an operator's "
+                                                    "or an application's deletion)"),
+                                   Row("Data subject", "none named")])
+    due, done = req["complete_due"], req["completed_at"]
+    met = (" (within the deadline)" if done and clock.parse_instant(done) <=
+           clock.parse_instant(due) else " (after the deadline)") if done else ""
+    return Section("Request", [
+        Row("Reference", f"`{req['id']}`"),
+        Row("Received", when(req["received_at"])),
+        Row("Legal basis", req["legal_basis"] or "not stated"),
+        Row("Completed", f"{when(done)}{met}; deadline {when(due)}"),
+        Row("Data subject", f"reference `{subj['reference']}` (subject id `{subj['id']}`). "
+                            "No other personal data is on this certificate."),
+    ])
+
+
+def _method_section(doc: Mapping[str, Any]) -> Section:
+    people, batch = doc["people"], doc["batch"]
     approved, executed = people["approved_by"], people["executed_by"]
     acts = (f"approved and executed by {_who(executed)}" if approved == executed else
             f"approved by {_who(approved)}, executed by {_who(executed)}")
-    out.append(Section("Method", [
+    return Section("Method", [
         Row("Technique", f"Cryptographic erase, as {doc['method']['standard']} uses the "
                          "term: each item was stored encrypted (AES-256-GCM) under a data key "
                          "of its own, and those keys were destroyed, deleted from the "
@@ -571,13 +595,22 @@ def sections(doc: Mapping[str, Any]) -> list[Section]:
                        f"{acts} on {when(batch['executed_at'])}"),
         Row("Tool", f"{doc['tool']['name']} {doc['tool']['version']} (issued this "
                     "certificate and verified the Evidence Pack)"),
-    ]))
-    out.append(Section("Destroyed", [
+    ])
+
+
+def _destroyed_section(doc: Mapping[str, Any]) -> Section:
+    destroyed = doc["destroyed"]["items"]
+    items = ", ".join(_count(destroyed[k], k) for k in sorted(destroyed, key=_kind_order)
+                      if destroyed[k])
+    return Section("Destroyed", [
         Row("Items", items or "none"),
         Row("Data keys", f"{doc['destroyed']['keys']} destroyed: one per item, and the "
-                         + ("erasure's own (its request's and batch's)" if req else
+                         + ("erasure's own (its request's and batch's)" if doc["request"] else
                             "batch's own")),
-    ]))
+    ])
+
+
+def _verification_section(v: Mapping[str, Any]) -> Section:
     scan = v["raw_scan"]
     steps = ", ".join(f"{s} ({PACK_STEPS.get(s, s)})" for s in v["pack_steps"])
     witnessed = (f"the log's checkpoint after the erasure is cosigned by "
@@ -585,7 +618,7 @@ def sections(doc: Mapping[str, Any]) -> list[Section]:
                  "no witness cosigned the log's checkpoints")
     verdict = ("Passed: no erased item can be read from any store the ledger owns."
                if v["result"] == "passed" else "FAILED: an erased item was still reachable.")
-    out.append(Section(
+    return Section(
         "Verification",
         [Row("Method", "After the purge, each store's probe looked for every erased item, by "
                        "id and by content; every file the ledger owns was scanned byte by "
@@ -598,11 +631,14 @@ def sections(doc: Mapping[str, Any]) -> list[Section]:
                          f"({when(scan['checked_at'])})"),
          Row("verify-pack", f"passed steps {steps}; {witnessed}"),
          Row("Others", _others(v["flagged_for_review"], v["artifacts_for_review"])),
-         Row("Result", verdict)]))
-    out.append(_copies_section(doc["copies"]))
+         Row("Result", verdict)])
+
+
+def _signatures_section(doc: Mapping[str, Any]) -> Section:
+    people = doc["people"]
     counter = people["countersigned_by"]
     same = {p["kid"] for p in counter} & {people["executed_by"]["kid"]}
-    out.append(Section("Signatures", [
+    return Section("Signatures", [
         Row("Executed by", _who(people["executed_by"])),
         Row("Countersigned by",
             "; ".join(_who(p) for p in counter) + (" (the executor's own key)" if same else "")
@@ -613,8 +649,12 @@ def sections(doc: Mapping[str, Any]) -> list[Section]:
             "(`--pack PACK`) names them."),
         Row("Evidence Pack", f"signed by {_who(people['pack_signed_by'])}"),
         Row("Certificate", f"signed by {_who(doc['issued_by'])} on {when(doc['issued_at'])}"),
-    ]))
-    out.append(Section("Evidence", [
+    ])
+
+
+def _evidence_section(doc: Mapping[str, Any]) -> Section:
+    pack = doc["pack"]
+    return Section("Evidence", [
         Row("Evidence Pack", f"SHA-256 `{pack['digest']['sha256']}` (of its signed "
                              f"statement); built {when(pack['generated_at'])}, "
                              f"{pack['events']} signed events, log checkpoint of size "
@@ -629,8 +669,7 @@ def sections(doc: Mapping[str, Any]) -> list[Section]:
         Row("Not claimed", "Sanitization of the disks under the ledger's files (blocks a file "
                            "system or an SSD keeps), copies made outside the ledger, and data "
                            "taken out of it before the erasure."),
-    ]))
-    return out
+    ])
 
 
 def _kind_order(kind: str) -> int:
