@@ -535,6 +535,30 @@ def _check_pending(b: _Basis, g: Mapping[str, Any], keys: list[_Key]) -> None:
                              "not a signed start after the destruction")
 
 
+def _check_group(b: _Basis, g: Mapping[str, Any], keys: list[_Key], wrapping: str | None
+                 ) -> None:
+    """Step 1 for one stated group of older copies (and steps 3-4 by its state)."""
+    epoch = g["kek_epoch"]
+    if set(g) != FIELDS.get(g["state"]):
+        raise _fail("1", f"the group of epoch {epoch} ({g['state']}) has the fields "
+                         f"{sorted(g)}, not {sorted(FIELDS.get(g['state'], ()))}")
+    _same("1", f"the time keys of epoch {epoch} were destroyed", g["destroyed_at"],
+          max(k.fact.timestamp for k in keys))
+    _same("1", f"when epoch {epoch}'s keys were first wrapped", g["unwrapped_until"],
+          wrapping if keys[0].before_wrapping else None)
+    if epoch is None or epoch == 0:
+        _same("1", f"the state of keys destroyed unwrapped (epoch {epoch})", g["state"],
+              UNBOUNDED)
+        _same("1", "when wrapping began", g.get("wrapping_began"), wrapping)
+    elif g["state"] == UNRECOVERABLE:
+        _check_unrecoverable(b, g, keys)
+    elif g["state"] == PENDING:
+        _check_pending(b, g, keys)
+    else:
+        raise _fail("1", f"keys wrapped under epoch {epoch} are said {g['state']}: they "
+                         "are pending or unrecoverable")
+
+
 def check_statement(claimed: Mapping[str, Any], facts: Sequence[Fact],
                     batch_id: str | None = None) -> None:
     """Check a statement against the signed ``facts`` (pure); raise :class:`CopiesInvalid`.
@@ -569,25 +593,7 @@ def check_statement(claimed: Mapping[str, Any], facts: Sequence[Fact],
     wrapping = b.wrapping_began.timestamp if b.wrapping_began is not None else None
     for g, keys in zip(stated, keys_of, strict=True):
         assert keys is not None
-        epoch = g["kek_epoch"]
-        if set(g) != FIELDS.get(g["state"]):
-            raise _fail("1", f"the group of epoch {epoch} ({g['state']}) has the fields "
-                             f"{sorted(g)}, not {sorted(FIELDS.get(g['state'], ()))}")
-        _same("1", f"the time keys of epoch {epoch} were destroyed", g["destroyed_at"],
-              max(k.fact.timestamp for k in keys))
-        _same("1", f"when epoch {epoch}'s keys were first wrapped", g["unwrapped_until"],
-              wrapping if keys[0].before_wrapping else None)
-        if epoch is None or epoch == 0:
-            _same("1", f"the state of keys destroyed unwrapped (epoch {epoch})", g["state"],
-                  UNBOUNDED)
-            _same("1", "when wrapping began", g.get("wrapping_began"), wrapping)
-        elif g["state"] == UNRECOVERABLE:
-            _check_unrecoverable(b, g, keys)
-        elif g["state"] == PENDING:
-            _check_pending(b, g, keys)
-        else:
-            raise _fail("1", f"keys wrapped under epoch {epoch} are said {g['state']}: they "
-                             "are pending or unrecoverable")
+        _check_group(b, g, keys, wrapping)
     _same("1", "the live keystore", claimed.get("keystore"),
           {"keys": len(b.keys),
            "destroyed_at": max((k.fact.timestamp for k in b.keys), default=None)})
