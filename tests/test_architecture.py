@@ -119,7 +119,7 @@ def test_governance_asks_the_read_models_by_name() -> None:
             else:
                 continue
             if (rel, kind) not in GOVERNANCE_SQL_KEPT:
-                found.append(f"{rel}:{node.lineno}: {kind}: {ast.unparse(node)}")
+                found.append(f"{rel}:{getattr(node, 'lineno', 0)}: {kind}: {ast.unparse(node)}")
     assert not found, "governance reaches the read models' SQL:\n" + "\n".join(found)
 
 

@@ -36,7 +36,7 @@ SQLITE_POINTS = ["start", "after-receipt", "after-approval", "key:1", "key:150",
                  "after-close"]
 # PostgreSQL: every one of the 15 points applies (the same steps, the keystore, event
 # store and read models in the database; the raw scan reads the home's own files). A
-# smaller subject, committed PG_CHUNK items at a time instead of erasure.CHUNK (100), so
+# smaller subject, committed PG_CHUNK items at a time instead of erasure_steps.CHUNK (100), so
 # that key:N and tombstone:N still stop between commits of one phase (first, middle,
 # last) at a fraction of the cost: 24 atoms and the artifact are three commits each
 PG_ATOMS = 24
@@ -129,12 +129,12 @@ def destroyed_ids(app: LedgerApp) -> set[str]:
 def crash(home: Path, point: str, chunk: int | None = None
           ) -> subprocess.CompletedProcess[str]:
     """`redact-user` in a child process that kills itself at ``point`` (``chunk``: items
-    per commit of the key and tombstone phases, instead of ``erasure.CHUNK``)."""
+    per commit of the key and tombstone phases, instead of ``erasure_steps.CHUNK``)."""
     env = {**os.environ, "LEDGER_FAULT": point, "LEDGER_HOME": str(home),
            "LEDGER_LOG_LEVEL": "warning"}
     env.pop("LEDGER_NOW", None)
     child = CHILD if chunk is None else \
-        f"import governance.erasure as e; e.CHUNK = {int(chunk)}; {CHILD}"
+        f"import governance.erasure_steps as e; e.CHUNK = {int(chunk)}; {CHILD}"
     return subprocess.run([sys.executable, "-c", child, "redact-user", "target",
                            "--reason", "GDPR Art. 17 request of Zoë", "--operator",
                            "operator"], env=env, capture_output=True, text=True,
@@ -239,7 +239,7 @@ def test_crash_matrix_postgres(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     second, tombstone:25 after the artifact's."""
     import uuid
 
-    from governance import erasure
+    from governance import erasure_steps as erasure
     from tests.conftest import PG_URL, drop_schema
 
     monkeypatch.delenv("LEDGER_NOW", raising=False)

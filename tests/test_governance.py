@@ -306,7 +306,7 @@ def test_residue_only_in_the_projections_file_is_repaired_by_vacuum_and_rescanne
         monkeypatch: pytest.MonkeyPatch) -> None:
     """SQLite can leave an old copy of a cell in a page's free space; the raw scan sees it.
     Then (and only for the projections file) the file is rebuilt and scanned again."""
-    import governance.erasure as erasure
+    import governance.erasure_reach as erasure
 
     real_scan = erasure.scan_files
     calls = {"scan": 0, "vacuum": 0}
@@ -344,7 +344,7 @@ def test_residue_only_in_the_projections_file_is_repaired_by_vacuum_and_rescanne
 
 def test_erased_bytes_in_the_event_store_are_a_failure_never_repaired(
         app: LedgerApp, proj: Projections, monkeypatch: pytest.MonkeyPatch) -> None:
-    import governance.erasure as erasure
+    import governance.erasure_reach as erasure
 
     real_scan = erasure.scan_files
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-import governance.erasure as erasure
+import governance.erasure_reach as erasure
 from governance.erasure import Targets, hard_erase
 from keys.datakeys import store_sqlite
 from ledger.application import LedgerApp
