@@ -93,36 +93,13 @@ def take_backup(app: LedgerApp, out: Path, *, operator: str, with_keys: bool = F
     """Write a backup of ``app``'s home to the new folder ``out``, its manifest signed by
     the key ``operator`` (which must hold the operator role). Refuses (writing nothing)
     an ``out`` that exists and is not an empty folder."""
-    from governance.journal import write_journal
     from keys.files import make_dirs
-    from keys.kek import FileKekStore, open_kek_store
 
     out = out.absolute()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise InputError(f"{out} already exists and is not an empty folder; nothing was "
-                         "written", hint="give a new folder for each backup")
     config = app.config
-    home = config.home.resolve()
-    if out.resolve() == home or home in out.resolve().parents:
-        raise InputError(f"{out} is inside the home it would back up; nothing was written",
-                         hint="keep backups on another disk, away from the home")
-    signer = app.signer(operator)
-    try:
-        app.roster().state.holds(signer.kid, ("operator",), clock.now())
-    except Exception as e:  # KeyNotAuthorized: a key the restore would refuse
-        raise InputError(f"the key {operator!r} may not sign a backup: {e}",
-                         hint="sign with an operator key: --operator NAME") from None
-    kek_store = None
-    if with_keys:
-        if config.kek is None:
-            kek_store = None
-        else:
-            kek_store = open_kek_store(config.kek, config.home)
-            if not isinstance(kek_store, FileKekStore):
-                raise InputError("--with-keys cannot copy a KEK kept in a PKCS#11 token: it "
-                                 "cannot leave the token; nothing was written",
-                                 hint="back up without --with-keys; restore with "
-                                      "--kek-from the token's URI")
+    _check_target(out, config.home.resolve())
+    signer = _operator_signer(app, operator)
+    kek_store = _kek_store_to_copy(config) if with_keys else None
     partial = out.with_name(out.name + ".partial")
     if partial.exists():  # an interrupted backup's folder: never a backup, start over
         log.warning("backup.partial_removed", folder=partial.name)
@@ -130,38 +107,15 @@ def take_backup(app: LedgerApp, out: Path, *, operator: str, with_keys: bool = F
     make_dirs(partial, mode=0o700)
     try:
         notes: list[str] = []
-        app.checkpoint()  # witnessed first (outside the lock); the same size is reused
-        stages = 2
-        report(progress, "Copying the stores", 0, stages)
-        with app.held_still() as (cp, position):
-            journal = write_journal(app, cp, position)
-            seq, last = app.head()
-            events = _copy_store(config.events, partial / EVENTS, sqlite3, "event store")
-            report(progress, "Copying the stores", 1, stages)
-            keystore = _copy_store(config.keystore, partial / KEYSTORE, _store_module(),
-                                   "keystore")
-            report(progress, "Copying the stores", 2, stages)
+        cp, position, journal, (seq, last), events, keystore = \
+            _copy_stores(app, partial, progress)
         epochs = _epochs_of(partial / KEYSTORE) if keystore["included"] else \
             _live_epochs(app)
         for part in (events, keystore):
             if not part["included"]:
                 notes.append(f"the {part['what']} is in PostgreSQL: back it up with "
                              f"pg_dump ({part['how']})")
-        _copy_file(config.home / CONFIG, partial / CONFIG)
-        make_dirs(partial / KEYS, mode=0o700)
-        for pub in sorted((config.home / KEYS).glob("*.pub")):
-            _copy_file(pub, partial / KEYS / pub.name)
-        make_dirs((partial / JOURNAL).parent, mode=0o700)
-        _write(partial / JOURNAL, journal.data)
-        if with_keys:
-            for key in sorted((config.home / KEYS).glob("*.key")):
-                _copy_file(key, partial / KEYS / key.name)
-            if isinstance(kek_store, FileKekStore):
-                wanted = {e["epoch"] for e in epochs if e["state"] != "destroyed"}
-                make_dirs(partial / KEK, mode=0o700)
-                for epoch in sorted(wanted & set(kek_store.epochs())):
-                    src = kek_store.path(epoch)
-                    _copy_file(src, partial / KEK / src.name)
+        _copy_home_files(config.home, partial, journal.data, with_keys, kek_store, epochs)
         files = _digests(partial)
         from importlib.metadata import version
 
@@ -194,6 +148,90 @@ def take_backup(app: LedgerApp, out: Path, *, operator: str, with_keys: bool = F
     log.info("backup.written", size=cp.size, files=len(files), with_keys=with_keys)
     return BackupTaken(out, manifest, with_keys, notes,
                        [WITH_KEYS_WARNING] if with_keys else [])
+
+
+def _copy_stores(app: LedgerApp, partial: Path, progress: Steps | None
+                 ) -> tuple[Any, int, Any, tuple[int, Any], dict[str, Any], dict[str, Any]]:
+    """Checkpoint, then, with the ledger held still at that checkpoint, the journal and
+    copies of the event store and the keystore. Returns the checkpoint, its position, the
+    journal, the head (seq, time) and what was copied of each store."""
+    from governance.journal import write_journal
+
+    config = app.config
+    app.checkpoint()  # witnessed first (outside the lock); the same size is reused
+    stages = 2
+    report(progress, "Copying the stores", 0, stages)
+    with app.held_still() as (cp, position):
+        journal = write_journal(app, cp, position)
+        head = app.head()
+        events = _copy_store(config.events, partial / EVENTS, sqlite3, "event store")
+        report(progress, "Copying the stores", 1, stages)
+        keystore = _copy_store(config.keystore, partial / KEYSTORE, _store_module(),
+                               "keystore")
+        report(progress, "Copying the stores", 2, stages)
+    return cp, position, journal, head, events, keystore
+
+
+def _check_target(out: Path, home: Path) -> None:
+    """``out`` is new (or an empty folder) and outside the home it backs up."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise InputError(f"{out} already exists and is not an empty folder; nothing was "
+                         "written", hint="give a new folder for each backup")
+    if out.resolve() == home or home in out.resolve().parents:
+        raise InputError(f"{out} is inside the home it would back up; nothing was written",
+                         hint="keep backups on another disk, away from the home")
+
+
+def _operator_signer(app: LedgerApp, operator: str) -> Any:
+    """The signer of the manifest: a key that holds the operator role now."""
+    signer = app.signer(operator)
+    try:
+        app.roster().state.holds(signer.kid, ("operator",), clock.now())
+    except Exception as e:  # KeyNotAuthorized: a key the restore would refuse
+        raise InputError(f"the key {operator!r} may not sign a backup: {e}",
+                         hint="sign with an operator key: --operator NAME") from None
+    return signer
+
+
+def _kek_store_to_copy(config: Any) -> Any:
+    """With ``--with-keys``: the ledger's KEK store (None without one), which must be
+    files: a KEK kept in a PKCS#11 token cannot leave it."""
+    from keys.kek import FileKekStore, open_kek_store
+
+    if config.kek is None:
+        return None
+    kek_store = open_kek_store(config.kek, config.home)
+    if not isinstance(kek_store, FileKekStore):
+        raise InputError("--with-keys cannot copy a KEK kept in a PKCS#11 token: it "
+                         "cannot leave the token; nothing was written",
+                         hint="back up without --with-keys; restore with "
+                              "--kek-from the token's URI")
+    return kek_store
+
+
+def _copy_home_files(home: Path, partial: Path, journal: bytes, with_keys: bool,
+                     kek_store: Any, epochs: list[dict[str, Any]]) -> None:
+    """The config, the public keys and the journal; with ``--with-keys`` the private keys
+    and the KEKs of every epoch not destroyed too."""
+    from keys.files import make_dirs
+    from keys.kek import FileKekStore
+
+    _copy_file(home / CONFIG, partial / CONFIG)
+    make_dirs(partial / KEYS, mode=0o700)
+    for pub in sorted((home / KEYS).glob("*.pub")):
+        _copy_file(pub, partial / KEYS / pub.name)
+    make_dirs((partial / JOURNAL).parent, mode=0o700)
+    _write(partial / JOURNAL, journal)
+    if not with_keys:
+        return
+    for key in sorted((home / KEYS).glob("*.key")):
+        _copy_file(key, partial / KEYS / key.name)
+    if isinstance(kek_store, FileKekStore):
+        wanted = {e["epoch"] for e in epochs if e["state"] != "destroyed"}
+        make_dirs(partial / KEK, mode=0o700)
+        for epoch in sorted(wanted & set(kek_store.epochs())):
+            src = kek_store.path(epoch)
+            _copy_file(src, partial / KEK / src.name)
 
 
 def _store_module() -> ModuleType:

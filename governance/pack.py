@@ -91,64 +91,24 @@ def build_pack(app: LedgerApp, batch_id: str, out: Path, make_zip: bool = False,
                operator: str = "operator", progress: Steps | None = None) -> Path:
     """Write the Evidence Pack of a closed batch to ``out`` (which must not exist);
     ``progress`` hears each step and its count (ledger/progress.py)."""
-    try:
-        batch = app.aggregate(UUID(str(batch_id)))
-    except (ValueError, Exception) as e:
-        raise NotFound(f"no redaction batch {batch_id}",
-                       hint="see the batch id printed by `ledger redact-user`") from e
-    if not isinstance(batch, RedactionBatch) or batch.status not in ("closed", "partial"):
-        raise ConflictError(f"batch {batch_id} is {getattr(batch, 'status', 'unknown')}; only a "
-                            "closed batch, or one that ended partial, has evidence",
-                            hint="finish the erasure first (`ledger requests resume`)")
-    if out.exists():
-        raise InputError(f"{out} already exists", hint="choose a new --out folder")
-    request = app.aggregate(UUID(batch.request_id)) if batch.request_id else None
-
-    # Which events: the roster (to check every signer), the request, the batch, and every
-    # tombstone and key destruction the batch lists.
-    roster_rows = app.notifications(start=1, limit=10**9,
-                                    topics=sorted(ROSTER_TOPICS))
-    ids = [f"{batch.id}/{v}" for v in range(1, batch.version + 1)]
-    if request is not None:
-        ids += [f"{request.id}/{v}" for v in range(1, request.version + 1)]
-    ids += list(batch.event_ids)
-    rows = {(str(r.originator_id), r.originator_version): r for r in roster_rows}
-    for r in batch_event_rows(app, ids, progress):
-        rows[(str(r.originator_id), r.originator_version)] = r
-    # and what the copies statement rests on: the KEK epochs' events, the policy in force
-    for r in evidence_rows(app, list(rows.values())):
-        rows[(str(r.originator_id), r.originator_version)] = r
-    opened = {k: envelope.open_state(r.state) for k, r in rows.items()}
-    ordered = sorted(rows, key=lambda k: opened[k].envelope["seq"])
-
+    batch, request = _closed_batch(app, batch_id, out)
+    rows, opened, ordered = _pack_rows(app, batch, request, progress)
     after = app.checkpoint()
     first_batch_seq = opened[(str(batch.id), 1)].envelope["seq"]
     before = _checkpoint_before(app, first_batch_seq)
-    proofs = {}
-    for i, k in enumerate(ordered, start=1):
-        if i % 500 == 0 or i == len(ordered):
-            report(progress, "Proving inclusion", i, len(ordered))
-        proofs[k] = app.inclusion_proof(opened[k].envelope["seq"] - 1, after.size)
+    proofs = _inclusion_proofs(app, ordered, opened, after, progress)
     consistency = app.consistency_proof(before.size, after.size)
     report(progress, "Writing the pack", 0, 1)
 
     make_dirs(out)
     try:
-        files: dict[str, bytes] = {}
-        lines = []
-        for k in ordered:
-            r, o = rows[k], opened[k]
-            lines.append(json.dumps({
-                "seq": o.envelope["seq"], "originator_id": str(r.originator_id),
-                "version": r.originator_version, "topic": r.topic,
-                "state": b64(r.state), "proof": [b64(p) for p in proofs[k]],
-            }, sort_keys=True))
-        files[EVENTS] = ("\n".join(lines) + "\n").encode()
-        files[BEFORE] = before.note.encode()
-        files[AFTER] = after.note.encode()
-        files[CONSISTENCY] = json.dumps({"old_size": before.size, "new_size": after.size,
-                                         "proof": [b64(p) for p in consistency]},
-                                        indent=2).encode()
+        files: dict[str, bytes] = {
+            EVENTS: _event_lines(rows, opened, ordered, proofs),
+            BEFORE: before.note.encode(),
+            AFTER: after.note.encode(),
+            CONSISTENCY: json.dumps({"old_size": before.size, "new_size": after.size,
+                                     "proof": [b64(p) for p in consistency]},
+                                    indent=2).encode()}
         if app.root_public_key is None:
             raise EnvironmentProblem("no root public key: keys/root.pub is missing",
                                      hint="restore it from a copy; a pack carries it")
@@ -164,20 +124,7 @@ def build_pack(app: LedgerApp, batch_id: str, out: Path, make_zip: bool = False,
             raise RuntimeError(f"the Evidence Pack predicate does not match schemas/"
                                f"{PREDICATE_SCHEMA}: {'; '.join(problems[:5])}")
         files[REPORT] = render_report(predicate).encode()
-        for name, data in files.items():
-            path = out / name
-            make_dirs(path.parent, exist_ok=True)
-            write_file(path, data)
-        statement = {
-            "_type": STATEMENT_TYPE,
-            "subject": [{"name": n, "digest": {"sha256": sha256_hex(d)}}
-                        for n, d in sorted(files.items())],
-            "predicateType": PREDICATE_TYPE,
-            "predicate": predicate,
-        }
-        payload = envelope.canonical(statement)
-        dsse = sign_envelope(payload, app.signer(operator))
-        write_file(out / STATEMENT, json.dumps(dsse, indent=2) + "\n")
+        _write_signed(app, out, files, predicate, operator)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise
@@ -187,6 +134,91 @@ def build_pack(app: LedgerApp, batch_id: str, out: Path, make_zip: bool = False,
         zip_pack(out)
         report(progress, "Zipping the pack", 1, 1)
     return out
+
+
+def _closed_batch(app: LedgerApp, batch_id: str, out: Path) -> tuple[RedactionBatch, Any]:
+    """The batch (closed, or ended partial) and its request, if any; ``out`` must be new."""
+    try:
+        batch = app.aggregate(UUID(str(batch_id)))
+    except (ValueError, Exception) as e:
+        raise NotFound(f"no redaction batch {batch_id}",
+                       hint="see the batch id printed by `ledger redact-user`") from e
+    if not isinstance(batch, RedactionBatch) or batch.status not in ("closed", "partial"):
+        raise ConflictError(f"batch {batch_id} is {getattr(batch, 'status', 'unknown')}; only a "
+                            "closed batch, or one that ended partial, has evidence",
+                            hint="finish the erasure first (`ledger requests resume`)")
+    if out.exists():
+        raise InputError(f"{out} already exists", hint="choose a new --out folder")
+    request = app.aggregate(UUID(batch.request_id)) if batch.request_id else None
+    return batch, request
+
+
+def _pack_rows(app: LedgerApp, batch: RedactionBatch, request: Any, progress: Steps | None
+               ) -> tuple[dict[tuple[str, int], Any], dict[tuple[str, int], Any],
+                          list[tuple[str, int]]]:
+    """Which events: the roster (to check every signer), the request, the batch, every
+    tombstone and key destruction the batch lists, and what the copies statement rests on
+    (the KEK epochs' events, the policy in force). Returns them by (aggregate id, version),
+    opened, and the keys in log order."""
+    roster_rows = app.notifications(start=1, limit=10**9,
+                                    topics=sorted(ROSTER_TOPICS))
+    ids = [f"{batch.id}/{v}" for v in range(1, batch.version + 1)]
+    if request is not None:
+        ids += [f"{request.id}/{v}" for v in range(1, request.version + 1)]
+    ids += list(batch.event_ids)
+    rows = {(str(r.originator_id), r.originator_version): r for r in roster_rows}
+    for r in batch_event_rows(app, ids, progress):
+        rows[(str(r.originator_id), r.originator_version)] = r
+    for r in evidence_rows(app, list(rows.values())):
+        rows[(str(r.originator_id), r.originator_version)] = r
+    opened = {k: envelope.open_state(r.state) for k, r in rows.items()}
+    ordered = sorted(rows, key=lambda k: opened[k].envelope["seq"])
+    return rows, opened, ordered
+
+
+def _inclusion_proofs(app: LedgerApp, ordered: list[tuple[str, int]],
+                      opened: dict[tuple[str, int], Any], after: SignedCheckpoint,
+                      progress: Steps | None) -> dict[tuple[str, int], list[bytes]]:
+    proofs = {}
+    for i, k in enumerate(ordered, start=1):
+        if i % 500 == 0 or i == len(ordered):
+            report(progress, "Proving inclusion", i, len(ordered))
+        proofs[k] = app.inclusion_proof(opened[k].envelope["seq"] - 1, after.size)
+    return proofs
+
+
+def _event_lines(rows: dict[tuple[str, int], Any], opened: dict[tuple[str, int], Any],
+                 ordered: list[tuple[str, int]], proofs: dict[tuple[str, int], list[bytes]]
+                 ) -> bytes:
+    """The pack's events file: one JSON line an event, with its inclusion proof."""
+    lines = []
+    for k in ordered:
+        r, o = rows[k], opened[k]
+        lines.append(json.dumps({
+            "seq": o.envelope["seq"], "originator_id": str(r.originator_id),
+            "version": r.originator_version, "topic": r.topic,
+            "state": b64(r.state), "proof": [b64(p) for p in proofs[k]],
+        }, sort_keys=True))
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _write_signed(app: LedgerApp, out: Path, files: dict[str, bytes],
+                  predicate: dict[str, Any], operator: str) -> None:
+    """Write the files, then the statement over their digests, signed by ``operator``."""
+    for name, data in files.items():
+        path = out / name
+        make_dirs(path.parent, exist_ok=True)
+        write_file(path, data)
+    statement = {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": n, "digest": {"sha256": sha256_hex(d)}}
+                    for n, d in sorted(files.items())],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": predicate,
+    }
+    payload = envelope.canonical(statement)
+    dsse = sign_envelope(payload, app.signer(operator))
+    write_file(out / STATEMENT, json.dumps(dsse, indent=2) + "\n")
 
 
 def _checkpoint_before(app: LedgerApp, first_seq: int) -> SignedCheckpoint:

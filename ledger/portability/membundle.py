@@ -248,7 +248,21 @@ def verify_bundle(root: Path, trusted: Sequence[bytes] = (), *,
     """Run steps 1-9 on the bundle at ``root``; raise InputError (or VerificationFailed
     for a forged signature by a trusted key) naming the first problem."""
     keys = [PortableVerifyingKey(raw_representation=k) for k in trusted]
-    # 1. the manifest
+    manifest, mbytes = _read_manifest(root, max_line_bytes)
+    _check_version(manifest)
+    manifest_trust = _manifest_trust(root, mbytes, keys)
+    listed = _listed_paths(manifest)
+    _check_checksums(root, manifest, listed)
+    data = _read_files(root, listed, max_file_bytes)
+    _check_nothing_unlisted(root, listed)
+    streams = _parse_streams(data, max_line_bytes)
+    _check_streams(manifest, streams)
+    tombstones = _check_tombstones(streams.pop("tombstone", []), keys)
+    return VerifiedBundle(root, manifest, manifest_trust, streams, tombstones)
+
+
+def _read_manifest(root: Path, max_line_bytes: int) -> tuple[MemManifest, bytes]:
+    """1. The manifest: a bounded regular file that decodes; returns it and its bytes."""
     if root.is_symlink() or not root.is_dir():
         raise InputError(f"{root} is not a .mem bundle directory (step 1)")
     mpath = root / "manifest.json"
@@ -265,19 +279,29 @@ def verify_bundle(root: Path, trusted: Sequence[bytes] = (), *,
         manifest: MemManifest = from_wire(MemManifest, mdoc)
     except (TypeError, ValueError) as e:
         raise InputError(f"manifest.json does not decode (step 1): {e}") from None
-    # 2. version
+    return manifest, mbytes
+
+
+def _check_version(manifest: MemManifest) -> None:
+    """2. The bundle's major version is ours."""
     if manifest.format.split(".")[0] != MemFormat.VERSION.split(".")[0]:
         raise InputError(f"bundle format {manifest.format} has another major version than "
                          f"{MemFormat.VERSION} (step 2)")
-    # 3. manifest signature
-    manifest_trust = UNSIGNED
+
+
+def _manifest_trust(root: Path, mbytes: bytes, keys: list[PortableVerifyingKey]) -> str:
+    """3. The manifest's signature, if it has one: how far it is trusted."""
     sig = root / "manifest.sig"
-    if sig.exists():
-        if sig.is_symlink() or sig.stat().st_size > 4096:
-            raise InputError("manifest.sig is not a small regular file (step 3)")
-        token = sig.read_bytes().decode("utf-8", "replace").strip()
-        manifest_trust = _token_trust(token, mbytes, keys, "manifest.sig (step 3)")
-    # 4. listed paths
+    if not sig.exists():
+        return UNSIGNED
+    if sig.is_symlink() or sig.stat().st_size > 4096:
+        raise InputError("manifest.sig is not a small regular file (step 3)")
+    token = sig.read_bytes().decode("utf-8", "replace").strip()
+    return _token_trust(token, mbytes, keys, "manifest.sig (step 3)")
+
+
+def _listed_paths(manifest: MemManifest) -> dict[str, Any]:
+    """4. Every listed path is a safe relative path, listed once."""
     listed: dict[str, Any] = {}
     for entry in manifest.files:
         if not safe_relative(entry.path):
@@ -286,7 +310,11 @@ def verify_bundle(root: Path, trusted: Sequence[bytes] = (), *,
         if entry.path in listed:
             raise InputError(f"bundle path {entry.path} is listed twice (step 4)")
         listed[entry.path] = entry
-    # 5. CHECKSUMS
+    return listed
+
+
+def _check_checksums(root: Path, manifest: MemManifest, listed: dict[str, Any]) -> None:
+    """5. CHECKSUMS is the manifest's file list, and hashes to its bundleDigest."""
     ordered = sorted(listed.values(), key=lambda f: f.path)
     expected = ("\n".join(f"{f.sha256}  {f.path}" for f in ordered) + "\n").encode()
     cpath = root / "CHECKSUMS"
@@ -301,7 +329,10 @@ def verify_bundle(root: Path, trusted: Sequence[bytes] = (), *,
     if manifest.bundle_digest is not None and \
             hashlib.sha256(checksums).hexdigest() != manifest.bundle_digest:
         raise InputError("CHECKSUMS does not hash to the manifest's bundleDigest (step 5)")
-    # 6. sizes and hashes
+
+
+def _read_files(root: Path, listed: dict[str, Any], max_file_bytes: int) -> dict[str, bytes]:
+    """6. Every listed file has its size and hash; returns their bytes."""
     data: dict[str, bytes] = {}
     for rel, entry in listed.items():
         path = _no_symlinks(root, rel)
@@ -312,7 +343,11 @@ def verify_bundle(root: Path, trusted: Sequence[bytes] = (), *,
                              f"{entry.sha256[:16]}..., the file hashes to {digest[:16]}... "
                              "(step 6: corrupt or tampered)")
         data[rel] = body
-    # 7. nothing unlisted
+    return data
+
+
+def _check_nothing_unlisted(root: Path, listed: dict[str, Any]) -> None:
+    """7. No file or directory the manifest does not list."""
     for sub in CHECKED_DIRS:
         d = root / sub
         if d.is_symlink():
@@ -327,7 +362,12 @@ def verify_bundle(root: Path, trusted: Sequence[bytes] = (), *,
                 continue
             if rel not in listed:
                 raise InputError(f"unlisted file {rel} in the bundle (step 7: smuggled data)")
-    # 8. streams (the collector paused: parsing makes many objects and frees none)
+
+
+def _parse_streams(data: dict[str, bytes], max_line_bytes: int
+                   ) -> dict[str, list[dict[str, Any]]]:
+    """8. The streams, parsed (the collector paused: parsing makes many objects and frees
+    none)."""
     streams: dict[str, list[dict[str, Any]]] = {}
     collecting = gc.isenabled()
     gc.disable()
@@ -344,6 +384,11 @@ def verify_bundle(root: Path, trusted: Sequence[bytes] = (), *,
     finally:
         if collecting:
             gc.enable()
+    return streams
+
+
+def _check_streams(manifest: MemManifest, streams: dict[str, list[dict[str, Any]]]) -> None:
+    """8. Each stream has the count the manifest declares, and no id twice."""
     for kind, recs in streams.items():
         declared = manifest.counts.get(kind, 0)
         if declared != len(recs):
@@ -354,9 +399,13 @@ def verify_bundle(root: Path, trusted: Sequence[bytes] = (), *,
             ids = [r.get("id") for r in recs]
             if len(set(ids)) != len(ids):
                 raise InputError(f"items/{kind}.jsonl names one id twice (step 8)")
-    # 9. tombstone signatures
+
+
+def _check_tombstones(raws: list[dict[str, Any]], keys: list[PortableVerifyingKey]
+                      ) -> list[CheckedTombstone]:
+    """9. Each tombstone decodes, and its signature (if any) is checked."""
     tombstones = []
-    for i, raw in enumerate(streams.pop("tombstone", [])):
+    for i, raw in enumerate(raws):
         where = f"audit/tombstones.jsonl record {i + 1} (step 9)"
         try:
             t: Tombstone = from_wire(Tombstone, raw)
@@ -368,7 +417,7 @@ def verify_bundle(root: Path, trusted: Sequence[bytes] = (), *,
             trust = _token_trust(t.signature, body, keys, where)
             signer = t.signature.split(":")[1] if t.signature.count(":") == 2 else None
         tombstones.append(CheckedTombstone(t, raw, trust, signer))
-    return VerifiedBundle(root, manifest, manifest_trust, streams, tombstones)
+    return tombstones
 
 
 def _token_trust(token: str, data: bytes, keys: list[PortableVerifyingKey], where: str) -> str:
