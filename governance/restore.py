@@ -73,7 +73,7 @@ from governance.backup import (
     PAYLOAD_TYPE,
     sha256_of,
 )
-from governance.dsse import DocumentInvalid, check_signature, read_document
+from governance.dsse import DocumentInvalid, SignedDocument, check_signature, read_document
 from governance.journal import Journal, check_journal, read_journal
 from keys.kek import KekRing, KekStore
 from ledger import clock, envelope, faults
@@ -170,10 +170,34 @@ def open_backup(folder: Path) -> Backup:
     backup's own roster), every file's digest and size, nothing unlisted.
     :class:`BackupInvalid` (exit 2) otherwise; nothing is written, not even SQLite's
     side files (the stores are read with ``immutable=1``)."""
-    from keys.keyring import parse_public_key_document
-    from keys.signing import key_id
-
     what = f"backup {folder}"
+    signed = _read_manifest(folder, what)
+    manifest = signed.document
+    listed, (ledger_id, origin, root_kid), included = _manifest_fields(manifest, what)
+    _check_files(folder, listed, what)
+    if not included:
+        raise InputError(
+            f"{what} is of a ledger whose event store or keystore is in PostgreSQL; `ledger "
+            "restore` restores SQLite homes only; nothing was written",
+            hint="restore the event store with pg_restore (docs/deploy.md); this backup "
+                 "keeps the keystore, configuration, public keys and journal")
+    root = _root_of(folder, (ledger_id, origin, root_kid), what)
+    roster = _roster_of(folder / EVENTS, root, ledger_id, what)
+    created = _time(manifest.get("created_at"), what)
+    try:
+        public = roster.holds(signed.kid, ("operator",), created)
+    except Exception as e:  # KeyNotAuthorized
+        raise BackupInvalid(f"{what}: the manifest is not signed by an operator key of "
+                            f"the backup's roster: {e}") from None
+    try:
+        check_signature(signed, public, f"{what}: {MANIFEST}")
+    except DocumentInvalid as e:
+        raise BackupInvalid(str(e)) from None
+    return Backup(folder, manifest, roster, root)
+
+
+def _read_manifest(folder: Path, what: str) -> SignedDocument:
+    """The manifest file, of its form (its signature is checked last)."""
     path = folder / MANIFEST
     try:
         data = path.read_bytes()
@@ -181,10 +205,15 @@ def open_backup(folder: Path) -> Backup:
         raise BackupInvalid(f"{what} has no readable {MANIFEST}: {e.strerror}",
                             hint="give the folder `ledger backup` wrote") from None
     try:
-        signed = read_document(data, PAYLOAD_TYPE, MANIFEST_TYPE, f"{what}: {MANIFEST}")
+        return read_document(data, PAYLOAD_TYPE, MANIFEST_TYPE, f"{what}: {MANIFEST}")
     except DocumentInvalid as e:
         raise BackupInvalid(str(e)) from None
-    manifest = signed.document
+
+
+def _manifest_fields(manifest: dict[str, Any], what: str
+                     ) -> tuple[dict[str, tuple[str, int]], tuple[str, str, str], bool]:
+    """The files the manifest lists (path -> digest, size), the ledger it names (id,
+    origin, root key id) and whether both stores are in the backup."""
     try:
         listed = {str(f["path"]): (str(f["sha256"]), int(f["bytes"]))
                   for f in manifest["files"]}
@@ -197,6 +226,12 @@ def open_backup(folder: Path) -> Backup:
             bool(manifest["keystore"]["included"])
     except (KeyError, TypeError, ValueError):
         raise BackupInvalid(f"{what}: the manifest is not well formed") from None
+    return listed, (ledger_id, origin, root_kid), included
+
+
+def _check_files(folder: Path, listed: dict[str, tuple[str, int]], what: str) -> None:
+    """Every listed path inside the backup; the files present are those listed, each
+    with its digest and size."""
     for name in listed:
         parts = Path(name).parts
         if Path(name).is_absolute() or ".." in parts or name == MANIFEST:
@@ -215,36 +250,27 @@ def open_backup(folder: Path) -> Backup:
         if p.stat().st_size != size or sha256_of(p) != digest:
             raise BackupInvalid(f"{what}: {name} is not the file the manifest signs (its "
                                 "digest or size differs): the backup was altered or damaged")
-    if not included:
-        raise InputError(
-            f"{what} is of a ledger whose event store or keystore is in PostgreSQL; `ledger "
-            "restore` restores SQLite homes only; nothing was written",
-            hint="restore the event store with pg_restore (docs/deploy.md); this backup "
-                 "keeps the keystore, configuration, public keys and journal")
+
+
+def _root_of(folder: Path, named: tuple[str, str, str], what: str) -> bytes:
+    """The backup's root public key, once config.toml and keys/root.pub name the ledger
+    and root key the manifest names (``named``: id, origin, root key id)."""
+    from keys.keyring import parse_public_key_document
+    from keys.signing import key_id
+
     try:
         doc = tomllib.loads((folder / CONFIG).read_text(encoding="utf-8"))
         same = (doc["ledger"]["id"], doc["ledger"]["origin"], doc["ledger"]["root_kid"]) == \
-            (ledger_id, origin, root_kid)
+            named
         root = parse_public_key_document((folder / KEYS / "root.pub").read_bytes(),
                                          "keys/root.pub")
     except (OSError, KeyError, TypeError, ValueError, tomllib.TOMLDecodeError) as e:
         raise BackupInvalid(f"{what}: config.toml or keys/root.pub cannot be read: {e}") \
             from None
-    if not same or key_id(root) != root_kid:
+    if not same or key_id(root) != named[2]:
         raise BackupInvalid(f"{what}: config.toml, keys/root.pub and the manifest do not "
                             "name the same ledger and root key")
-    roster = _roster_of(folder / EVENTS, root, ledger_id, what)
-    created = _time(manifest.get("created_at"), what)
-    try:
-        public = roster.holds(signed.kid, ("operator",), created)
-    except Exception as e:  # KeyNotAuthorized
-        raise BackupInvalid(f"{what}: the manifest is not signed by an operator key of "
-                            f"the backup's roster: {e}") from None
-    try:
-        check_signature(signed, public, f"{what}: {MANIFEST}")
-    except DocumentInvalid as e:
-        raise BackupInvalid(str(e)) from None
-    return Backup(folder, manifest, roster, root)
+    return root
 
 
 def _roster_of(events: Path, root: bytes, ledger_id: str, what: str) -> RosterState:
