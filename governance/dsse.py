@@ -166,9 +166,18 @@ def read_document(data: bytes, payload_type: str, doc_type: str, what: str,
     except (binascii.Error, ValueError, UnicodeDecodeError):
         raise DocumentInvalid(f"{what}: the payload or signature is not well formed") from None
     if not isinstance(doc, dict) or doc.get("type") != doc_type or \
-            envelope.canonical(doc) != payload:
+            _canonical_or_none(doc) != payload:
         raise DocumentInvalid(f"{what}: the payload is not a canonical {doc_type} document")
     return SignedDocument(doc, str(env["signatures"][0]["keyid"]), payload_type, payload, sig)
+
+
+def _canonical_or_none(doc: dict[str, Any]) -> bytes | None:
+    """The canonical bytes of ``doc``; None for a value JSON reads but RFC 8785 cannot
+    write (a number such as 1e999 that reads as infinity): such a payload is not canonical."""
+    try:
+        return envelope.canonical(doc)
+    except ValueError:
+        return None
 
 
 def check_signature(signed: SignedDocument, public_key: bytes, what: str) -> None:
