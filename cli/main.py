@@ -1049,9 +1049,12 @@ def main(argv: list[str] | None = None) -> int:
         verdict(str(e.code))
         return EXIT_USAGE
     except LedgerError as e:
-        verdict(f"error: {e}")
-        if e.hint:
-            verdict(f"hint: {e.hint}")
+        from cli.words import said
+
+        message, hint = said(e)
+        verdict(f"error: {message}")
+        if hint:
+            verdict(f"hint: {hint}")
         return e.exit_code
     except PublicKeyFileError as e:  # a file named on the command line: usage
         verdict(f"error: {e}")

@@ -40,8 +40,9 @@ def register(cli: typer.Typer, served: Served, audit_cli: typer.Typer) -> None:
 
         Example: ledger receipt 3f2a... --out receipt.json --html receipt.html --locale es
         """
+        from cli.words import missing_request
         from governance.i18n import languages
-        from ledger.errors import InputError
+        from ledger.errors import InputError, NotFound
 
         if locale is not None and locale.replace("_", "-").split("-")[0] not in languages():
             raise InputError(f"--locale {locale!r} has no catalogue",
@@ -50,8 +51,11 @@ def register(cli: typer.Typer, served: Served, audit_cli: typer.Typer) -> None:
             if path is not None and path.exists():
                 raise InputError(f"{path} already exists", hint="choose a new file name")
         with served(operator=signer) as (svc, me):
-            receipt = svc.erasure_receipt(me, request, html=html_out is not None,
-                                          locale=locale)
+            try:
+                receipt = svc.erasure_receipt(me, request, html=html_out is not None,
+                                              locale=locale)
+            except NotFound as e:
+                raise missing_request(e) from None
         data = receipt.content
         try:
             out.write_bytes(data)

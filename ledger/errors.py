@@ -29,7 +29,20 @@ class InputError(LedgerError):
 
 
 class NotFound(LedgerError):
-    """An id names nothing in this ledger."""
+    """An id names nothing in this ledger.
+
+    ``kind`` and ``ref``, when the raiser knows them: what was looked for (``subject``,
+    ``atom``, ``artifact``, ``batch``, ``erasure request``) and the reference as the
+    caller gave it; ``other_kind``: the reference names an item of another kind. A surface
+    words the error from them in its own terms (the CLI: ``cli/words.py``); the message
+    is the facade's words, which the HTTP API and MCP answer with."""
+
+    def __init__(self, message: str, hint: str | None = None, *, kind: str | None = None,
+                 ref: str | None = None, other_kind: bool = False) -> None:
+        super().__init__(message, hint)
+        self.kind = kind
+        self.ref = ref
+        self.other_kind = other_kind
 
 
 class ClockError(LedgerError):

@@ -84,9 +84,9 @@ class Caller:
 
     @property
     def is_local(self) -> bool:
-        """The CLI's caller (unrestricted): the facade leaves lookups and input checks to
-        the application, in its words and order, so the CLI's output is what it was when
-        it called the application directly (ADR 0040)."""
+        """The CLI's caller (unrestricted). It decides what the caller may do (read and
+        write files of this machine), never how an answer is worded: the CLI words the
+        facade's typed results itself (ADR 0070; tests/test_facade_one_path.py)."""
         return self.credential_id == LOCAL and self.unrestricted
 
 

@@ -47,8 +47,7 @@ class CertificateCases(FacadeCore):
         if not is_uuid(batch_id):
             raise NotFound(f"no batch {batch_id!r}",
                            hint="see the batch id printed by `ledger redact-user`")
-        if not caller.is_local:
-            self._batch_in_scope(caller, batch_id)
+        self._batch_in_scope(caller, batch_id)
         root = self.app.root_public_key
         if root is None:
             raise EnvironmentProblem("no root public key: keys/root.pub is missing",

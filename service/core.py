@@ -114,14 +114,13 @@ class FacadeCore:
         """Resolve a subject ref (as the caller names it) or id inside the caller's scope;
         None: the credential's only subject (:func:`named_subject`)."""
         subject = named_subject(caller, subject)
-        if caller.is_local:
-            return str(self.app.resolve_subject(subject))  # the application's words
         # one hint for an unknown subject and one outside the scope: true of both, so it
         # tells neither apart (registering answers 403 outside the credential's subjects)
         missing = NotFound(f"no subject {subject!r} in this ledger",
                            hint="check the ref: a subject is found once it is registered "
                                 "(`ledger subject add`, POST /v1/subjects), and only with a "
-                                "credential whose subjects include it")
+                                "credential whose subjects include it",
+                           kind="subject", ref=subject)
         try:
             if caller.tenant is not None and not is_uuid(subject):
                 sid = str(self.app.resolve_subject(caller.stored_ref(subject)))
@@ -134,7 +133,7 @@ class FacadeCore:
         return sid
 
     def _item_id(self, caller: Caller, kind: str, ref_or_id: str) -> UUID:
-        missing = NotFound(f"no {kind} {ref_or_id!r} in this ledger")
+        missing = NotFound(f"no {kind} {ref_or_id!r} in this ledger", kind=kind, ref=ref_or_id)
         try:
             if caller.tenant is not None and not is_uuid(ref_or_id):
                 return self.app.resolve(kind, caller.stored_ref(ref_or_id))
@@ -143,40 +142,40 @@ class FacadeCore:
             raise missing from None
 
     def _atom(self, caller: Caller, atom: str) -> Atom:
-        if caller.is_local:
-            return self.app.get_atom(atom)  # the application's words
+        """The atom a ref or id names, inside the caller's scope; else :class:`NotFound`
+        with ``kind`` and ``ref`` (the same for every caller: the CLI words it itself)."""
         aid = self._item_id(caller, "atom", atom)
         try:
             found = self.app.get_atom(aid)
-        except NotFound:
-            raise NotFound(f"no atom {atom!r} in this ledger") from None
+        except NotFound:  # the id is of an item of another kind
+            raise NotFound(f"no atom {atom!r} in this ledger", kind="atom", ref=atom,
+                           other_kind=True) from None
         if self._visible(caller, found.subject_id) is None:
-            raise NotFound(f"no atom {atom!r} in this ledger")
+            raise NotFound(f"no atom {atom!r} in this ledger", kind="atom", ref=atom)
         return found
 
     def _atom_id(self, caller: Caller, atom: str) -> UUID:
-        if caller.is_local:
-            return self.app.resolve("atom", atom)  # the application's words
         return self._atom(caller, atom).id
 
     def _artifact(self, caller: Caller, artifact: str) -> Artifact:
-        if caller.is_local:
-            return self.app.get_artifact(artifact)  # the application's words
+        """The artifact a ref or id names, inside the caller's scope (as :meth:`_atom`)."""
         aid = self._item_id(caller, "artifact", artifact)
-        a = self.app.get_artifact(str(aid))
+        try:
+            a = self.app.get_artifact(str(aid))
+        except NotFound as e:  # the id is of an item of another kind
+            raise NotFound(str(e), e.hint, kind="artifact", ref=artifact,
+                           other_kind=True) from None
         if self._visible(caller, a.subject_id) is None:
-            raise NotFound(f"no artifact {artifact!r} in this ledger")
+            raise NotFound(f"no artifact {artifact!r} in this ledger", kind="artifact",
+                           ref=artifact)
         return a
-
-    def _artifact_subject(self, caller: Caller, artifact: str) -> tuple[UUID, str]:
-        a = self._artifact(caller, artifact)
-        return a.id, a.subject_id
 
     def _request(self, caller: Caller, request: str) -> Any:
         from ledger.domain import ErasureRequest
 
         missing = NotFound(f"no erasure request {request!r}",
-                           hint="see `ledger requests list` or GET /v1/requests")
+                           hint="see `ledger requests list` or GET /v1/requests",
+                           kind="erasure request", ref=request)
         if not is_uuid(request):
             raise missing
         try:
@@ -190,19 +189,20 @@ class FacadeCore:
     def _batch_in_scope(self, caller: Caller, batch_id: str) -> None:
         from ledger.domain import RedactionBatch
 
+        missing = NotFound(f"no batch {batch_id!r}", kind="batch", ref=batch_id)
         try:
             batch: Any = self.app.aggregate(UUID(batch_id))
         except Exception:
-            raise NotFound(f"no batch {batch_id!r}") from None
+            raise missing from None
         if not isinstance(batch, RedactionBatch):
-            raise NotFound(f"no batch {batch_id!r}")
+            raise missing
         if caller.unrestricted:
             return
         targets: dict[str, list[str]] = getattr(batch, "targets", {})
         subjects = {self.app.get_atom(a).subject_id for a in targets.get("atoms", [])}
         subjects |= set(targets.get("subjects", []))
         if not subjects or any(self._visible(caller, s) is None for s in subjects):
-            raise NotFound(f"no batch {batch_id!r}")
+            raise missing
 
     def _signing_key(self, caller: Caller) -> str:
         """The key that signs the caller's operator acts, as given (the CLI's --operator;
@@ -223,6 +223,8 @@ class FacadeCore:
         return {k: (erased if k in fields else v) for k, v in row.items()}
 
     def _local_files(self, caller: Caller) -> None:
+        """Policy, not wording: only the CLI's caller (the person at this machine, who can
+        read the home's private keys) reads and writes files of this machine by path."""
         if not caller.is_local:
             raise Forbidden("only the local operator reads and writes files of this machine",
                             hint="send or fetch the document itself (/v1/import, /v1/export)")

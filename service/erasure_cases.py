@@ -270,8 +270,7 @@ class ErasureCases(FacadeCore):
         self._require(caller, "assistant", "operator")
         from governance.erasure import delete_artifact
 
-        target = artifact if caller.is_local else str(self._artifact_subject(caller,
-                                                                             artifact)[0])
+        target = str(self._artifact(caller, artifact).id)
         with self._erasing(caller):
             data = delete_artifact(self.app, self.proj, target, reason=reason,
                                    operator=self._signing_key(caller),
@@ -399,8 +398,7 @@ class ErasureCases(FacadeCore):
         from governance.pack import build_pack
 
         self.pack_signer(caller)
-        if not caller.is_local:
-            self._batch_in_scope(caller, batch_id)
+        self._batch_in_scope(caller, batch_id)
         path = build_pack(self.app, batch_id, out, make_zip=make_zip,
                           operator=self._signing_key(caller), progress=progress)
         return PackWritten(
@@ -440,8 +438,7 @@ class ErasureCases(FacadeCore):
         self._require(caller, "operator")
         from governance.receipt import build_receipt, render_html
 
-        if not caller.is_local:  # the local caller gets the receipt's own words
-            request = str(self._request(caller, request).id)
+        request = str(self._request(caller, request).id)
         key = self._signing_key(caller)
         with self._acting(caller):
             data = build_receipt(self.app, request, operator=key, locale=locale)

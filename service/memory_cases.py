@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, get_args
 
 from ledger import clock
 from ledger.errors import ConflictError, InputError, LedgerError, NotFound
+from ledger.inputs import ArtifactInput, AtomCorrection, AtomInput, parse
 from service.caller import Caller
 from service.core import (
     ATOM_CONTENT,
@@ -118,18 +119,20 @@ class MemoryCases(FacadeCore):
         return self.get_artifact(caller, str(aid))
 
     def _artifact_command(self, caller: Caller, data: ArtifactIn) -> dict[str, Any]:
+        """The application's command for ``data``: its input checked first, in the
+        application's words (ADR 0070), then its subject looked up in the caller's scope
+        and its ref namespaced by the caller's tenant."""
         self._require(caller, "assistant", "operator")
+        subject = named_subject(caller, data.subject)
         cmd = data.model_dump()
-        if caller.is_local:  # the application resolves and checks, in its words
-            return cmd
-        sid = self.subject_id(caller, data.subject)
-        cmd["subject"] = sid
-        if data.ref is not None:
-            self._ref_free(caller, "artifact", data.ref)
-        cmd["ref"] = caller.stored_ref(data.ref) if data.ref is not None else None
         if data.captured_at is not None:
             cmd["captured_at"] = clock.parse_instant(data.captured_at,
                                                      "captured_at").isoformat()
+        inp = parse(ArtifactInput, {**cmd, "subject": subject})
+        cmd["subject"] = self.subject_id(caller, inp.subject)
+        if inp.ref is not None:
+            self._ref_free(caller, "artifact", inp.ref)
+        cmd["ref"] = caller.stored_ref(inp.ref) if inp.ref is not None else None
         return cmd
 
     def get_artifact(self, caller: Caller, artifact: str) -> ArtifactOut:
@@ -159,22 +162,27 @@ class MemoryCases(FacadeCore):
                             hint="choose another ref, or leave it out for a random id")
 
     def _atom_command(self, caller: Caller, data: AtomIn,
-                      sids: dict[tuple[Caller, str | None], str] | None = None
-                      ) -> dict[str, Any]:
+                      sids: dict[tuple[Caller, str | None], str] | None = None,
+                      cites_source: bool = False) -> dict[str, Any]:
         """``sids``: subjects resolved earlier in the same command, by caller and name (a
         batch names one subject hundreds of times; each resolution is a query)."""
+        subject = named_subject(caller, data.subject)
         cmd = data.as_command()
-        if caller.is_local:  # the application resolves and checks, in its words
-            return cmd
-        cmd["subject"] = self._subject_once(caller, data.subject, sids)
-        if data.ref is not None:
-            self._ref_free(caller, "atom", data.ref)
-            cmd["ref"] = caller.stored_ref(data.ref)
-        cmd["artifact_ids"] = [str(self._artifact_subject(caller, a)[0])
-                               for a in data.artifact_ids]
         for field in ("valid_from", "valid_to"):
             if cmd[field] is not None:
                 cmd[field] = clock.parse_instant(cmd[field], field).isoformat()
+        # the application's checks first, in its words (ADR 0070); then the lookups
+        inp = _checked({**cmd, "subject": subject}, cites_source)
+        sid = self._subject_once(caller, inp.subject, sids)
+        # without a tenant the caller's name for the subject is the stored one: the
+        # command keeps it, so the application's messages (a policy refusal) name the
+        # subject as the caller did; a tenant's caller gets its id
+        cmd["subject"] = inp.subject if caller.tenant is None else sid
+        if inp.ref is not None:
+            self._ref_free(caller, "atom", inp.ref)
+            cmd["ref"] = caller.stored_ref(inp.ref)
+        named = inp.artifact_ids[:len(cmd["artifact_ids"])]  # less the source, if any
+        cmd["artifact_ids"] = [str(self._artifact(caller, a).id) for a in named]
         return cmd
 
     def _subject_once(self, caller: Caller, subject: str | None,
@@ -238,19 +246,17 @@ class MemoryCases(FacadeCore):
                 found[n] = f
         return found
 
-    def _checked_first(self, commands: Sequence[dict[str, Any]]) -> None:
-        """The local caller's proposals checked, in the application's words, before the
-        read models are opened for the search: bad input, input the memory policy refuses,
-        or a key-encryption key out of reach, is refused touching nothing (the
-        application checks them again under the write lock)."""
+    def _checked_first(self, commands: Sequence[dict[str, Any]], cites_source: bool
+                       ) -> None:
+        """Proposals checked, in the application's words, before the read models are
+        opened for the search: input the memory policy refuses, or a key-encryption key
+        out of reach, is refused touching nothing (the application checks them again
+        under the write lock; the input and its lookups were checked by
+        :meth:`_atom_command`)."""
         from ledger import policy_rules
-        from ledger.inputs import AtomInput, parse
 
-        inputs = [parse(AtomInput, cmd) for cmd in commands]
-        for inp in inputs:
-            for ref in inp.artifact_ids:
-                self.app.resolve("artifact", ref)
-        policy_rules.check_new_atoms(self.app, inputs)
+        policy_rules.check_new_atoms(self.app, [_checked(cmd, cites_source)
+                                                for cmd in commands])
         self.app.datakeys.check_wrapping()  # a KEK out of reach refuses now, not after
 
     def remember_atoms(self, caller: Caller, items: Sequence[AtomIn],
@@ -275,9 +281,10 @@ class MemoryCases(FacadeCore):
         for d in items:
             if d.on_similar is not None:
                 check_on_similar(d.on_similar)
-        commands = [self._atom_command(caller, d) for d in items]
-        if caller.is_local and any(d.on_similar is not None for d in items):
-            self._checked_first(commands)
+        cites = source is not None  # every atom written cites the source captured with it
+        commands = [self._atom_command(caller, d, cites_source=cites) for d in items]
+        if any(d.on_similar is not None for d in items):
+            self._checked_first(commands, cites)
         found = self._similar_of(caller, items)
         refused = [(n, f) for n, (d, f) in enumerate(zip(items, found, strict=True))
                    if d.on_similar == "refuse" and f]
@@ -396,32 +403,32 @@ class MemoryCases(FacadeCore):
         """Supersede an atom with a corrected one; ``valid_from``: when the corrected fact
         became true (default: now; the CLI's ``--valid-from``)."""
         self._require(caller, "assistant", "operator")
-        # the local caller's atom is looked up by the command, under the write lock
-        target = atom if caller.is_local else str(self._atom(caller, atom).id)
         change = {k: v for k, v in data.model_dump().items() if v is not None}
         if valid_from is not None:
             change["valid_from"] = valid_from
         if not set(change) - {"reason"}:
             raise InputError("nothing to correct", hint="give text, gist or confidence")
+        parse(AtomCorrection, change)  # the application's checks before the lookup
+        target = str(self._atom(caller, atom).id)
         new = self.app.correct_atom(target, change, caller.writer_key)
-        return Corrected(atom_id=str(self.app.resolve("atom", target)), new_atom_id=str(new))
+        return Corrected(atom_id=target, new_atom_id=str(new))
 
     def rehearse_atom(self, caller: Caller, atom: str, session_id: str | None = None,
                       reason: str | None = None) -> Rehearsed:
         """Record that one atom was recalled (`ledger atom rehearse`): refused when the
         atom is not active; unlike :meth:`rehearse`, a repeat in a session counts."""
         self._require(caller, "assistant", "operator")
-        target = atom if caller.is_local else str(self._atom(caller, atom).id)
+        target = str(self._atom(caller, atom).id)
         count = self.app.rehearse_atom(target, session_id, reason, caller.writer_key)
-        return Rehearsed(atom_id=str(self.app.resolve("atom", target)), rehearsal_count=count)
+        return Rehearsed(atom_id=target, rehearsal_count=count)
 
     def expire_atom(self, caller: Caller, atom: str, reason: str | None = None
                     ) -> AtomExpired:
         """Mark an atom no longer valid from now (`ledger atom expire`)."""
         self._require(caller, "assistant", "operator")
-        target = atom if caller.is_local else str(self._atom(caller, atom).id)
+        target = str(self._atom(caller, atom).id)
         self.app.expire_atom(target, reason, caller.writer_key)
-        return AtomExpired(atom_id=str(self.app.resolve("atom", target)))
+        return AtomExpired(atom_id=target)
 
     def rehearse(self, caller: Caller, atoms: Sequence[str],
                  session_id: str | None = None) -> EventIds:
@@ -479,8 +486,8 @@ class MemoryCases(FacadeCore):
 
     def inspect_memory(self, caller: Caller, atom: str) -> dict[str, Any]:
         """One memory with its scores, decay and history (`ledger memory inspect`); erased
-        content reads ``ERASED``. The local caller gets the read models' lookup."""
-        aid = atom if caller.is_local else str(self._atom(caller, atom).id)
+        content reads ``ERASED``."""
+        aid = str(self._atom(caller, atom).id)
         return self._masked(self.proj.memory_inspect(aid), (*ATOM_CONTENT, "details_now"))
 
     def state(self, caller: Caller, subject: str, as_of: str | None = None,
@@ -499,7 +506,7 @@ class MemoryCases(FacadeCore):
             views = [v for v in self.proj.state_all(as_of, valid_at)
                      if caller.unrestricted or self._visible(caller, v.subject_id) is not None]
         else:
-            sid = subject if caller.is_local else self.subject_id(caller, subject)
+            sid = self.subject_id(caller, subject)
             views = [self.proj.state_as_of(sid, as_of, valid_at)]
         out = []
         for view in views:
@@ -632,6 +639,17 @@ class MemoryCases(FacadeCore):
         return ImportReport(**service.apply_plan(
             self.app, plan, dry_run=dry_run, actor=caller.writer_key,
             apply_untrusted=apply_untrusted, progress=progress))
+
+
+_SOURCE = "00000000-0000-0000-0000-000000000000"  # a source captured with the atoms
+
+
+def _checked(cmd: dict[str, Any], cites_source: bool) -> AtomInput:
+    """``cmd`` checked as the application will check it: citing the source artifact
+    captured in the same command, if there is one (its id is known only then)."""
+    if cites_source:
+        cmd = {**cmd, "artifact_ids": [*(cmd.get("artifact_ids") or ()), _SOURCE]}
+    return parse(AtomInput, cmd)
 
 
 def _zip_folder(folder: Path) -> bytes:

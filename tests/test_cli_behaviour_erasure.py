@@ -168,9 +168,6 @@ def test_redact_and_delete_refuse_in_the_applications_words(h: Home) -> None:
         h.refused("delete", ref, "--reason", "r", "--operator", key, err=err)
 
 
-@pytest.mark.xfail(strict=True, reason="`ledger delete SUBJECT-ID` destroys the subject's "
-                   "data key (batch opened, approved, subject.data-key-destroyed) and only "
-                   "then answers that it is not an atom (found moving this test, issue 32)")
 def test_delete_of_a_subject_id_is_refused_before_anything_is_erased(h: Home) -> None:
     _setup(h, 1)
     subject = h.json("subject", "show", "u1")["subject_id"]
