@@ -136,9 +136,9 @@ def one_ledger(tmp: Path, url: str | None, schema: str) -> tuple[str, str]:
     """A one-ledger server (no fleet) with one subject and an assistant token: the
     baseline the fleet's writes are compared with, in the same run."""
 
+    from credentials.tokens import TokenStore
     from ledger.home import Config
     from service.root import create_home
-    from service.tokens import TokenStore
 
     home = tmp / "plain"
     create_home(home, db=None if url is None else f"{url}?schema={schema}_plain")
@@ -170,7 +170,7 @@ def answering(server: str) -> None:
 def one_backend(backend: str, args: argparse.Namespace, url: str | None) -> None:
     import httpx
 
-    from service.fleet import Fleet
+    from credentials.fleet import FleetWithTokens
 
     say(f"== {backend}")
     tmp = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
@@ -181,7 +181,7 @@ def one_backend(backend: str, args: argparse.Namespace, url: str | None) -> None
     proc = None
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        fleet = Fleet.create(home, None if url is None else f"{url}?schema={schema}")
+        fleet = FleetWithTokens.create(home, None if url is None else f"{url}?schema={schema}")
         tokens: dict[str, str] = {}
         started = time.perf_counter()
         for name in names:
@@ -260,7 +260,7 @@ def one_backend(backend: str, args: argparse.Namespace, url: str | None) -> None
             f"{written:,} atoms (log, read models, keystore, tree)")
         t0 = time.perf_counter()
         out = tmp / "pack"
-        done = fleet.offboard(names[0], "benchmark", out, grace=0)
+        done = fleet.offboard(names[0], "benchmark", out, fleet.tokens, grace=0)
         say(f"offboard: {time.perf_counter() - t0:.2f} s for {done['targets']['atoms']:,} "
             f"atoms (one batch, its pack built and verified, KEKs destroyed, storage "
             "removed)")

@@ -24,10 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from credentials.auth import InvalidToken
+from credentials.tokens import TokenStore
 from ledger.application import LedgerApp
 from ledger.home import Config
-from service.auth import InvalidToken
-from service.tokens import TokenStore
 
 
 def timed(fn: Callable[[], object], n: int) -> tuple[float, float]:

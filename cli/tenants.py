@@ -1,5 +1,6 @@
 """``ledger tenants init|create|list|offboard`` and ``ledger tenants tokens
-create|list|revoke``: a fleet of ledgers, one per tenant (ADR 0061, service/fleet.py).
+create|list|revoke``: a fleet of ledgers, one per tenant (ADR 0061, service/fleet.py;
+its tokens: credentials/fleet.py).
 
 ``--home`` names the fleet home (a folder with ``fleet.toml``); ``ledger serve --home
 FLEET`` serves every tenant, each request on the ledger of its token's tenant. Data on
@@ -19,7 +20,7 @@ import typer
 from cli.output import JsonOpt, out, verdict
 
 if TYPE_CHECKING:
-    from service.fleet import Fleet
+    from credentials.fleet import FleetWithTokens
 
 tenants_cli = typer.Typer(no_args_is_help=True,
                           help="A fleet of ledgers, one per tenant, served by one `ledger "
@@ -39,10 +40,11 @@ def register(cli: typer.Typer, home_of: Callable[[], Path | None]) -> None:
 
 
 @contextmanager
-def _fleet() -> Iterator[Fleet]:
-    from service.fleet import Fleet, find_fleet
+def _fleet() -> Iterator[FleetWithTokens]:
+    from credentials.fleet import FleetWithTokens
+    from service.fleet import find_fleet
 
-    with Fleet.open(find_fleet(_home[0]())) as fleet:
+    with FleetWithTokens.open(find_fleet(_home[0]())) as fleet:
         yield fleet
 
 
@@ -58,14 +60,14 @@ def tenants_init(
 
     Example: ledger --home /srv/fleet tenants init --db postgresql://ledger@db/ledger
     """
+    from credentials.fleet import FleetWithTokens
     from ledger.errors import InputError
-    from service.fleet import Fleet
 
     home = _home[0]()
     if home is None:
         raise InputError("name the fleet's folder with --home", hint="ledger --home "
                          "/srv/fleet tenants init")
-    with Fleet.create(home, db) as fleet:
+    with FleetWithTokens.create(home, db) as fleet:
         doc = {"home": str(home), "fleet_id": fleet.fleet_id,
                "storage": "postgresql" if fleet.db.is_postgres else "sqlite"}
     out(doc, as_json, str(home))
@@ -147,7 +149,7 @@ def tenants_offboard(
                                  err=True):
                 raise InputError("not confirmed; nothing was changed",
                                  hint="pass --yes to run without asking")
-        done = fleet.offboard(name, reason, out_dir)
+        done = fleet.offboard(name, reason, out_dir, fleet.tokens)
     out(done, as_json, done["pack"] or "")
     from ledger.text import plural
 

@@ -52,10 +52,10 @@ def tokens_create(
 
     Example: ledger tokens create claude-desktop --role assistant --subject user_9f4e
     """
+    from credentials.tokens import TokenStore, validate_new_token
     from ledger.clock import parse_instant
     from ledger.errors import InputError
     from ledger.home import Config
-    from service.tokens import TokenStore, validate_new_token
 
     home = _home[0]()
     config = Config.load(home)
@@ -83,9 +83,9 @@ def tokens_list(as_json: JsonOpt = False) -> None:
 
     Example: ledger tokens list --json
     """
+    from credentials.tokens import TokenStore
     from ledger import clock
     from ledger.home import Config
-    from service.tokens import TokenStore
 
     config = Config.load(_home[0]())
     with TokenStore.open(config) as store:
@@ -112,8 +112,8 @@ def tokens_revoke(
 
     Example: ledger tokens revoke tok_3f9a1c2b7d4e5f60
     """
+    from credentials.tokens import DEFAULT_TTL, TokenStore
     from ledger.home import Config
-    from service.tokens import DEFAULT_TTL, TokenStore
 
     config = Config.load(_home[0]())
     with TokenStore.open(config) as store:

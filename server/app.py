@@ -329,7 +329,7 @@ async def _send(response: Response, scope: Scope, receive: Receive, send: Send) 
 async def caller(request: Request) -> Caller:  # async: no threadpool hop per request
     found = request.scope.get("state", {}).get("caller")
     if not isinstance(found, Caller):
-        from service.auth import AuthError
+        from credentials.auth import AuthError
 
         raise AuthError("no credential")
     return found

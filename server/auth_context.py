@@ -17,7 +17,7 @@ CALLER: ContextVar[Caller | None] = ContextVar("ledger_caller", default=None)
 def current_caller() -> Caller:
     caller = CALLER.get()
     if caller is None:  # a route mounted without the auth middleware: a bug, refuse
-        from service.auth import AuthError
+        from credentials.auth import AuthError
 
         raise AuthError("no authenticated caller for this request")
     return caller

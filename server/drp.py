@@ -15,7 +15,7 @@ with ``/drp``), outside the OpenAPI document of ``/v1`` (the protocol is their s
 
 Every call but the last needs a ``privacy-agent`` bearer token (``ledger tokens create
 AGENT_ID --role privacy-agent``); every other token is refused here, and a privacy-agent
-token is refused everywhere else (service/tokens.py). Errors are DRP's (section 3.06):
+token is refused everywhere else (credentials/tokens.py). Errors are DRP's (section 3.06):
 ``{"code": "403", "message": ..., "fatal": ...}``; a refused call writes nothing.
 """
 
@@ -32,10 +32,10 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from credentials.auth import AuthError
 from ledger.errors import ConflictError, LedgerError
 from server import problems
 from server.backend import Backend
-from service.auth import AuthError
 from service.caller import Caller
 from service.drp import API_BASE, Directory, DrpRefused
 
@@ -68,8 +68,8 @@ def _error_of(e: LedgerError) -> JSONResponse:
 
 def install_drp(api: FastAPI, home: Path) -> None:
     """Add the DRP routes to ``api`` (server/app.py's ``build_api``)."""
+    from credentials.tokens import TokenStore
     from ledger.home import Config
-    from service.tokens import TokenStore
 
     stores: list[TokenStore] = []  # opened at the first DRP call (the OpenAPI build has none)
 

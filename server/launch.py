@@ -156,13 +156,13 @@ class _Ready(threading.Thread):
 
 
 def _has_tokens(home: Path, fleet: bool) -> bool:
+    from credentials.tokens import TokenStore
     from ledger.home import Config
-    from service.tokens import TokenStore
 
     if fleet:
-        from service.fleet import Fleet
+        from credentials.fleet import FleetWithTokens
 
-        with Fleet.open(home) as f:
+        with FleetWithTokens.open(home) as f:
             return f.tokens.has_active()
     with TokenStore.open(Config.load(home)) as store:
         return store.has_active()
@@ -171,14 +171,14 @@ def _has_tokens(home: Path, fleet: bool) -> bool:
 def build_authenticate(home: Path) -> Callable[[str | None], Any]:
     """The request authenticator of a server process: bearer tokens of the home's token
     store, or (OAuth mode) JWT access tokens checked against the JWKS file."""
+    from credentials.auth import cached_caller, caller_from_authorization
+    from credentials.tokens import TokenStore
     from ledger.home import Config
-    from service.auth import cached_caller, caller_from_authorization
-    from service.tokens import TokenStore
 
     config = Config.load(home)
     oauth = None
     if os.environ.get(JWKS_ENV):
-        from service.oauth import OAuthVerifier
+        from credentials.oauth import OAuthVerifier
 
         oauth = OAuthVerifier.from_file(Path(os.environ[JWKS_ENV]),
                                         audience=os.environ[AUDIENCE_ENV],
@@ -218,7 +218,7 @@ def app_from_env() -> Any:
         return FleetApp(home)
     metadata = None
     if os.environ.get(JWKS_ENV):
-        from service.oauth import resource_metadata
+        from credentials.oauth import resource_metadata
 
         metadata = resource_metadata(os.environ[AUDIENCE_ENV], os.environ.get(ISSUER_ENV))
     return create_app(Settings(home=home, resource_metadata=metadata),

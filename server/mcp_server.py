@@ -650,7 +650,7 @@ def run_stdio(home: Path | None, token_file: Path | None) -> None:
 
     found = find_home(home)  # no home: exit 3 before anything else
     token = read_token(token_file)
-    from service.tokens import TokenStore
+    from credentials.tokens import TokenStore
 
     # ttl=0: the token's row (revoked? expired?) is read again on every request, one
     # primary-key query; the argon2 check is done once

@@ -22,7 +22,7 @@ from ledger.errors import (
 )
 
 if TYPE_CHECKING:
-    from service.auth import AuthError
+    from credentials.auth import AuthError
 
 PROBLEM_JSON = "application/problem+json"
 BASE = "https://memory-ledger.invalid/problems/"
@@ -30,8 +30,8 @@ BASE = "https://memory-ledger.invalid/problems/"
 
 def status_of(e: LedgerError) -> tuple[int, str]:
     """(HTTP status, problem type slug) of a ledger error."""
+    from credentials.auth import AuthError
     from server.backend import Overloaded
-    from service.auth import AuthError
     from service.facade import Forbidden
 
     if isinstance(e, AuthError):
@@ -72,7 +72,7 @@ def problem(status: int, detail: str, *, slug: str | None = None, hint: str | No
 
 
 def from_error(e: LedgerError) -> JSONResponse:
-    from service.auth import AuthError
+    from credentials.auth import AuthError
 
     status, slug = status_of(e)
     headers: dict[str, str] = {}
@@ -88,6 +88,6 @@ def from_error(e: LedgerError) -> JSONResponse:
 
 
 def _www_authenticate(e: AuthError) -> str:
-    from service.auth import www_authenticate
+    from credentials.auth import www_authenticate
 
     return www_authenticate(e)

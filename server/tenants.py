@@ -1,5 +1,5 @@
 """``ledger serve`` over a fleet: one ledger per tenant, the tenant chosen by the
-credential (ADR 0061, service/fleet.py).
+credential (ADR 0061, service/fleet.py, credentials/fleet.py).
 
 :class:`FleetApp` is the ASGI app of a server process of a fleet. It authenticates each
 request against the fleet's token store, takes the tenant from the token (a token is
@@ -28,7 +28,6 @@ import asyncio
 import contextvars
 import os
 from collections import OrderedDict
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ledger.errors import EnvironmentProblem, InputError, LedgerError, NotFound
+from ledger.errors import EnvironmentProblem, LedgerError
 from server import problems
 from service.caller import Caller
 
@@ -62,7 +61,7 @@ class _Passed:
     def __call__(self, _header: str | None) -> Caller:
         found = FLEET_CALLER.get()
         if found is None:
-            from service.auth import MissingCredentials
+            from credentials.auth import MissingCredentials
 
             raise MissingCredentials
         return found
@@ -107,14 +106,14 @@ class FleetApp:
     """The ASGI app of a fleet's server process (module docstring)."""
 
     def __init__(self, home: Path, max_open: int | None = None) -> None:
-        from service.fleet import Fleet
+        from credentials.fleet import FleetWithTokens
 
         # a tenant's ledger keeps one idle connection per pool, not eventsourcing's five:
         # one server process holds many ledgers, and PostgreSQL counts every connection
         # (docs/scale.md); an operator's own setting wins
         os.environ.setdefault(POOL_ENV, "1")
         self.home = home
-        self.fleet = Fleet.open(home)
+        self.fleet = FleetWithTokens.open(home)
         self.max_open = max_open or int(os.environ.get(OPEN_ENV, DEFAULT_OPEN))
         self.open: OrderedDict[str, _Tenant] = OrderedDict()
         self.opening: dict[str, asyncio.Future[_Tenant]] = {}
@@ -154,7 +153,8 @@ class FleetApp:
     async def _caller(self, scope: Scope) -> tuple[Caller, str]:
         """The caller of the request's credential, in its tenant's ledger, and that
         tenant's name."""
-        from service.auth import cached_caller, caller_from_authorization
+        from credentials.auth import cached_caller, caller_from_authorization
+        from credentials.fleet import tenant_caller
 
         headers = dict(scope.get("headers") or [])
         auth = headers.get(b"authorization")
@@ -165,18 +165,7 @@ class FleetApp:
             caller = await run_in_threadpool(caller_from_authorization, header, store, None)
         named = headers.get(TENANT_HEADER)
         asked = named.decode("latin-1").strip() if named is not None else None
-        if caller.tenant is None:  # a fleet-wide operator or auditor names the tenant
-            if not asked:
-                raise InputError("a fleet-wide token names the tenant of each request",
-                                 hint="send the header Ledger-Tenant: NAME")
-            name = asked
-        else:
-            if asked and asked != caller.tenant:  # another tenant: as if it did not exist
-                raise NotFound(f"no tenant {asked!r} in this fleet",
-                               hint="a tenant's token reaches its own tenant only")
-            name = caller.tenant
-        # the tenant's ledger is the tenant's alone: in it, refs carry no tenant prefix
-        return replace(caller, tenant=None), name
+        return tenant_caller(caller, asked)
 
     async def _tenant(self, name: str) -> _Tenant:
         found = self.open.get(name)

@@ -8,15 +8,16 @@ in a schema of their own (``<fleet schema>_<name>``); nothing of one tenant is e
 another tenant's files or tables.
 
 The fleet's store holds two tables and no memory content: the tenants (name, state,
-ledger id, dates, the digest of the offboarding pack) and the fleet's bearer tokens
-(service/tokens.py's table). A token's tenant is bound when it is issued; a server
-picks the tenant's ledger from the token (server/tenants.py). A token without a tenant
-is fleet-wide: an operator's or an auditor's, which names the tenant of each request.
+ledger id, dates, the digest of the offboarding pack) and the fleet's bearer tokens. This
+module keeps the first; the tokens are credentials (credentials/fleet.py opens the fleet
+with its token store, ADR 0069): a token's tenant is bound when it is issued, and a
+server picks the tenant's ledger from the token (server/tenants.py).
 
-Offboarding a tenant (:meth:`Fleet.offboard`) revokes its tokens, erases everything it
-holds in one signed redaction batch (every data key destroyed, every read model purged
-and probed), writes that batch's Evidence Pack and verifies it, destroys the tenant's
-KEKs, then removes its folder and its schema.
+Offboarding a tenant (:meth:`Fleet.offboard`) shuts it out (its credentials revoked, by
+the :class:`TenantAccess` the surface passes in), erases everything it holds in one
+signed redaction batch (every data key destroyed, every read model purged and probed),
+writes that batch's Evidence Pack and verifies it, destroys the tenant's KEKs, then
+removes its folder and its schema.
 """
 
 from __future__ import annotations
@@ -28,11 +29,9 @@ import shutil
 import time
 import tomllib
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, Self
 
 import sqlalchemy as sa
 import structlog
@@ -40,9 +39,6 @@ import structlog
 from ledger import clock
 from ledger.errors import ConflictError, EnvironmentProblem, InputError, NotFound
 from ledger.home import ENV_HOME, HOME_DIRNAME, StorageURL, validate_db_url
-
-if TYPE_CHECKING:
-    from service.tokens import IssuedToken, TokenStore
 
 log = structlog.get_logger("ledger")
 
@@ -52,8 +48,6 @@ FLEET_DB = "fleet.sqlite"
 DEFAULT_SCHEMA = "ledger_fleet"
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 _SCHEMA = re.compile(r"[a-z][a-z0-9_]{0,21}")
-FLEET_ROLES = ("operator", "auditor")
-"""The roles a fleet-wide token (one without a tenant) may hold."""
 
 
 def is_fleet(path: Path) -> bool:
@@ -106,13 +100,26 @@ class Tenant:
                 "offboarded_at": self.offboarded_at, "evidence": self.evidence}
 
 
-class Fleet:
-    """A fleet home, opened: its registry of tenants and its token store."""
+class TenantAccess(Protocol):
+    """What offboarding asks of the credentials bound to a tenant (the fleet's token
+    store, credentials/tokens.py): the use case revokes them without seeing one."""
 
-    def __init__(self, home: Path, fleet_id: str, db: StorageURL, *, ttl: float | None = None
-                 ) -> None:
+    @property
+    def revocation_bound(self) -> float:
+        """Seconds after which every server refuses a credential revoked now."""
+        ...
+
+    def revoke_tenant(self, tenant: str) -> list[str]:
+        """Revoke every live credential of ``tenant``; their ids."""
+        ...
+
+
+class Fleet:
+    """A fleet home, opened: its registry of tenants (the surfaces open it with its
+    token store: credentials/fleet.py)."""
+
+    def __init__(self, home: Path, fleet_id: str, db: StorageURL) -> None:
         from keys.datakeys import make_engine
-        from service.tokens import DEFAULT_TTL, TokenStore
 
         self.home = home
         self.fleet_id = fleet_id
@@ -130,12 +137,10 @@ class Fleet:
             sa.Column("evidence", sa.String(80)),
         )
         md.create_all(self.engine)
-        self.tokens: TokenStore = TokenStore(self.engine, db.schema,
-                                             ttl=DEFAULT_TTL if ttl is None else ttl)
 
     # ------------------------------------------------------------------ the home
     @classmethod
-    def create(cls, home: Path, db: str | None = None) -> Fleet:
+    def create(cls, home: Path, db: str | None = None) -> Self:
         """A new fleet home (``ledger tenants init``); ``db``: a PostgreSQL URL whose
         ``schema`` (default ``ledger_fleet``) holds the fleet's tables, and beside which
         each tenant gets a schema of its own."""
@@ -176,7 +181,7 @@ class Fleet:
         return fleet
 
     @classmethod
-    def open(cls, home: Path, *, ttl: float | None = None) -> Fleet:
+    def open(cls, home: Path) -> Self:
         try:
             doc = tomllib.loads((home / FLEET_FILE).read_text(encoding="utf-8"))
             fleet_id, raw = str(doc["fleet"]["id"]), str(doc["storage"]["db"])
@@ -185,7 +190,7 @@ class Fleet:
                                      f"{e.__class__.__name__}",
                                      hint="restore fleet.toml from a backup") from e
         try:
-            return cls(home, fleet_id, StorageURL(raw, home), ttl=ttl)
+            return cls(home, fleet_id, StorageURL(raw, home))
         except sa.exc.OperationalError as e:
             raise EnvironmentProblem(f"cannot open the fleet's database: "
                                      f"{e.__class__.__name__}",
@@ -193,10 +198,9 @@ class Fleet:
                                      ) from e
 
     def close(self) -> None:
-        self.tokens.close()
         self.engine.dispose()
 
-    def __enter__(self) -> Fleet:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -275,51 +279,16 @@ class Fleet:
                            hint="see the tenants with `ledger tenants list`")
         return found
 
-    # ------------------------------------------------------------------ tokens
-    def issue_token(self, name: str, role: str, tenant: str | None,
-                    subjects: Iterable[str] = (), expires_at: datetime | None = None,
-                    signing_key: str | None = None) -> IssuedToken:
-        """A bearer token bound to ``tenant``'s ledger, or fleet-wide (``tenant`` None:
-        an operator or auditor, which names a tenant in each request)."""
-        from service.tokens import validate_new_token
-
-        subjects = tuple(subjects)
-        validate_new_token(name, role, subjects, tenant, expires_at, signing_key)
-        if role == "privacy-agent":
-            raise InputError("a fleet does not serve the Data Rights Protocol's endpoints, "
-                             "so a privacy-agent token would reach nothing",
-                             hint="a one-ledger server serves it: the tenant's home on "
-                                  "its own (ledger --home FLEET/tenants/NAME serve), with "
-                                  "a token of that home (ADR 0061)")
-        if tenant is None:
-            if role not in FLEET_ROLES:
-                raise InputError(f"a fleet-wide token is an operator's or an auditor's, not "
-                                 f"an {role}'s", hint="give --tenant NAME")
-            if subjects:
-                raise InputError("a fleet-wide token reaches every subject of the tenant it "
-                                 "names; --subject does not apply",
-                                 hint="give --tenant NAME to confine it to subjects")
-        else:
-            self.tenant(tenant)
-            key = signing_key or ("operator" if role == "operator" else None)
-            if key is not None and not (self.tenant_home(tenant) / "keys" /
-                                        f"{key}.key").is_file():
-                raise InputError(f"tenant {tenant} has no private key named {key!r}",
-                                 hint=f"create it: ledger --home "
-                                      f"{self.tenant_home(tenant)} keys authorize {key} "
-                                      "--role operator")
-        return self.tokens.create(name, role, subjects, tenant, expires_at, signing_key)
-
     # ------------------------------------------------------------------ offboarding
-    def offboard(self, name: str, reason: str, out: Path, *,
+    def offboard(self, name: str, reason: str, out: Path, access: TenantAccess, *,
                  grace: float | None = None) -> dict[str, Any]:
         """Crypto-shred and remove everything of tenant ``name``; the Evidence Pack of
         the erasure goes to ``out`` (a new folder, and ``out.zip``), verified before
-        anything is removed. ``grace``: seconds to wait after revoking the tenant's tokens,
-        so that every server refuses them before the erasure starts (default: the token
-        cache's bound). Resumable: a run that stopped is finished by running it again."""
-        from service.tokens import DEFAULT_TTL
-
+        anything is removed. ``access``: the credentials of the fleet, the tenant's revoked
+        first; ``grace``: seconds to wait after revoking them, so that every server
+        refuses them before the erasure starts (default: one more than the credentials'
+        ``revocation_bound``). Resumable: a run that stopped is finished by running it
+        again."""
         if not reason.strip():
             raise InputError("a reason is required", hint='e.g. --reason "contract ended"')
         found = self._row(name) if _NAME.fullmatch(name) else None
@@ -334,11 +303,8 @@ class Fleet:
         with self.engine.begin() as conn:
             conn.execute(self.table.update().where(self.table.c.name == name)
                          .values(state="offboarding"))
-        revoked = [r.token_id for r in self.tokens.list()
-                   if r.tenant == name and r.revoked_at is None]
-        for token_id in revoked:
-            self.tokens.revoke(token_id)
-        time.sleep(DEFAULT_TTL + 1 if grace is None else grace)
+        revoked = access.revoke_tenant(name)
+        time.sleep(access.revocation_bound + 1 if grace is None else grace)
         home = self.tenant_home(name)
         erased = _erase_all(home, reason, out, resumed=found.state == "offboarding")
         keks = erased.pop("keks_destroyed")

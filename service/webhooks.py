@@ -96,7 +96,7 @@ USER_AGENT = "memory-ledger-webhooks/1"
 
 _SUB_ID = re.compile(r"whk_[0-9a-f]{16}")
 _MSG_ID = re.compile(r"msg_[0-9a-f]{16}_[0-9a-z_-]{1,80}")
-_TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # service/tokens.py
+_TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # credentials/tokens.py
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,7 @@ def build_ledger(home: Path, t0: datetime) -> None:
 
 @dataclass
 class Tokens:
-    """Tokens of the home's token store (service/tokens.py), as `ledger tokens create`
+    """Tokens of the home's token store (credentials/tokens.py), as `ledger tokens create`
     issues them; ``revoke`` as `ledger tokens revoke` does, from another store instance
     (another process would be the same), so the server notices within the store's TTL."""
 
@@ -132,7 +132,7 @@ def serve(home: Path, sessions: SessionStore | None = None) -> Iterator[Served]:
         if sessions is None:
             mount_all(api, backend)
         else:
-            from service.tokens import TokenStore
+            from credentials.tokens import TokenStore
 
             store = TokenStore.open(Config.load(backend.home))
             api.mount("/console", console_app(backend, store, sessions=sessions))

@@ -35,7 +35,7 @@ def free_port() -> int:
 def issue(home: Path, name: str, role: str, subjects: list[str] | None = None,
           tenant: str | None = None, expires_at: datetime | None = None) -> tuple[str, str]:
     """(token id, token) of a new token of the home."""
-    from service.tokens import TokenStore
+    from credentials.tokens import TokenStore
 
     with TokenStore.open(Config.load(home)) as store:
         issued = store.create(name, role, subjects or (), tenant=tenant, expires_at=expires_at)
@@ -43,7 +43,7 @@ def issue(home: Path, name: str, role: str, subjects: list[str] | None = None,
 
 
 def revoke(home: Path, token_id: str) -> None:
-    from service.tokens import TokenStore
+    from credentials.tokens import TokenStore
 
     with TokenStore.open(Config.load(home)) as store:
         store.revoke(token_id)

@@ -96,9 +96,9 @@ def test_cookie_is_httponly_samesite_strict_on_the_console_path(served: Served) 
 
 def test_cookie_is_secure_over_https(served: Served) -> None:
     # The same app, as a TLS-terminating server hands it an https request.
+    from credentials.tokens import TokenStore
     from ledger.home import Config
     from server.console import console_app
-    from service.tokens import TokenStore
 
     app = console_app(served.backend, TokenStore.open(Config.load(served.home)))
     transport = httpx.ASGITransport(app=app)
@@ -166,7 +166,7 @@ def test_revoked_operator_session_ends_at_its_next_request(served: Served) -> No
     """Revoked as `ledger tokens revoke` does (another store instance): every server
     process refuses the token within the store's TTL; the console's next request after
     that ends the session, and the form it had open writes nothing."""
-    from service.tokens import DEFAULT_TTL
+    from credentials.tokens import DEFAULT_TTL
 
     tok = served.tokens.create("revoked", "operator")
     c = sign_in(served, tok)

@@ -25,11 +25,11 @@ import httpx
 import pytest
 from nacl.signing import SigningKey
 
+from credentials.auth import InsufficientScope
+from credentials.tokens import TokenStore
 from ledger.application import LedgerApp
 from ledger.home import Config
-from service.auth import InsufficientScope
 from service.drp import drp_state, schema_errors
-from service.tokens import TokenStore
 
 from .conftest import PG_URL, RawStore, drop_schema, pg_connect, run_cli
 from .serving import Server, home_digest, issue, serving

@@ -1,4 +1,4 @@
-"""OAuth 2.1 resource-server mode (service/oauth.py, ADR 0028): JWT access tokens checked
+"""OAuth 2.1 resource-server mode (credentials/oauth.py, ADR 0028): JWT access tokens checked
 offline against a JWKS file the test writes from keys it generates. Each attack is
 refused by name: wrong audience, expired, another key, ``alg: none``, HS256 keyed with
 the public key, another issuer; the claims map to a Caller; no log line holds a token."""
@@ -20,8 +20,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from structlog.testing import capture_logs
 
-from ledger.errors import InputError
-from service.auth import (
+from credentials.auth import (
     AuthError,
     ExpiredToken,
     InsufficientScope,
@@ -29,13 +28,14 @@ from service.auth import (
     caller_from_authorization,
     www_authenticate,
 )
-from service.oauth import (
+from credentials.oauth import (
     OAuthVerifier,
     load_jwks,
     metadata_url,
     protected_resource_metadata,
     resource_metadata,
 )
+from ledger.errors import InputError
 
 AUD = "https://memory.example/mcp"
 ISS = "https://auth.example"

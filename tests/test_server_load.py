@@ -20,9 +20,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from credentials.fleet import FleetWithTokens as Fleet
 from ledger.application import LedgerApp
 from ledger.domain import Atom
-from service.fleet import Fleet
 
 from .conftest import PG_URL, RawStore, drop_schema, run_cli
 from .serving import issue, serving

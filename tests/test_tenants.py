@@ -26,7 +26,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from service.fleet import Fleet
+from credentials.fleet import FleetWithTokens as Fleet
 
 from .conftest import PG_URL, RawStore, drop_schema, pg_connect, run_cli
 from .serving import Server, home_digest, serving

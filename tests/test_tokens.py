@@ -1,4 +1,4 @@
-"""Bearer tokens (service/tokens.py, ADR 0028), on SQLite and PostgreSQL: issued once,
+"""Bearer tokens (credentials/tokens.py, ADR 0028), on SQLite and PostgreSQL: issued once,
 stored as an argon2id hash in the event store's database, refused when malformed,
 unknown, expired or revoked (also by a second process, within the TTL bound), and never
 written to a file, a list, a log line or an error message."""
@@ -14,9 +14,7 @@ import pytest
 import sqlalchemy as sa
 from structlog.testing import capture_logs
 
-from ledger.errors import ConflictError, InputError, NotFound
-from ledger.home import Config
-from service.auth import (
+from credentials.auth import (
     ExpiredToken,
     InvalidToken,
     MalformedAuthorization,
@@ -25,8 +23,10 @@ from service.auth import (
     caller_from_authorization,
     www_authenticate,
 )
+from credentials.tokens import DEFAULT_TTL, TokenStore
+from ledger.errors import ConflictError, InputError, NotFound
+from ledger.home import Config
 from service.caller import Caller
-from service.tokens import DEFAULT_TTL, TokenStore
 
 from .conftest import files_under, pg_connect, run_cli, snapshot
 

@@ -72,7 +72,7 @@ MAX_FIELD_BYTES = 64 * 1024
 
 
 class TokenAuthenticator(Protocol):
-    """What the console needs of the token store (service/tokens.py ``TokenStore``):
+    """What the console needs of the token store (credentials/tokens.py ``TokenStore``):
     a token in, its caller out, or a :class:`ledger.errors.LedgerError` when refused."""
 
     def authenticate(self, token: str) -> Caller: ...

@@ -21,6 +21,7 @@ by the process that revoked it. Expiry is checked on every request against the c
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
 import re
@@ -39,9 +40,9 @@ from argon2 import PasswordHasher, Type
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 from sqlalchemy.engine import Engine
 
+from credentials.auth import ExpiredToken, InsufficientScope, InvalidToken, RevokedToken
 from ledger import clock
 from ledger.errors import ConflictError, EnvironmentProblem, InputError, NotFound
-from service.auth import ExpiredToken, InsufficientScope, InvalidToken, RevokedToken
 from service.caller import ROLES, TENANT_SEP, Caller, Role
 
 if TYPE_CHECKING:
@@ -196,6 +197,10 @@ class TokenStore:
     Safe to share between the threads of a server process; every process (and host)
     opening the same ledger sees the same tokens.
     """
+
+    revocation_bound = DEFAULT_TTL
+    """Seconds after which every server process refuses a token revoked here (servers
+    trust a row for :data:`DEFAULT_TTL`)."""
 
     def __init__(self, engine: Engine, schema: str | None, *, ttl: float = DEFAULT_TTL,
                  now: Callable[[], datetime] = clock.now,
@@ -376,6 +381,14 @@ class TokenStore:
         log.info("auth.token_revoked", token_id=token_id)
         return self.get(token_id)
 
+    def revoke_tenant(self, tenant: str) -> builtins.list[str]:  # `list` is the method above
+        """Revoke every token of ``tenant`` not yet revoked (offboarding the tenant,
+        service/fleet.py); their ids, oldest first."""
+        revoked = [r.token_id for r in self.list() if r.tenant == tenant and r.revoked_at is None]
+        for token_id in revoked:
+            self.revoke(token_id)
+        return revoked
+
     def has_active(self) -> bool:
         """Whether any token is neither revoked nor expired (a server needs one to start)."""
         now = self._now()
@@ -383,9 +396,9 @@ class TokenStore:
 
     # ------------------------------------------------------------------ per request
     def authenticate(self, token: str) -> Caller:
-        """The caller a token proves, or raise :class:`~service.auth.InvalidToken`
-        (malformed, unknown), :class:`~service.auth.ExpiredToken` or
-        :class:`~service.auth.RevokedToken`. The token is in no message or log line."""
+        """The caller a token proves, or raise :class:`~credentials.auth.InvalidToken`
+        (malformed, unknown), :class:`~credentials.auth.ExpiredToken` or
+        :class:`~credentials.auth.RevokedToken`. The token is in no message or log line."""
         try:
             record = self._check(token)
         except (InvalidToken, ExpiredToken, RevokedToken) as e:
@@ -397,7 +410,7 @@ class TokenStore:
     def authenticate_agent(self, token: str) -> Caller:
         """The caller of a privacy-agent token, for the Data Rights Protocol's endpoints
         only (ADR 0056): raises as :meth:`authenticate` does, and
-        :class:`~service.auth.InsufficientScope` for a token of any other role."""
+        :class:`~credentials.auth.InsufficientScope` for a token of any other role."""
         try:
             record = self._check(token)
         except (InvalidToken, ExpiredToken, RevokedToken) as e:

@@ -6,8 +6,8 @@ sign-in) turns the header into a caller here, and nowhere else:
 * :func:`caller_from_authorization` parses ``Authorization: Bearer <token>`` strictly
   (RFC 6750 §2.1: one scheme, one token of the ``b64token`` alphabet, ASCII, at most
   :data:`MAX_HEADER` bytes) and hands the token to the credential it names: an ``mlt_``
-  token to the token store (service/tokens.py), a JWT to the OAuth verifier
-  (service/oauth.py) when the server runs in resource-server mode.
+  token to the token store (credentials/tokens.py), a JWT to the OAuth verifier
+  (credentials/oauth.py) when the server runs in resource-server mode.
 * Every refusal is an :class:`AuthError` whose ``reason`` is a stable code for the log
   (``missing``, ``malformed_header``, ``malformed``, ``unknown``, ``expired``,
   ``revoked``, ``signature``, ``audience``, ...). The HTTP layer answers all of them alike
@@ -147,8 +147,8 @@ def caller_from_authorization(header_value: str | None, store: Authenticator | N
                               oauth: Authenticator | None = None) -> Caller:
     """The caller an ``Authorization`` header value proves, or an :class:`AuthError`.
 
-    ``store`` checks the ledger's own ``mlt_`` tokens (:class:`service.tokens.TokenStore`),
-    ``oauth`` checks JWT access tokens (:class:`service.oauth.OAuthVerifier`); either may
+    ``store`` checks the ledger's own ``mlt_`` tokens (:class:`credentials.tokens.TokenStore`),
+    ``oauth`` checks JWT access tokens (:class:`credentials.oauth.OAuthVerifier`); either may
     be None when that kind of credential is not configured. Both do I/O or CPU work of
     milliseconds on a first sight of a token: call this from a worker thread, not on an
     event loop.

@@ -24,8 +24,8 @@ accepted only when, in this order:
    id recorded for its acts is ``oauth:`` + ``jti`` (or ``client_id``): ids of the
    token and of the client, never ``sub``, which may name a person.
 
-Steps 1-7 refuse with :class:`~service.auth.InvalidToken` or
-:class:`~service.auth.ExpiredToken`, step 8 with :class:`~service.auth.InsufficientScope`;
+Steps 1-7 refuse with :class:`~credentials.auth.InvalidToken` or
+:class:`~credentials.auth.ExpiredToken`, step 8 with :class:`~credentials.auth.InsufficientScope`;
 the reason code goes to the log, the token never does.
 :func:`protected_resource_metadata` builds the RFC 9728 document the server publishes
 at :func:`metadata_url`.
@@ -46,9 +46,9 @@ import jwt
 import structlog
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
+from credentials.auth import AuthError, ExpiredToken, InsufficientScope, InvalidToken
 from ledger import clock
 from ledger.errors import InputError
-from service.auth import AuthError, ExpiredToken, InsufficientScope, InvalidToken
 from service.caller import Caller, Role
 
 __all__ = [
@@ -184,7 +184,7 @@ class OAuthVerifier:
 
     # ------------------------------------------------------------------ per request
     def authenticate(self, token: str) -> Caller:
-        """The caller a JWT access token proves, or an :class:`~service.auth.AuthError`."""
+        """The caller a JWT access token proves, or an :class:`~credentials.auth.AuthError`."""
         try:
             claims = self.verify(token)
             return self.caller_from_claims(claims)
