@@ -144,3 +144,28 @@ def test_no_cycles_between_the_application_and_its_rules_and_log() -> None:
         text = (REPO / module).read_text(encoding="utf-8")
         for call in ("app.writing(", "app.commit(", "app.recorder", "app.repository"):
             assert call not in text, f"{module} calls {call} on the application"
+
+
+GOVERNANCE_MAX_LINES = 60
+GOVERNANCE_MAX_COMPLEXITY = 15
+
+
+def test_governance_functions_are_short_steps() -> None:
+    """Issue 32: no function over 60 lines or of cyclomatic complexity over 15 in
+    governance/ (the erasure, the verifiers and the renderers are named steps)."""
+    import ast
+
+    long = []
+    for path in sorted((REPO / "governance").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > GOVERNANCE_MAX_LINES:
+                    long.append(f"{path.name}:{node.lineno} {node.name}: {lines} lines")
+    assert not long, "governance functions over 60 lines:\n  " + "\n  ".join(long)
+    ruff = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "--select", "C901",
+         "--config", f"lint.mccabe.max-complexity={GOVERNANCE_MAX_COMPLEXITY}",
+         "--output-format", "concise", str(REPO / "governance")],
+        capture_output=True, text=True, cwd=REPO, check=False)
+    assert ruff.returncode == 0, "governance functions too complex:\n" + ruff.stdout
