@@ -4,7 +4,7 @@
 first time the step has reached ``N`` items, when given) the process sends itself
 SIGKILL, so nothing after that point runs: no ``finally``, no ``atexit``, no flush.
 Used by the crash-matrix tests of a resumable erasure (ADR 0019); unset, a call costs a
-dictionary lookup. The step names are listed in governance/erasure.py (``STEPS``).
+dictionary lookup. The step names are listed in governance/erasure_steps.py (``STEPS``).
 """
 
 from __future__ import annotations
