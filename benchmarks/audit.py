@@ -89,7 +89,7 @@ def build(home: Path, events: int, months: int, db: str | None) -> LedgerApp:
         app.expire_atom(recent[42], "benchmark")
         if time.perf_counter() - t_last > 30:
             t_last = time.perf_counter()
-            print(f"  built {app.head()[0]:,} events ...", file=sys.stderr, flush=True)
+            print(f"  built {app.reader.head()[0]:,} events ...", file=sys.stderr, flush=True)
     _now(end)
     app.checkpoint()
     return app
@@ -135,7 +135,7 @@ def main() -> None:
         t0 = time.perf_counter()
         app = build(Path(tmp) / "home", args.events, args.months, args.db)
         built = time.perf_counter() - t0
-        head = app.head()[0]
+        head = app.reader.head()[0]
         print(f"ledger of {head:,} events over {args.months} months "
               f"({'postgresql' if args.db else 'sqlite'}), built in {built:.0f} s")
         month = args.months - 1

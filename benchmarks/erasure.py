@@ -129,7 +129,7 @@ def main() -> None:
             report = verify_pack(pack, app.root_public_key)
             pack_verify = time.perf_counter() - t0
             assert report.ok
-            events = app.head()[0]
+            events = app.reader.head()[0]
             sqlite = ".".join(map(str, proj.store.sqlite_version()))
             proj.close()
             app.close()

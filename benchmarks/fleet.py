@@ -287,7 +287,7 @@ def _atoms(fleet: Any, names: list[str]) -> int:
     for name in names:
         app = LedgerApp(Config.load(fleet.tenant_home(name)))
         try:
-            total += len(app.notifications(start=1, limit=10**9,
+            total += len(app.reader.notifications(start=1, limit=10**9,
                                            topics=[Atom.Created.TOPIC]))
         finally:
             app.close()

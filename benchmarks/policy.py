@@ -72,7 +72,7 @@ def build(home: Path, atoms: int, due: int, due_class: str) -> LedgerApp:
 
 
 def timed_sweep(app: LedgerApp, proj: Projections) -> tuple[float, float, dict[str, object]]:
-    policy = app.policy()
+    policy = app.reader.policy()
     assert policy is not None
     t0 = time.perf_counter()
     plan_sweep(proj, policy, clock.now())

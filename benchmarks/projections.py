@@ -90,7 +90,7 @@ def read_rates(app: LedgerApp) -> tuple[int, float, float]:
     t0 = time.perf_counter()
     pos = 1
     while rows := app.recorder.select_notifications(start=pos, limit=5000):
-        decode(app, rows)
+        decode(app.reader, rows)
         pos = rows[-1].id + 1
     return count, raw, count / (time.perf_counter() - t0)
 

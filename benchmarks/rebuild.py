@@ -68,7 +68,7 @@ def raw_read(app: LedgerApp) -> tuple[int, float]:
     """(notifications, events/s) reading the whole log and doing nothing with it."""
     t0 = time.perf_counter()
     count, pos = 0, 1
-    while rows := app.notifications(start=pos, limit=5000):
+    while rows := app.reader.notifications(start=pos, limit=5000):
         count += len(rows)
         pos = rows[-1].id + 1
     return count, count / (time.perf_counter() - t0)
@@ -96,9 +96,9 @@ def _verify_range(span: tuple[int, int]) -> int:
 
 def signed_sample(app: LedgerApp, n: int) -> list[tuple[bytes, bytes, bytes]]:
     """``(public key, PAE bytes, signature)`` of the first ``n`` events of the log."""
-    keys = app.verification_keys()
+    keys = app.reader.verification_keys()
     out = []
-    for note in app.notifications(start=1, limit=n):
+    for note in app.reader.notifications(start=1, limit=n):
         opened = envelope.open_state(note.state)
         out.append((keys[opened.kid], envelope.pae(envelope.PAYLOAD_TYPE, opened.body),
                     opened.signature))
@@ -124,7 +124,7 @@ def raw_verify(sample: list[tuple[bytes, bytes, bytes]], workers: int) -> float:
 def rebuild(app: LedgerApp, workers: int, label: str) -> tuple[float, Any]:
     with Projections(app) as p:
         p.runner.workers = workers
-        with progress.bar(label, total=app.head_position()) as bar:
+        with progress.bar(label, total=app.reader.head_position()) as bar:
             report = p.rebuild(progress=bar)
     return report.notifications / report.seconds, report
 

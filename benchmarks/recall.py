@@ -353,7 +353,7 @@ def one_size(args: argparse.Namespace, keep: Path, backend: str, base: str | Non
                               for label, (_lat, cpu) in runs.items() if label != "k=5")
                   + f" ({before} before, {load()} after; this process's first recall: "
                   f"{first * 1000:.0f} ms)", flush=True)
-            file = p.index.path(str(app.resolve_subject("u1")))
+            file = p.index.path(str(app.reader.resolve_subject("u1")))
             held = file is not None and file.exists()
         warm, warm_cpu = pct(runs["k=5"][0], 0.5), pct(runs["k=5"][1], 0.5)
         query = random.Random(9).choice(questions)

@@ -57,11 +57,11 @@ WORK: dict[str, str] = {
     FLOOR: (
         "import sys; from pathlib import Path; from ledger import logs; logs.configure()\n"
         "from service.root import opened_service\n"
-        "with opened_service(Path(sys.argv[1]), lazy=True) as svc: svc.app.head()"),
+        "with opened_service(Path(sys.argv[1]), lazy=True) as svc: svc.app.reader.head()"),
     "open it with its read models": (
         "import sys; from pathlib import Path; from ledger import logs; logs.configure()\n"
         "from service.root import opened_service\n"
-        "with opened_service(Path(sys.argv[1])) as svc: svc.app.head()"),
+        "with opened_service(Path(sys.argv[1])) as svc: svc.app.reader.head()"),
     "embed one text": (
         "import sys; from pathlib import Path; from projections.embedder import configured\n"
         "configured(Path(sys.argv[1])).embed(['Prefers tea.'])"),

@@ -87,7 +87,7 @@ def ledger_figures(folder: Path, events: int) -> None:
     build = time.perf_counter() - t0
     kept = app.checkpoint()
     app.add_atoms([{"subject": "u1", "text": f"new {i}"} for i in range(1000)])
-    total = app.head()[0]
+    total = app.reader.head()[0]
     print(f"ledger built: {total:,} events in {build:.1f} s")
 
     signer = Signer.generate("raw")
@@ -100,7 +100,7 @@ def ledger_figures(folder: Path, events: int) -> None:
 
     leaves: list[bytes] = []
     t0 = time.perf_counter()
-    report = verify_log(app.stored_records(), ledger_id=app.ledger_id,
+    report = verify_log(app.reader.stored_records(), ledger_id=app.ledger_id,
                         root_public_key=app.root_public_key, leaves=leaves)
     full = time.perf_counter() - t0
     assert report.ok, report.failure
@@ -108,7 +108,7 @@ def ledger_figures(folder: Path, events: int) -> None:
     print(f"full verify: {report.events:,} events in {full:.2f} s = {rate:8.0f} events/s; raw "
           f"Ed25519 verify {raw_verify:8.0f}/s; ratio {rate / raw_verify:.2f} (target >= 0.7)")
     t0 = time.perf_counter()
-    since_report, extra = verify_since(app, kept.note, app.root_public_key)
+    since_report, extra = verify_since(app.reader, kept.note, app.root_public_key)
     since = time.perf_counter() - t0
     assert since_report.ok, since_report.failure
     print(f"verify --since: {since_report.events:,} new events over {kept.size:,} in "

@@ -121,12 +121,12 @@ def _sealed_session(app: LedgerApp, env: dict[str, Any]) -> str | None:
     sealed = env["payload"].get("sealed")
     if not sealed:
         return None
-    key = app.data_key(str(sealed["key_id"]))
+    key = app.reader.data_key(str(sealed["key_id"]))
     if key is None:
         return None
     plain = aead.open_sealed(key, base64.b64decode(sealed["nonce"]),
                              base64.b64decode(sealed["ct"]),
-                             app.associated_data(env["originator_id"], env["version"],
+                             app.reader.associated_data(env["originator_id"], env["version"],
                                                  env["topic"]))
     value = json.loads(plain).get("session_id")
     return str(value) if value is not None else None
@@ -174,7 +174,7 @@ def category(topic: str, payload: dict[str, Any]) -> str:
 
 
 def _aggregate_events(app: LedgerApp, aggregate_id: UUID) -> list[dict[str, Any]]:
-    return [_env(r.state) for r in app.stored_events(aggregate_id)]
+    return [_env(r.state) for r in app.reader.stored_events(aggregate_id)]
 
 
 def _hours(a: str, b: str | datetime) -> float:
@@ -205,7 +205,7 @@ class _Owners:
             return None
         if oid not in self.known:
             self.lookups += 1
-            first = self.app.stored_events(UUID(oid), lte=1)
+            first = self.app.reader.stored_events(UUID(oid), lte=1)
             owner = None
             if first:
                 env = _env(first[0].state)
@@ -233,7 +233,7 @@ def _names(state: RosterState) -> dict[str, str]:
 
 
 def _policy_events(app: LedgerApp) -> list[dict[str, Any]]:
-    return [e for e in _aggregate_events(app, app.policy_id())
+    return [e for e in _aggregate_events(app, app.reader.policy_id())
             if e["topic"] == Policy.PolicySet.TOPIC]
 
 
@@ -261,7 +261,7 @@ def _governance(app: LedgerApp) -> tuple[dict[str, dict[str, Any]], dict[str, di
     """Erasure requests and redaction batches folded from their (few) signed events."""
     requests: dict[str, dict[str, Any]] = {}
     batches: dict[str, dict[str, Any]] = {}
-    rows = app.notifications(start=1, limit=10**12,
+    rows = app.reader.notifications(start=1, limit=10**12,
                              topics=[*REQUEST_TOPICS, *BATCH_TOPICS])
     for row in rows:
         env = _env(row.state)
@@ -318,8 +318,8 @@ def _verification(app: LedgerApp, scope: str, first_seq: int | None, last_positi
         raise EnvironmentProblem("no trusted root key: keys/root.pub is missing",
                                  hint="restore it, or run the report with --verify none")
     found = verify_for_audit(
-        app, root, scope,
-        lambda: first_seq if first_seq is not None else app.head()[0] + 1, progress)
+        app.reader, root, scope,
+        lambda: first_seq if first_seq is not None else app.reader.head()[0] + 1, progress)
     report = found.report
     checked = [{"size": cp.size, "root": b64(cp.root), "signed_at": format_time(created_at),
                 "in_period": period.contains(format_time(created_at) or "")}
@@ -690,12 +690,12 @@ def build_report(app: LedgerApp, period: Period, subject: str | None = None,
         raise InputError(f"unknown verification scope {verify!r}",
                          hint=f"use one of: {', '.join(VERIFY_SCOPES)}")
     at = now or clock.now()
-    sid = str(app.resolve_subject(subject)) if subject is not None else None
+    sid = str(app.reader.resolve_subject(subject)) if subject is not None else None
     roster, roster_events = _roster(app)
     names = _names(roster)
 
     # -- the period's positions, by binary search over event time
-    max_id = app.head_position()
+    max_id = app.reader.head_position()
     start_pos = 1 if period.start is None else bound(
         app, max_id, lambda ts: ts >= (period.start_text or ""))
     stop_pos = bound(app, max_id, period.after_end) - 1

@@ -96,7 +96,7 @@ def bound(app: LedgerApp, max_id: int, past: Callable[[str], bool]) -> int:
     lo, hi = 1, max_id + 1
     while lo < hi:
         mid = (lo + hi) // 2
-        found = app.notifications(start=mid, limit=1)
+        found = app.reader.notifications(start=mid, limit=1)
         if not found or past(envelope.open_state(found[0].state).envelope["timestamp"]):
             hi = mid
         else:
@@ -107,7 +107,7 @@ def bound(app: LedgerApp, max_id: int, past: Callable[[str], bool]) -> int:
 def rows(app: LedgerApp, start: int, stop: int, batch: int = 5000) -> Iterator[Any]:
     pos = start
     while pos <= stop:
-        found = app.notifications(start=pos, limit=batch, stop=stop)
+        found = app.reader.notifications(start=pos, limit=batch, stop=stop)
         if not found:
             return
         yield from found

@@ -163,7 +163,7 @@ def _copy_stores(app: LedgerApp, partial: Path, progress: Steps | None
     report(progress, "Copying the stores", 0, stages)
     with app.held_still() as (cp, position):
         journal = write_journal(app, cp, position)
-        head = app.head()
+        head = app.reader.head()
         events = _copy_store(config.events, partial / EVENTS, sqlite3, "event store")
         report(progress, "Copying the stores", 1, stages)
         keystore = _copy_store(config.keystore, partial / KEYSTORE, _store_module(),
@@ -186,7 +186,7 @@ def _operator_signer(app: LedgerApp, operator: str) -> Any:
     """The signer of the manifest: a key that holds the operator role now."""
     signer = app.signer(operator)
     try:
-        app.roster().state.holds(signer.kid, ("operator",), clock.now())
+        app.reader.roster().state.holds(signer.kid, ("operator",), clock.now())
     except Exception as e:  # KeyNotAuthorized: a key the restore would refuse
         raise InputError(f"the key {operator!r} may not sign a backup: {e}",
                          hint="sign with an operator key: --operator NAME") from None

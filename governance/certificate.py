@@ -218,7 +218,7 @@ def problems(document: Any) -> list[str]:
 def roster_lines(app: LedgerApp) -> list[dict[str, Any]]:
     """The ledger's roster events as the certificate carries them (the form of a pack's
     ``events.jsonl`` line, without the proof)."""
-    rows = app.notifications(start=1, limit=10**9, topics=sorted(ROSTER_TOPICS))
+    rows = app.reader.notifications(start=1, limit=10**9, topics=sorted(ROSTER_TOPICS))
     out = []
     for r in rows:
         out.append({"seq": envelope.open_state(r.state).envelope["seq"],

@@ -610,12 +610,12 @@ def shared_rows(app: LedgerApp) -> list[Any]:
     """The stored events every statement of this ledger rests on: every event of the
     KekEpochs aggregate, the log's first event and the policy in force's event (read once
     for a list of requests)."""
-    rows: list[Any] = list(app.notifications(start=1, limit=10**9, topics=list(KEK_TOPICS)))
-    rows += list(app.notifications(start=1, limit=1))
-    policy = app.policy()
+    rows: list[Any] = list(app.reader.notifications(start=1, limit=10**9, topics=list(KEK_TOPICS)))
+    rows += list(app.reader.notifications(start=1, limit=1))
+    policy = app.reader.policy()
     if policy is not None:
         oid, version = str(policy["event_id"]).rsplit("/", 1)
-        rows += app.stored_events(UUID(oid), gt=int(version) - 1, lte=int(version))
+        rows += app.reader.stored_events(UUID(oid), gt=int(version) - 1, lte=int(version))
     return rows
 
 
@@ -634,7 +634,7 @@ def evidence_rows(app: LedgerApp, erasure_rows: Sequence[Any],
         for r in erasure_rows:
             if r.topic.endswith(KEY_DESTROYED_SUFFIX) and \
                     fact_of(r.state).payload.get("kek_epoch"):
-                base += app.stored_events(UUID(str(r.originator_id)), lte=1)
+                base += app.reader.stored_events(UUID(str(r.originator_id)), lte=1)
     for r in base:
         k = (str(r.originator_id), r.originator_version)
         if k not in have:

@@ -134,7 +134,7 @@ def redact_user(app: LedgerApp, proj: Projections, subject: str, *, reason: str,
     if not resume and not reason.strip():
         raise InputError("a reason is required", hint='e.g. --reason "GDPR Art. 17 request"')
     try:
-        sid = app.resolve_subject(subject)
+        sid = app.reader.resolve_subject(subject)
     except NotFound:
         raise NotFound(f"no subject {subject!r} in this ledger",
                        hint="check the subject's id with `ledger subject show`") from None
@@ -214,7 +214,7 @@ def erasure_request(app: LedgerApp, request: str) -> Any:
     from ledger.domain import ErasureRequest
 
     try:
-        req = app.aggregate(UUID(request))
+        req = app.reader.aggregate(UUID(request))
     except (ValueError, AggregateNotFoundError):
         raise NotFound(f"no erasure request {request!r}",
                        hint="see `ledger requests list`") from None
@@ -272,15 +272,16 @@ def open_request(app: LedgerApp, sid: str) -> ErasureRequest | None:
     destroyed), if any."""
     from ledger.domain import ErasureRequest
 
-    received = app.notifications(start=1, limit=10**9,
+    received = app.reader.notifications(start=1, limit=10**9,
                                  topics=[ErasureRequest.Created.TOPIC])
     for n in reversed(received):
         if envelope.open_state(n.state).envelope["payload"].get("subject_id") != sid:
             continue
-        req = app.aggregate(UUID(str(n.originator_id)))
+        req = app.reader.aggregate(UUID(str(n.originator_id)))
         if isinstance(req, ErasureRequest) and (
                 (req.completed_at is None and req.rejected_at is None) or
-                (req.data_key_destroyed_at is None and app.data_keys_present([str(req.id)]))):
+                (req.data_key_destroyed_at is None
+                 and app.reader.data_keys_present([str(req.id)]))):
             return req
     return None
 
@@ -319,12 +320,12 @@ def reject_request(app: LedgerApp, request: str, operator: str, code: str, reaso
 def _completed_request(app: LedgerApp, proj: Projections, sid: str) -> dict[str, Any] | None:
     from ledger.domain import ErasureRequest
 
-    received = app.notifications(start=1, limit=10**9,
+    received = app.reader.notifications(start=1, limit=10**9,
                                  topics=[ErasureRequest.Created.TOPIC])
     rows = [str(n.originator_id) for n in received
             if envelope.open_state(n.state).envelope["payload"].get("subject_id") == sid]
     for rid in reversed(rows):
-        req = app.aggregate(UUID(rid))
+        req = app.reader.aggregate(UUID(rid))
         if isinstance(req, ErasureRequest) and req.completed_at:
             return {"request_id": rid, "batch_id": req.batch_id,
                     "completed_at": req.completed_at, "event_ids": req.event_ids}
@@ -335,7 +336,7 @@ def _completed_request(app: LedgerApp, proj: Projections, sid: str) -> dict[str,
 def delete_artifact(app: LedgerApp, proj: Projections, artifact: str, *, reason: str, operator: str,
                     flag_unsourced: bool = False) -> dict[str, Any]:
     """Delete an artifact; re-evaluate every atom whose provenance cites it (Konshus)."""
-    aid = str(app.resolve("artifact", artifact))
+    aid = str(app.reader.resolve("artifact", artifact))
     proj.catch_up()
     with proj.atoms.reading() as reads:
         rows = [r for r in reads.all_atoms()
@@ -353,7 +354,7 @@ def delete_artifact(app: LedgerApp, proj: Projections, artifact: str, *, reason:
             kept.append((r["atom_id"], remaining))
     check_operator(app, operator)
     held = part.held_items(app, {"atoms": deleted_atoms, "artifacts": [aid]},
-                           part.holds_in_force(app.policy()))
+                           part.holds_in_force(app.reader.policy()))
     if held:  # refused before the cascade writes anything (ADR 0047)
         raise held_refusal(held, "deletion")
     for atom_id, _remaining in kept:

@@ -152,7 +152,7 @@ def plan_user_erasure(app: LedgerApp, proj: Projections, subject: str,
     matching reads every content row, only when identifiers are given. ``catch_up``
     False: the plan of the read models as they stand, writing nothing.
     """
-    sid = str(app.resolve_subject(subject))
+    sid = str(app.reader.resolve_subject(subject))
     idents = compile_identifiers(identifiers)  # refused before anything is read
     if catch_up:
         proj.catch_up()
@@ -167,7 +167,7 @@ def plan_user_erasure(app: LedgerApp, proj: Projections, subject: str,
     _flag_nearby(plan, by_tag, by_session, by_words)
     plan.review_artifacts = sorted({*(aid for aid, owner, _ in art_hits if owner != sid),
                                     *same_artifacts})
-    holds = part.holds_in_force(app.policy())
+    holds = part.holds_in_force(app.reader.policy())
     t = plan.targets
     plan.held = part.hold_reasons(t.as_json(), part.held_items(app, t.as_json(), holds), holds)
     for h in plan.held:

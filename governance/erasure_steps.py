@@ -82,7 +82,7 @@ def check_operator(app: LedgerApp, operator: str) -> None:
     """Refuse before anything is written unless ``operator`` holds the operator role now."""
     signer = app.signer(operator)
     try:
-        app.roster().state.holds(signer.kid, ("operator",), clock.now())
+        app.reader.roster().state.holds(signer.kid, ("operator",), clock.now())
     except KeyNotAuthorized as e:
         raise InputError(f"{operator} is not an authorized operator: {e}",
                          hint="an operator key is needed: `ledger keys authorize NAME "
@@ -187,7 +187,7 @@ def destroy_keys(app: LedgerApp, targets: Targets, batch_id: UUID, operator: str
 
 
 def read_notes(app: LedgerApp, batch_id: UUID) -> dict[str, Any] | None:
-    raw = app.open_note(str(batch_id))
+    raw = app.reader.open_note(str(batch_id))
     if raw is None:
         return None
     notes: dict[str, Any] = json.loads(raw)
@@ -201,7 +201,7 @@ def open_batch(app: LedgerApp, request_id: UUID | None, targets: Targets | None
     without a request, one of exactly these targets."""
     from ledger.domain import RedactionBatch
 
-    opened = app.notifications(start=1, limit=10**9,
+    opened = app.reader.notifications(start=1, limit=10**9,
                                topics=[RedactionBatch.Created.TOPIC])
     want = targets.as_json() if targets is not None else None
     for n in reversed(opened):
@@ -213,7 +213,7 @@ def open_batch(app: LedgerApp, request_id: UUID | None, targets: Targets | None
         elif rid is not None or want is None or \
                 {k: sorted(v) for k, v in payload.get("targets", {}).items()} != want:
             continue
-        batch = app.aggregate(UUID(str(n.originator_id)))
+        batch = app.reader.aggregate(UUID(str(n.originator_id)))
         if isinstance(batch, RedactionBatch) and (request_id is not None
                                                   or batch.status != "closed"):
             return batch
@@ -474,7 +474,7 @@ class ErasureRun:
         batch = self.batch
         if batch is None and not self.fresh:
             batch = open_batch(self.app, self.request_id, self.targets)
-        self.holds = part.holds_in_force(self.app.policy())
+        self.holds = part.holds_in_force(self.app.reader.policy())
         approval = self._open() if batch is None else self._continue(batch)
         self.approval = approval
         if approval.finished:
@@ -502,7 +502,7 @@ class ErasureRun:
                           artifacts=list(stored.get("artifacts", [])),
                           subjects=list(stored.get("subjects", [])),
                           records=list(stored.get("records", [])))
-        before = self.app.seq_of(f"{batch.id}/1") - 1
+        before = self.app.reader.seq_of(f"{batch.id}/1") - 1
         notes = read_notes(self.app, batch.id)
         log.info("erasure.resumed", batch_id=str(batch.id), status=batch.status)
         return Approval(batch.id, batch.mode, targets, before, batch, notes)
@@ -553,7 +553,7 @@ class ErasureRun:
         approval, lookout = _after(self.approval, "approve"), _after(self.lookout, "approve")
         if main is not None:
             files.start([main])
-        earlier = approval.resumed and self.app.data_keys_destroyed_among(lookout.items)
+        earlier = approval.resumed and self.app.reader.data_keys_destroyed_among(lookout.items)
         self.shred_ids = destroy_keys(self.app, lookout.live, approval.batch_id,
                                       self.operator, self.progress)
         # a key an interrupted run destroyed may have left its bytes in a page this
@@ -708,7 +708,7 @@ class ErasureRun:
             fid = self.app.flag(UUID(other), "refers-to-erased", f"{why}; erased by batch "
                                 f"{approval.batch_id}", related=None, actor=self.operator)
             if fid is None and approval.resumed:  # flagged by the interrupted run
-                fid = getattr(self.app.get_atom(UUID(other)), "flag_events",
+                fid = getattr(self.app.reader.get_atom(UUID(other)), "flag_events",
                               {}).get("refers-to-erased")
             if fid:
                 flag_ids.append(fid)
@@ -737,7 +737,7 @@ class ErasureRun:
         shred_ids, tomb_ids = _after(self.shred_ids, "destroy_keys"), self.tomb_ids or []
         if approval.resumed:
             reach_["resumed"] = True
-            aggs = self.app.get_many([UUID(i) for i in lookout.items])
+            aggs = self.app.reader.get_many([UUID(i) for i in lookout.items])
             shred_ids = [a.data_key_destroyed_event for a in aggs
                          if getattr(a, "data_key_destroyed_event", None)]
             tomb_ids = [a.tombstone_event for a in aggs

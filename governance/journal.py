@@ -191,11 +191,11 @@ def _derive(app: LedgerApp, previous: dict[str, Any] | None, cp: SignedCheckpoin
         keys, tombstones = list(previous["keys"]), list(previous["tombstones"])
         start = int(previous["checkpoint"]["position"]) + 1
     while start <= position:
-        rows = app.notifications(start, READ_BATCH, topics=TOPICS, stop=position)
+        rows = app.reader.notifications(start, READ_BATCH, topics=TOPICS, stop=position)
         if not rows:
             break
         # verified (signature, signer's role) before anything derived from it is signed
-        for n, ev in zip(rows, app.open_events(rows), strict=True):
+        for n, ev in zip(rows, app.reader.open_events(rows), strict=True):
             env = envelope.open_state(n.state).envelope
             at = {"event_id": envelope.event_id(env["originator_id"], env["version"]),
                   "seq": int(env["seq"]), "at": str(env["timestamp"])}
@@ -263,7 +263,7 @@ def _batch_of(kind: str, oid: str, ev: Any, batches: dict[str, dict[str, Any]]
 
 
 def _head_time(app: LedgerApp, size: int) -> str | None:
-    seq, when = app.head()
+    seq, when = app.reader.head()
     return clock.format_instant(when) if when is not None and seq == size else None
 
 
@@ -274,7 +274,7 @@ def _epochs(app: LedgerApp) -> list[dict[str, Any]]:
     from ledger.epochs import epochs_id
 
     try:
-        agg: Any = app.aggregate(epochs_id(app))
+        agg: Any = app.reader.aggregate(epochs_id(app))
     except AggregateNotFoundError:
         return []
     out = []

@@ -80,7 +80,7 @@ def batch_event_rows(app: LedgerApp, event_ids: list[str], progress: Steps | Non
         if i % 500 == 0 or i == len(event_ids):
             report(progress, "Reading the batch's events", i, len(event_ids))
         oid, version = eid.rsplit("/", 1)
-        found = app.stored_events(UUID(oid), gt=int(version) - 1, lte=int(version))
+        found = app.reader.stored_events(UUID(oid), gt=int(version) - 1, lte=int(version))
         if not found:
             raise NotFound(f"event {eid} named by the batch is not in the log")
         rows.append(found[0])
@@ -97,7 +97,7 @@ def build_pack(app: LedgerApp, batch_id: str, out: Path, make_zip: bool = False,
     first_batch_seq = opened[(str(batch.id), 1)].envelope["seq"]
     before = _checkpoint_before(app, first_batch_seq)
     proofs = _inclusion_proofs(app, ordered, opened, after, progress)
-    consistency = app.consistency_proof(before.size, after.size)
+    consistency = app.reader.consistency_proof(before.size, after.size)
     report(progress, "Writing the pack", 0, 1)
 
     make_dirs(out)
@@ -139,7 +139,7 @@ def build_pack(app: LedgerApp, batch_id: str, out: Path, make_zip: bool = False,
 def _closed_batch(app: LedgerApp, batch_id: str, out: Path) -> tuple[RedactionBatch, Any]:
     """The batch (closed, or ended partial) and its request, if any; ``out`` must be new."""
     try:
-        batch = app.aggregate(UUID(str(batch_id)))
+        batch = app.reader.aggregate(UUID(str(batch_id)))
     except (ValueError, Exception) as e:
         raise NotFound(f"no redaction batch {batch_id}",
                        hint="see the batch id printed by `ledger redact-user`") from e
@@ -149,7 +149,7 @@ def _closed_batch(app: LedgerApp, batch_id: str, out: Path) -> tuple[RedactionBa
                             hint="finish the erasure first (`ledger requests resume`)")
     if out.exists():
         raise InputError(f"{out} already exists", hint="choose a new --out folder")
-    request = app.aggregate(UUID(batch.request_id)) if batch.request_id else None
+    request = app.reader.aggregate(UUID(batch.request_id)) if batch.request_id else None
     return batch, request
 
 
@@ -160,7 +160,7 @@ def _pack_rows(app: LedgerApp, batch: RedactionBatch, request: Any, progress: St
     tombstone and key destruction the batch lists, and what the copies statement rests on
     (the KEK epochs' events, the policy in force). Returns them by (aggregate id, version),
     opened, and the keys in log order."""
-    roster_rows = app.notifications(start=1, limit=10**9,
+    roster_rows = app.reader.notifications(start=1, limit=10**9,
                                     topics=sorted(ROSTER_TOPICS))
     ids = [f"{batch.id}/{v}" for v in range(1, batch.version + 1)]
     if request is not None:
@@ -183,7 +183,7 @@ def _inclusion_proofs(app: LedgerApp, ordered: list[tuple[str, int]],
     for i, k in enumerate(ordered, start=1):
         if i % 500 == 0 or i == len(ordered):
             report(progress, "Proving inclusion", i, len(ordered))
-        proofs[k] = app.inclusion_proof(opened[k].envelope["seq"] - 1, after.size)
+        proofs[k] = app.reader.inclusion_proof(opened[k].envelope["seq"] - 1, after.size)
     return proofs
 
 
@@ -222,7 +222,7 @@ def _write_signed(app: LedgerApp, out: Path, files: dict[str, bytes],
 
 
 def _checkpoint_before(app: LedgerApp, first_seq: int) -> SignedCheckpoint:
-    before = app.checkpoint_before(first_seq)
+    before = app.reader.checkpoint_before(first_seq)
     if before is None:
         raise ConflictError("no checkpoint was taken before this batch",
                             hint="erasures take one automatically; this batch predates that")
@@ -252,7 +252,7 @@ def _witness_claims(app: LedgerApp, before: Any, after: Any, proof_names: list[s
     def cosigners(cp: Any) -> list[dict[str, Any]]:
         from ledger.witness.cosign import check_cosignatures, parse_witness_vkey
 
-        rows = app.cosignature_rows(cp.size)
+        rows = app.reader.cosignature_rows(cp.size)
         keys = [parse_witness_vkey(vkey) for _, vkey in rows]
         found = check_cosignatures(cp.note, keys).valid
         return [{"witness": vkey, "timestamp": c.timestamp} for vkey, c in sorted(found.items())]

@@ -101,12 +101,12 @@ def held_items(app: LedgerApp, targets: Mapping[str, Sequence[str]],
     ids = [UUID(i) for k in KINDS for i in targets.get(k, [])]
     if not ids:
         return {}
-    items = {str(a.id): a for a in app.get_many(ids)}
+    items = {str(a.id): a for a in app.reader.get_many(ids)}
     owners = {str(getattr(a, "subject_id", "") or "") for a in items.values()}
     owners |= set(targets.get("subjects", []))
     owners.discard("")
     refs = {str(s.id): getattr(s, "ref", None)
-            for s in app.get_many([UUID(o) for o in sorted(owners)])}
+            for s in app.reader.get_many([UUID(o) for o in sorted(owners)])}
     out: dict[str, str] = {}
     for kind in ("atoms", "artifacts", "records"):
         for item in targets.get(kind, []):

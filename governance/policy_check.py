@@ -54,7 +54,7 @@ def check_policy(app: LedgerApp, proj: Projections, now: datetime | None = None
                  ) -> dict[str, Any]:
     """Every §8 warning for the ledger as it is now; ``{"policy": ..., "warnings": [...]}``."""
     at = now or clock.now()
-    policy = policy_rules.in_force(app)
+    policy = policy_rules.in_force(app.reader)
     doc = policy_rules.enforced(policy) or {}
     proj.catch_up()
     warnings: list[dict[str, Any]] = []

@@ -112,14 +112,14 @@ def _completed_request(app: LedgerApp, request_id: str) -> tuple[ErasureRequest,
     from ledger.domain import ErasureRequest, RedactionBatch
 
     try:
-        req = app.aggregate(UUID(str(request_id)))
+        req = app.reader.aggregate(UUID(str(request_id)))
     except Exception as e:
         raise NotFound(f"no erasure request {request_id}",
                        hint="see the request id printed by `ledger redact-user`") from e
     if not isinstance(req, ErasureRequest) or req.completed_at is None or not req.batch_id:
         raise ConflictError(f"request {request_id} is not completed; a receipt proves a "
                             "completed erasure", hint="finish it with `ledger redact-user`")
-    batch = app.aggregate(UUID(req.batch_id))
+    batch = app.reader.aggregate(UUID(req.batch_id))
     if not isinstance(batch, RedactionBatch):
         raise NotFound(f"batch {req.batch_id} of request {request_id} is not a redaction batch")
     return req, batch
@@ -144,7 +144,7 @@ def _proof_text(app: LedgerApp, seq: int, cp: Any) -> str:
     """The tlog-proof of event ``seq`` in checkpoint ``cp``, without the checkpoint."""
     from ledger.witness.wire import TlogProof
 
-    return TlogProof(seq - 1, tuple(app.inclusion_proof(seq - 1, cp.size)),
+    return TlogProof(seq - 1, tuple(app.reader.inclusion_proof(seq - 1, cp.size)),
                      cp.note).text().split("\n\n", 1)[0] + "\n"
 
 
@@ -190,7 +190,7 @@ def _subject_locale(app: LedgerApp, subject_id: str | None) -> str | None:
     from ledger.domain import Subject
 
     try:
-        subject = app.aggregate(UUID(str(subject_id)))
+        subject = app.reader.aggregate(UUID(str(subject_id)))
     except Exception:  # an unknown or unreadable subject: the ledger's default then
         return None
     return subject.locale if isinstance(subject, Subject) else None

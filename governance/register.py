@@ -173,7 +173,7 @@ def _approval(app: LedgerApp, batch_id: str) -> tuple[str | None, str | None]:
     """(name, key id) of the key that signed the batch's ``batch.approved``."""
     from ledger.domain import RedactionBatch
 
-    for row in app.stored_events(UUID(batch_id)):
+    for row in app.reader.stored_events(UUID(batch_id)):
         opened = envelope.open_state(row.state)
         if opened.envelope["topic"] == RedactionBatch.Approved.TOPIC:
             return opened.envelope["payload"].get("operator"), opened.kid
@@ -183,7 +183,7 @@ def _approval(app: LedgerApp, batch_id: str) -> tuple[str | None, str | None]:
 def _rejection_key(app: LedgerApp, request_id: str) -> str | None:
     from ledger.domain import ErasureRequest
 
-    for row in app.stored_events(UUID(request_id)):
+    for row in app.reader.stored_events(UUID(request_id)):
         opened = envelope.open_state(row.state)
         if opened.envelope["topic"] == ErasureRequest.Rejected.TOPIC:
             return str(opened.kid)
@@ -247,7 +247,7 @@ def register_rows(app: LedgerApp, requests: Sequence[Mapping[str, Any]], now: da
     an empty cell, booleans for ``overdue``; ``reasons`` and ``countersigners`` lists)."""
     start, end = period(date_from, date_to)
     flags = _open_flags_by_batch(app)
-    names = {kid: e.name for kid, e in app.roster().state.entries.items()}
+    names = {kid: e.name for kid, e in app.reader.roster().state.entries.items()}
 
     def who(kid: str) -> str:
         return names.get(kid) or kid
@@ -269,7 +269,7 @@ def register_rows(app: LedgerApp, requests: Sequence[Mapping[str, Any]], now: da
             pack = packs.best(r["batch_id"], "partial" if status == "partial"
                               else "completed")
         sla = _sla(r, now)
-        req = app.aggregate(UUID(r["request_id"]))
+        req = app.reader.aggregate(UUID(r["request_id"]))
         row: dict[str, Any] = {
             "request_id": r["request_id"], "subject_ref": r.get("subject_ref"),
             "legal_basis": getattr(req, "legal_basis", None),

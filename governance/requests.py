@@ -118,7 +118,7 @@ def copies_of(app: LedgerApp, req: Any, now: datetime, shared: list[Any] | None 
 
     if req.completed_at is None or not req.batch_id:
         return None
-    batch = app.aggregate(UUID(req.batch_id))
+    batch = app.reader.aggregate(UUID(req.batch_id))
     if not isinstance(batch, RedactionBatch) or batch.status != "closed":
         return None
     return summary(statement_for_batch(app, batch, req, shared), clock.format_instant(now))
@@ -136,12 +136,12 @@ def list_requests(app: LedgerApp, now: datetime | None = None,
     from governance.copies import shared_rows
 
     at = now or clock.now()
-    received = app.notifications(start=1, limit=10**9,
+    received = app.reader.notifications(start=1, limit=10**9,
                                  topics=[ErasureRequest.Created.TOPIC])
     rows = []
     shared: list[Any] | None = None
     for n in received:
-        req = app.aggregate(UUID(str(n.originator_id)))
+        req = app.reader.aggregate(UUID(str(n.originator_id)))
         if isinstance(req, ErasureRequest):
             if req.completed_at is not None and shared is None:
                 shared = shared_rows(app)

@@ -837,7 +837,7 @@ def _record(plan: Plan, app: LedgerApp, operator: str, kek: dict[str, Any]
             tomb_in = tomb is None or int(tomb["seq"]) <= m
             if key_in and tomb_in:
                 continue
-            if not app.exists(UUID(item)):
+            if not app.reader.exists(UUID(item)):
                 absent += 1  # made after the backup too: nothing of it was restored
                 continue
             batch = (tomb or key or {}).get("batch_id")
@@ -894,7 +894,7 @@ def _verify(plan: Plan, app: LedgerApp, progress: Steps | None) -> dict[str, Any
     a restore that does not verify is not renamed into place."""
     from ledger.verification import verify_ledger
 
-    verdict = verify_ledger(app, plan.backup.root_public_key,
+    verdict = verify_ledger(app.reader, plan.backup.root_public_key,
                             checkpoints=[("the backup's checkpoint",
                                           str(plan.backup.manifest["log"]["checkpoint"]))],
                             progress=progress)

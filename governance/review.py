@@ -15,7 +15,7 @@ def open_flags(app: LedgerApp) -> list[dict[str, Any]]:
     from ledger.domain import Atom
 
     flags: dict[tuple[str, str], dict[str, Any]] = {}
-    for n in app.notifications(
+    for n in app.reader.notifications(
             start=1, limit=10**9, topics=[Atom.Flagged.TOPIC, Atom.FlagResolved.TOPIC]):
         env = envelope.open_state(n.state).envelope
         key = (str(n.originator_id), env["payload"]["flag"])

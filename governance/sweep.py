@@ -243,7 +243,7 @@ def sweep(app: LedgerApp, proj: Projections, *, operator: str = "operator", dry_
     """Run the retention and decay rules of the policy in force; return what was done.
     ``progress`` hears each step and its count (ledger/progress.py)."""
     check_operator(app, operator)  # refuse before anything is written; a dry run too
-    policy = policy_rules.in_force(app)
+    policy = policy_rules.in_force(app.reader)
     now = clock.now()
     if policy is None:
         return _report(SweepPlan(now=_instant(now), policy_event_id=None), dry_run,

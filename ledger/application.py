@@ -10,22 +10,20 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import copy
 import logging
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import structlog
 from eventsourcing.application import AggregateNotFoundError, Application
-from eventsourcing.domain import Aggregate
-from eventsourcing.persistence import Mapper, Notification, StoredEvent, Transcoder
+from eventsourcing.persistence import Mapper, Transcoder
 from pydantic import TypeAdapter, ValidationError
 
 from keys.datakeys import DataKeyStore, make_engine, store_sqlite
@@ -43,7 +41,6 @@ from keys.keyring import Keyring, read_public_key_file
 from keys.roster import ROLES, ROOT, KeyRoster
 from keys.signing import Signer
 from ledger import (
-    bulk_reads,
     clock,
     envelope,
     faults,
@@ -86,17 +83,15 @@ from ledger.inputs import (
     parse,
 )
 from ledger.mapper import SigningMapper
+from ledger.reader import LedgerReader
 from ledger.saving import EventSaver
 from ledger.transparency import SignedCheckpoint, TransparencyLog
 
 if TYPE_CHECKING:
-    from ledger.checkpoint import Checkpoint
     from ledger.progress import Steps
-    from ledger.verify import Failure
 
 log = structlog.get_logger("ledger")
 
-LEDGER_NAMESPACE = uuid.UUID("6c1b6d1e-5f0e-4a57-9f43-2f0d8a7c3b10")
 DEFAULT_KEYS = {"writer": "writer", "operator": "operator", "log": "log"}
 
 
@@ -173,19 +168,20 @@ class LedgerApp(Application[UUID]):
         # atoms per subject for the maxAtoms rule, beside the events (ledger/census.py)
         self.census = SubjectCensus(self.tlog.engine, config.events.schema,
                                     Atom.Created.TOPIC)
-        self.roster_id = uuid.uuid5(LEDGER_NAMESPACE, f"{self.ledger_id}/roster")
         try:
-            self.root_public_key: bytes | None = read_public_key_file(
+            root_public_key: bytes | None = read_public_key_file(
                 self.keyring.public_key_path("root"))
         except KeyringError:
-            self.root_public_key = None  # an auditor's copy may lack it; verify takes --root-key
-        self._known_keys: dict[str, bytes] = (
-            {config.root_kid: self.root_public_key} if self.root_public_key else {})
-        self._reading_roster = False
+            root_public_key = None  # an auditor's copy may lack it; verify takes --root-key
         assert isinstance(self.mapper, SigningMapper)
-        self.mapper.configure(self.ledger_id, self.datakeys, self._resolve_key)
+        self.reader = LedgerReader(config, self.recorder, self.repository, self.mapper,
+                                   self.datakeys, self.tlog, self.census, root_public_key)
+        """The ledger's reads (``ledger/reader.py``): what the layers above are handed."""
+        self.roster_id = self.reader.roster_id
+        self.root_public_key = root_public_key
+        self.mapper.configure(self.ledger_id, self.datakeys, self.reader.public_key)
         self.saver = EventSaver(self.recorder, self.mapper, self.datakeys, self.tlog,
-                                self.exists)
+                                self.reader.exists)
 
     acting_credential: str | None = None
     """The id of the server credential on whose behalf operator acts are signed (a token
@@ -209,57 +205,6 @@ class LedgerApp(Application[UUID]):
         self.datakeys.close()
         self.tlog.close()
 
-    def _resolve_key(self, kid: str) -> bytes:
-        pub = self._known_keys.get(kid)
-        if pub is None and not self._reading_roster:
-            # loading the roster verifies its own events, which resolves their keys: a
-            # roster event signed by a key the roster does not know must fail here, not
-            # load the roster again (a RecursionError, issue 20 item 5)
-            self._reading_roster = True
-            try:
-                roster = self.roster()
-            finally:
-                self._reading_roster = False
-            self._known_keys.update({k: e.public_key for k, e in roster.state.entries.items()})
-            pub = self._known_keys.get(kid)
-        if pub is None:
-            if kid == self.config.root_kid:
-                raise EnvironmentProblem("the root public key keys/root.pub is missing",
-                                         hint="restore it from the ledger's key backup")
-            raise KeyNotAuthorized(f"key {kid} is not in the roster")
-        return pub
-
-    def roster(self) -> KeyRoster:
-        try:
-            roster: Any = self.repository.get(self.roster_id)
-        except AggregateNotFoundError:
-            raise EnvironmentProblem("this ledger has no key roster",
-                                     hint="the home was not initialised by `ledger init`") from None
-        assert isinstance(roster, KeyRoster)
-        return roster
-
-    def subject_id(self, ref: str) -> UUID:
-        return uuid.uuid5(LEDGER_NAMESPACE, f"{self.ledger_id}/subject/{ref}")
-
-    def _ref_id(self, kind: str, ref: str | None) -> UUID:
-        if ref is None:
-            return uuid.uuid4()
-        return uuid.uuid5(LEDGER_NAMESPACE, f"{self.ledger_id}/{kind}/{ref}")
-
-    def exists(self, aggregate_id: UUID) -> bool:
-        return bool(self.recorder.select_events(aggregate_id, limit=1))
-
-    def head(self) -> tuple[int, datetime | None]:
-        """The last sequence number and event time (0, None for an empty log)."""
-        max_id = self.recorder.max_notification_id()
-        if not max_id:
-            return 0, None
-        last = self.recorder.select_notifications(start=max_id, limit=1)
-        if not last:
-            return 0, None
-        env = envelope.open_state(last[0].state).envelope
-        return int(env["seq"]), datetime.fromisoformat(env["timestamp"].replace("Z", "+00:00"))
-
     def _write_lock(self) -> contextlib.AbstractContextManager[None]:
         """The ledger's write lock (``ledger/locks.py``)."""
         return locks.held(self.config, "write")
@@ -269,7 +214,7 @@ class LedgerApp(Application[UUID]):
         anything is signed with it: another ledger's root key would append roster events
         the verifier rejects, for ever (issue 20, item 5)."""
         root = self.signer("root")
-        roster_root = self.roster().state.root_kid
+        roster_root = self.reader.roster().state.root_kid
         if root.kid != self.config.root_kid or root.kid != roster_root:
             raise InputError(
                 f"the key keys/root.key ({root.kid}) is not this ledger's root key "
@@ -288,7 +233,7 @@ class LedgerApp(Application[UUID]):
                 roles: str | tuple[str, ...] = "writer") -> Iterator[datetime]:
         """Hold the write lock, check clock and authorization, sign what is saved."""
         with self._write_lock():
-            seq, last = self.head()
+            seq, last = self.reader.head()
             at = clock.now()
             if last is not None and at < last:
                 raise ClockError(
@@ -296,13 +241,13 @@ class LedgerApp(Application[UUID]):
                     f"event ({clock.format_instant(last)})",
                     hint=f"unset {clock.ENV} or set it to a later time; history is append-only")
             wanted = (roles,) if isinstance(roles, str) else roles
-            if wanted == (ROOT,) and self.exists(self.roster_id) and \
-                    signer.kid != self.roster().state.root_kid:
+            if wanted == (ROOT,) and self.reader.exists(self.roster_id) and \
+                    signer.kid != self.reader.roster().state.root_kid:
                 raise InputError(f"{signer.name} ({signer.kid}) is not the roster's root key; "
                                  "nothing was written", hint="see `ledger keys list`")
             if wanted != (ROOT,):
                 try:
-                    self.roster().state.holds(signer.kid, wanted, at)
+                    self.reader.roster().state.holds(signer.kid, wanted, at)
                 except KeyNotAuthorized as e:
                     raise InputError(f"{signer.name} may not sign this command: {e}",
                                      hint="see `ledger keys list`") from None
@@ -330,7 +275,7 @@ class LedgerApp(Application[UUID]):
         """`ledger repair`: find (and discard) every orphan data key, under the write lock."""
         with self._write_lock():
             orphans = [k for k in self.datakeys.all_key_ids()
-                       if is_uuid(k) and not self.exists(UUID(k))]
+                       if is_uuid(k) and not self.reader.exists(UUID(k))]
             if orphans and not dry_run:
                 self.datakeys.discard(orphans)
         if orphans:
@@ -358,7 +303,7 @@ class LedgerApp(Application[UUID]):
         checkpoint already recorded for that size, with its cosignatures)."""
         at = clock.now()
         try:
-            self.roster().state.check(signer.kid, "log", at)
+            self.reader.roster().state.check(signer.kid, "log", at)
         except KeyNotAuthorized as e:
             raise InputError(f"the log key may not sign checkpoints: {e}",
                              hint="authorize one with `ledger keys authorize log2 --role log`"
@@ -375,21 +320,13 @@ class LedgerApp(Application[UUID]):
         from it, a backup of the stores (ADR 0045)."""
         signer = self.signer("log")
         with self._write_lock():
-            yield self._sign_head(signer), self.head_position()
+            yield self._sign_head(signer), self.reader.head_position()
 
     def log_vkey(self) -> str:
         """The C2SP verifier key of this ledger's checkpoints: origin as name, log key."""
         from ledger.checkpoint import vkey_string
 
         return vkey_string(self.config.origin, self.signer("log").public_key)
-
-    def log_vkeys(self) -> dict[str, str]:
-        """The vkey of every key that ever held the log role, by key id."""
-        from ledger.checkpoint import vkey_string
-
-        return {e.kid: vkey_string(self.config.origin, e.public_key)
-                for e in self.roster().state.entries.values()
-                if any(g.role == "log" for g in e.grants)}
 
     def witness(self, cp: SignedCheckpoint,
                 witnesses: Sequence[tuple[str, str]] | None = None) -> Witnessed:
@@ -423,19 +360,6 @@ class LedgerApp(Application[UUID]):
             log.info("checkpoint.witnessed", size=cp.size, status=r.status)
         recorded = self.tlog.recorded(cp.size)
         return Witnessed(recorded if recorded is not None else cp, list(results))
-
-    def seq_of(self, event_id: str) -> int:
-        """The sequence number (leaf index + 1) of an event id ``<uuid>/<version>``."""
-        try:
-            oid, version = event_id.rsplit("/", 1)
-            rows = self.recorder.select_events(UUID(oid), gt=int(version) - 1, lte=int(version))
-        except ValueError:
-            raise InputError(f"{event_id!r} is not an event id",
-                             hint="event ids look like <uuid>/<version>; see `ledger atom history`"
-                             ) from None
-        if not rows:
-            raise NotFound(f"no event {event_id}")
-        return int(self.mapper.open_verified(rows[0]).envelope["seq"])  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ bootstrap
     @classmethod
@@ -515,7 +439,7 @@ class LedgerApp(Application[UUID]):
             public_key = created.public_key
         try:
             with self.writing(root, ROOT) as at:
-                roster = self.roster()
+                roster = self.reader.roster()
                 try:
                     roster.authorize(public_key, name, role, valid_from or at, at)
                 except KeyNotAuthorized as e:
@@ -527,7 +451,6 @@ class LedgerApp(Application[UUID]):
                 self.keyring.public_key_path(name).unlink(missing_ok=True)
             raise
         kid = roster.state.entries[envelope_kid(public_key)].kid
-        self._known_keys[kid] = public_key
         log.info("key.authorized", kid=kid, role=role)
         return kid
 
@@ -535,7 +458,7 @@ class LedgerApp(Application[UUID]):
                    reason: str | None = None) -> None:
         root = self.root_signer()
         with self.writing(root, ROOT) as at:
-            roster = self.roster()
+            roster = self.reader.roster()
             try:
                 roster.revoke(kid, role, revoked_from or at, reason, at)
             except KeyNotAuthorized as e:
@@ -549,7 +472,7 @@ class LedgerApp(Application[UUID]):
         root = self.root_signer()
         new = Signer.generate(name)
         with self.writing(root, ROOT) as at:
-            roster = self.roster()
+            roster = self.reader.roster()
             entry = roster.state.entries.get(old.kid)
             roles = sorted({g.role for g in entry.grants if g.active_at(at)}) if entry else []
             if not roles:
@@ -566,10 +489,10 @@ class LedgerApp(Application[UUID]):
     # ------------------------------------------------------------------ subjects
     def register_subject(self, data: dict[str, Any], actor: str | None = None) -> UUID:
         inp = parse(SubjectInput, data)
-        sid = self.subject_id(inp.ref)
+        sid = self.reader.subject_id(inp.ref)
         signer = self.signer(actor)
         with self.writing(signer) as at:
-            if self.exists(sid):
+            if self.reader.exists(sid):
                 raise ConflictError(f"subject {inp.ref} is already registered ({sid})")
             subject = Subject._create(Subject.Created, id=sid, timestamp=at,
                                       ref=inp.ref, display_name=inp.display_name,
@@ -578,27 +501,14 @@ class LedgerApp(Application[UUID]):
         log.info("subject.registered", subject_id=str(sid))
         return sid
 
-    def resolve_subject(self, ref_or_id: str) -> UUID:
-        for candidate in _id_candidates(ref_or_id, self.subject_id):
-            if self.exists(candidate):
-                return candidate
-        raise NotFound(f"no subject {ref_or_id!r} in this ledger",
-                       hint="register it first with `ledger subject add`")
-
-    def resolve(self, kind: str, ref_or_id: str) -> UUID:
-        for candidate in _id_candidates(ref_or_id, lambda r: self._ref_id(kind, r)):
-            if self.exists(candidate):
-                return candidate
-        raise NotFound(f"no {kind} {ref_or_id!r} in this ledger")
-
     # ------------------------------------------------------------------ artifacts
     def capture_artifact(self, data: dict[str, Any], actor: str | None = None) -> UUID:
         inp = parse(ArtifactInput, data)
         signer = self.signer(actor)
         with self.writing(signer) as at:
-            subject_id = self.resolve_subject(inp.subject)
-            aid = self._ref_id("artifact", inp.ref)
-            if inp.ref is not None and self.exists(aid):
+            subject_id = self.reader.resolve_subject(inp.subject)
+            aid = self.reader.ref_id("artifact", inp.ref)
+            if inp.ref is not None and self.reader.exists(aid):
                 raise ConflictError(f"artifact {inp.ref} already exists ({aid})")
             self.commit(self._new_artifact(inp, aid, subject_id, at))
         log.info("artifact.captured", artifact_id=str(aid), subject_id=str(subject_id))
@@ -642,15 +552,15 @@ class LedgerApp(Application[UUID]):
         skipped = {"subjects": 0, "artifacts": 0, "atoms": 0}
         ids: dict[str, dict[str, str]] = {"subjects": {}, "artifacts": {}, "atoms": {}}
         with self.writing(signer) as at:
-            policy = policy_rules.check_new_atoms(self, atom_in, imported=True)
+            policy = policy_rules.check_new_atoms(self.reader, atom_in, imported=True)
             seen: dict[tuple[str, str], UUID] = {}
             new: list[Any] = []
             for s_inp in sub_in:
                 recorded()
-                sid = self.subject_id(s_inp.ref)
+                sid = self.reader.subject_id(s_inp.ref)
                 seen[("subject", s_inp.ref)] = sid
                 ids["subjects"][s_inp.ref] = str(sid)
-                if sid in {a.id for a in new} or self.exists(sid):
+                if sid in {a.id for a in new} or self.reader.exists(sid):
                     skipped["subjects"] += 1
                     continue
                 new.append(Subject._create(Subject.Created, id=sid, timestamp=at, ref=s_inp.ref,
@@ -659,23 +569,23 @@ class LedgerApp(Application[UUID]):
                 created["subjects"] += 1
             for a_inp in art_in:
                 recorded()
-                aid = self._ref_id("artifact", a_inp.ref)
+                aid = self.reader.ref_id("artifact", a_inp.ref)
                 if a_inp.ref is not None:
                     seen[("artifact", a_inp.ref)] = aid
                     ids["artifacts"][a_inp.ref] = str(aid)
-                    if self.exists(aid):
+                    if self.reader.exists(aid):
                         skipped["artifacts"] += 1
                         continue
                 subject_id = seen.get(("subject", a_inp.subject)) or \
-                    self.resolve_subject(a_inp.subject)
+                    self.reader.resolve_subject(a_inp.subject)
                 new.append(self._new_artifact(a_inp, aid, subject_id, at))
                 created["artifacts"] += 1
             for m_inp in atom_in:
                 recorded()
                 if m_inp.ref is not None:
-                    mid = self._ref_id("atom", m_inp.ref)
+                    mid = self.reader.ref_id("atom", m_inp.ref)
                     ids["atoms"][m_inp.ref] = str(mid)
-                    if self.exists(mid):
+                    if self.reader.exists(mid):
                         skipped["atoms"] += 1
                         continue
                 atom = self._new_atom(m_inp, at, seen=seen, check_ref=False)
@@ -685,7 +595,7 @@ class LedgerApp(Application[UUID]):
                 raise InputError("the import names one item twice (duplicate refs)")
             if records is not None and sub_in:
                 new.extend(records(seen[("subject", sub_in[0].ref)], at))
-            loaded = policy_rules.over_limit(self, policy, new, at)
+            loaded = policy_rules.over_limit(self.reader, policy, new, at)
             archived = archived_by_policy([*new, *loaded])
             if new:
                 events = len(new) + len(loaded)
@@ -716,14 +626,14 @@ class LedgerApp(Application[UUID]):
         cache = {} if seen is None else seen
         subject_id = cache.get(("subject", inp.subject))
         if subject_id is None:
-            subject_id = cache[("subject", inp.subject)] = self.resolve_subject(inp.subject)
+            subject_id = cache[("subject", inp.subject)] = self.reader.resolve_subject(inp.subject)
         artifact_ids = []
         for ref in inp.artifact_ids:
             if ("artifact", ref) not in cache:
-                cache[("artifact", ref)] = self.resolve("artifact", ref)
+                cache[("artifact", ref)] = self.reader.resolve("artifact", ref)
             artifact_ids.append(str(cache[("artifact", ref)]))
-        atom_id = self._ref_id("atom", inp.ref)
-        if check_ref and inp.ref is not None and self.exists(atom_id):
+        atom_id = self.reader.ref_id("atom", inp.ref)
+        if check_ref and inp.ref is not None and self.reader.exists(atom_id):
             raise ConflictError(f"atom {inp.ref} already exists ({atom_id})")
         # the input's fields as they are, in ATOM_FIELDS' order (the event's __dict__ keeps
         # the order it always had), then those the ledger converts or resolves, in place
@@ -767,7 +677,7 @@ class LedgerApp(Application[UUID]):
     def _add_atoms(self, items: Sequence[dict[str, Any]], actor: str | None,
                    sources: Sequence[dict[str, Any]] = ()) -> AtomsWritten:
         source_inputs = [parse(ArtifactInput, d) for d in sources]
-        source_ids = [self._ref_id("artifact", a.ref) for a in source_inputs]
+        source_ids = [self.reader.ref_id("artifact", a.ref) for a in source_inputs]
         if source_ids:
             items = [{**d, "artifact_ids": [*(d.get("artifact_ids") or ()),
                                             *map(str, source_ids)]} for d in items]
@@ -777,12 +687,12 @@ class LedgerApp(Application[UUID]):
             seen: dict[tuple[str, str], UUID] = {}
             artifacts = []
             for a, aid in zip(source_inputs, source_ids, strict=True):
-                if a.ref is not None and self.exists(aid):
+                if a.ref is not None and self.reader.exists(aid):
                     raise ConflictError(f"artifact {a.ref} already exists ({aid})")
-                artifacts.append(self._new_artifact(a, aid, self.resolve_subject(a.subject),
+                artifacts.append(self._new_artifact(a, aid, self.reader.resolve_subject(a.subject),
                                                     at))
                 seen[("artifact", str(aid))] = aid  # cited before it is committed
-            policy = policy_rules.check_new_atoms(self, inputs)
+            policy = policy_rules.check_new_atoms(self.reader, inputs)
             created = [self._atom_created(inp, at, seen=seen) for inp in inputs]
             if len({e.originator_id.int for e in created}) != len(created):  # int: C hash
                 raise InputError("two atoms in this command have the same ref")
@@ -791,7 +701,7 @@ class LedgerApp(Application[UUID]):
             # the aggregates are built for the policy's max-atoms step.
             atoms: list[Any] = (created if policy is None
                                 else [_aggregate_of(e) for e in created])
-            loaded = policy_rules.over_limit(self, policy, atoms, at)
+            loaded = policy_rules.over_limit(self.reader, policy, atoms, at)
             archived = archived_by_policy([*atoms, *loaded])
             self.commit(*artifacts, *atoms, *loaded, event_ids=False)
         command_log = log.bind()  # bound once: the lazy module logger binds on every call
@@ -818,7 +728,7 @@ class LedgerApp(Application[UUID]):
             raise InputError("one decision per proposed atom")
         creating = [n for n, (act, _) in enumerate(actions) if act != "rehearse"]
         source_inputs = [parse(ArtifactInput, d) for d in sources] if creating else []
-        source_ids = [self._ref_id("artifact", a.ref) for a in source_inputs]
+        source_ids = [self.reader.ref_id("artifact", a.ref) for a in source_inputs]
         if source_ids:
             items = [{**d, "artifact_ids": [*(d.get("artifact_ids") or ()),
                                             *map(str, source_ids)]}
@@ -829,12 +739,12 @@ class LedgerApp(Application[UUID]):
             seen: dict[tuple[str, str], UUID] = {}
             artifacts = []
             for a, aid in zip(source_inputs, source_ids, strict=True):
-                if a.ref is not None and self.exists(aid):
+                if a.ref is not None and self.reader.exists(aid):
                     raise ConflictError(f"artifact {a.ref} already exists ({aid})")
-                artifacts.append(self._new_artifact(a, aid, self.resolve_subject(a.subject),
+                artifacts.append(self._new_artifact(a, aid, self.reader.resolve_subject(a.subject),
                                                     at))
                 seen[("artifact", str(aid))] = aid
-            policy = policy_rules.check_new_atoms(self, [inputs[n] for n in creating])
+            policy = policy_rules.check_new_atoms(self.reader, [inputs[n] for n in creating])
             existing: dict[UUID, Atom] = {}
             out: list[UUID] = []
             new: list[Atom] = []
@@ -846,10 +756,10 @@ class LedgerApp(Application[UUID]):
                     continue
                 if act not in ("rehearse", "supersede") or target is None:
                     raise InputError(f"unknown decision {act!r} for a proposed atom")
-                tid = self.resolve("atom", target)
-                old = existing.get(tid) or self.get_atom(tid)
+                tid = self.reader.resolve("atom", target)
+                old = existing.get(tid) or self.reader.get_atom(tid)
                 existing[tid] = old
-                sid = seen.get(("subject", inp.subject)) or self.resolve_subject(inp.subject)
+                sid = seen.get(("subject", inp.subject)) or self.reader.resolve_subject(inp.subject)
                 if old.subject_id != str(sid):  # never across subjects
                     raise ConflictError(f"atom {old.id} is not of the proposal's subject; "
                                         "nothing was written")
@@ -871,7 +781,7 @@ class LedgerApp(Application[UUID]):
                 out.append(atom.id)
             if len({a.id for a in new}) != len(new):
                 raise InputError("two atoms in this command have the same ref")
-            loaded = [a for a in policy_rules.over_limit(self, policy, new, at)
+            loaded = [a for a in policy_rules.over_limit(self.reader, policy, new, at)
                       if a.id not in existing]
             archived = archived_by_policy([*new, *loaded])
             self.commit(*artifacts, *existing.values(), *new, *loaded, event_ids=False)
@@ -886,66 +796,13 @@ class LedgerApp(Application[UUID]):
                  rehearsed=sum(a == "rehearse" for a, _ in actions))
         return AtomsWritten(out, archived, [a.id for a in artifacts])
 
-    def get_many(self, ids: Iterable[UUID]) -> list[Any]:
-        """Aggregates by id (duplicates once, in order), as ``repository.get`` gives them:
-        the batch commands (shred, tombstones) read a thousand items. Their data keys are
-        fetched in one round trip first; their events are read in one query per 500 ids
-        (``ledger/bulk_reads.py``, SQLite and PostgreSQL), and a cached aggregate is
-        brought forward with the events newer than it, as the repository does one query
-        at a time; handed out as copies."""
-        wanted = list(dict.fromkeys(ids))
-        self.datakeys.get_many([str(i) for i in wanted])
-        stored_by_id = bulk_reads.select_events_of(self.recorder, wanted)
-        if stored_by_id is None:
-            return [self.repository.get(i) for i in wanted]
-        cache = self.repository.cache
-        out: list[Any] = []
-        for i in wanted:
-            agg = _cached(cache, i)
-            newer = [s for s in stored_by_id[i]
-                     if agg is None or s.originator_version > agg.version]
-            if agg is None and not newer:
-                out.append(self.repository.get(i))  # not found: the repository says so
-                continue
-            if newer:
-                events: list[Any] = [self.mapper.to_domain_event(s) for s in newer]
-                for event in events:
-                    # what project_aggregate does, less its runtime-Protocol assert
-                    # (tens of microseconds an event; these come from this mapper)
-                    agg = event.mutate(agg)
-                if cache is not None:
-                    cache.put(i, agg)
-            out.append(copy.deepcopy(agg))
-        return out
-
-    def get_atom(self, atom_id: str | UUID) -> Atom:
-        aid = atom_id if isinstance(atom_id, UUID) else self.resolve("atom", atom_id)
-        try:
-            atom: Any = self.repository.get(aid)
-        except AggregateNotFoundError:
-            raise NotFound(f"no atom {atom_id}") from None
-        if not isinstance(atom, Atom):
-            raise NotFound(f"{atom_id} is not an atom")
-        return atom
-
-    def get_subject(self, ref_or_id: str) -> Subject:
-        subject: Any = self.repository.get(self.resolve_subject(ref_or_id))
-        assert isinstance(subject, Subject)
-        return subject
-
-    def get_artifact(self, ref_or_id: str) -> Artifact:
-        artifact: Any = self.repository.get(self.resolve("artifact", ref_or_id))
-        if not isinstance(artifact, Artifact):
-            raise NotFound(f"{ref_or_id} is not an artifact")
-        return artifact
-
     def correct_atom(self, atom_id: str, data: dict[str, Any],
                      actor: str | None = None) -> UUID:
         """Supersede an atom: the old one gets ``valid_to``; a new atom replaces it."""
         corr = parse(AtomCorrection, data)
         signer = self.signer(actor)
         with self.writing(signer) as at:
-            old = self.get_atom(atom_id)
+            old = self.reader.get_atom(atom_id)
             if old.status != "active":
                 hint = f"correct {old.superseded_by} instead" if old.superseded_by else None
                 raise ConflictError(f"atom {old.id} is {old.status} and cannot be corrected",
@@ -975,7 +832,7 @@ class LedgerApp(Application[UUID]):
         active are left alone, so a re-run changes nothing. Returns how many changed."""
         todo: list[Atom] = []
         with self.writing(self.signer(actor)) as at:
-            atoms = self.get_many([i for i, *_ in items])
+            atoms = self.reader.get_many([i for i, *_ in items])
             for atom, (_, status, successor, valid_to) in zip(atoms, items, strict=True):
                 if atom.status != "active" or atom.content_erased:
                     continue
@@ -997,7 +854,7 @@ class LedgerApp(Application[UUID]):
                       reason: str | None = None, actor: str | None = None) -> int:
         signer = self.signer(actor)
         with self.writing(signer) as at:
-            atom = self.get_atom(atom_id)
+            atom = self.reader.get_atom(atom_id)
             if atom.status != "active" or atom.content_erased:
                 raise ConflictError(f"atom {atom.id} is {atom.status}; only active atoms "
                                     "are rehearsed")
@@ -1015,7 +872,7 @@ class LedgerApp(Application[UUID]):
         with self.writing(signer) as at:
             atoms = []
             for aid in dict.fromkeys(atom_ids):
-                atom = self.get_atom(aid)
+                atom = self.reader.get_atom(aid)
                 if atom.status != "active" or atom.content_erased:
                     continue
                 if session_id is not None and atom.last_rehearsal_session == session_id:
@@ -1031,7 +888,7 @@ class LedgerApp(Application[UUID]):
                     actor: str | None = None) -> None:
         signer = self.signer(actor)
         with self.writing(signer) as at:
-            atom = self.get_atom(atom_id)
+            atom = self.reader.get_atom(atom_id)
             if atom.status != "active":
                 raise ConflictError(f"atom {atom.id} is already {atom.status}")
             atom.trigger_event(Atom.Expired, timestamp=at, valid_to=clock.format_instant(at),
@@ -1053,7 +910,7 @@ class LedgerApp(Application[UUID]):
         with self.writing(self.signer(actor), WRITER_OR_OPERATOR) as at:
             todo = []
             for aid, reason in reasons.items():
-                atom = self.get_atom(UUID(aid))
+                atom = self.reader.get_atom(UUID(aid))
                 if atom.status not in ("active", "soft-redacted"):
                     continue
                 atom.trigger_event(Atom.Redacted, timestamp=at, mode="archive", reason=reason,
@@ -1075,7 +932,7 @@ class LedgerApp(Application[UUID]):
         with self.writing(self.signer(actor), OPERATOR) as at:
             todo = []
             for aid, d in due.items():
-                atom = self.get_atom(UUID(aid))
+                atom = self.reader.get_atom(UUID(aid))
                 if atom.status != "active":
                     continue
                 atom.trigger_event(Atom.Archived, timestamp=at,
@@ -1086,10 +943,6 @@ class LedgerApp(Application[UUID]):
             ids: list[str] = self.commit(*todo) if todo else []
         log.info("decay.archived", count=len(ids))
         return ids
-
-    def created_atoms_of(self, subject_ids: Iterable[str]) -> dict[str, list[str]]:
-        """Every atom created for each of these subjects (ids, in no particular order)."""
-        return self.census.atoms_of(self.recorder, subject_ids)
 
     def destroy_data_key(self, aggregate_id: UUID, reason: str,
                          actor: str | None = None) -> str | None:
@@ -1124,7 +977,7 @@ class LedgerApp(Application[UUID]):
                              hint="hard and delete go through governance (keys destroyed, "
                                   "routes purged): `ledger redact ATOM --mode hard`")
         with self.writing(self.signer(actor), WRITER_OR_OPERATOR) as at:
-            atom = self.get_atom(atom_id)
+            atom = self.reader.get_atom(atom_id)
             if atom.status not in ("active", "soft-redacted") or atom.redaction_mode == mode:
                 raise ConflictError(f"atom {atom.id} is {atom.status}; cannot {mode}-redact it")
             atom.trigger_event(Atom.Redacted, timestamp=at, mode=mode, reason=reason,
@@ -1135,7 +988,7 @@ class LedgerApp(Application[UUID]):
 
     def unredact(self, atom_id: str | UUID, reason: str, actor: str | None = None) -> str:
         with self.writing(self.signer(actor), WRITER_OR_OPERATOR) as at:
-            atom = self.get_atom(atom_id)
+            atom = self.reader.get_atom(atom_id)
             if atom.status != "soft-redacted":
                 raise ConflictError(f"atom {atom.id} is {atom.status}; only soft redaction is "
                                     "reversible")
@@ -1154,7 +1007,7 @@ class LedgerApp(Application[UUID]):
         (an erasure destroys its keys in several commits, ADR 0019).
         """
         with self.writing(self.signer(actor), WRITER_OR_OPERATOR) as at:
-            aggs: list[Any] = self.get_many(item_ids)
+            aggs: list[Any] = self.reader.get_many(item_ids)
             todo = [a for a in aggs if getattr(a, "data_key_destroyed_at", None) is None]
             # the keystore files are read for the keys' bytes while the events are written
             self.datakeys.destroy([str(a.id) for a in todo], at, check_later=not defer,
@@ -1181,7 +1034,7 @@ class LedgerApp(Application[UUID]):
         with self.writing(self.signer(actor), WRITER_OR_OPERATOR) as at:
             aggs: list[Any] = []
             try:
-                atoms = self.get_many(atom_ids)
+                atoms = self.reader.get_many(atom_ids)
             except AggregateNotFoundError as e:
                 raise NotFound(f"no atom {e}") from None
             for atom in atoms:
@@ -1192,7 +1045,7 @@ class LedgerApp(Application[UUID]):
                 atom.trigger_event(Atom.Redacted, timestamp=at, mode=mode, reason=reason,
                                    batch_id=batch_id, reached=reached)
                 aggs.append(atom)
-            for rec in self.get_many(records):
+            for rec in self.reader.get_many(records):
                 if getattr(rec, "status", "active") in ("hard-redacted", "deleted"):
                     continue
                 rec.trigger_event(Record.Erased, timestamp=at, mode=mode, reason=reason,
@@ -1212,7 +1065,7 @@ class LedgerApp(Application[UUID]):
 
     def remove_source(self, atom_id: UUID, artifact_id: UUID, actor: str | None = None) -> str:
         with self.writing(self.signer(actor), WRITER_OR_OPERATOR) as at:
-            atom = self.get_atom(atom_id)
+            atom = self.reader.get_atom(atom_id)
             remaining = [a for a in atom.artifact_ids if a != str(artifact_id)]
             atom.trigger_event(Atom.SourceRemoved, timestamp=at, artifact_id=str(artifact_id),
                                remaining=remaining)
@@ -1221,7 +1074,7 @@ class LedgerApp(Application[UUID]):
     def flag(self, atom_id: UUID, flag: str, reason: str, related: list[str] | None = None,
              actor: str | None = None) -> str | None:
         with self.writing(self.signer(actor), WRITER_OR_OPERATOR) as at:
-            atom = self.get_atom(atom_id)
+            atom = self.reader.get_atom(atom_id)
             if flag in atom.flags:
                 return None
             atom.trigger_event(Atom.Flagged, timestamp=at, flag=flag, reason=reason,
@@ -1231,7 +1084,7 @@ class LedgerApp(Application[UUID]):
     def resolve_flag(self, atom_id: UUID, flag: str, resolution: str,
                      actor: str | None = None) -> str:
         with self.writing(self.signer(actor), WRITER_OR_OPERATOR) as at:
-            atom = self.get_atom(atom_id)
+            atom = self.reader.get_atom(atom_id)
             if flag not in atom.flags:
                 raise ConflictError(f"atom {atom.id} has no open {flag!r} flag")
             atom.trigger_event(Atom.FlagResolved, timestamp=at, flag=flag, resolution=resolution)
@@ -1244,10 +1097,10 @@ class LedgerApp(Application[UUID]):
         """Step 1 of the right to be forgotten: log the receipt with its deadlines."""
         signer = self.signer(operator)
         with self.writing(signer, OPERATOR) as at:
-            sid = self.resolve_subject(subject)
+            sid = self.reader.resolve_subject(subject)
             req = ErasureRequest._create(
                 ErasureRequest.Created, id=uuid.uuid4(), timestamp=at, subject_id=str(sid),
-                subject_ref=self.get_subject(str(sid)).ref, reason=reason,
+                subject_ref=self.reader.get_subject(str(sid)).ref, reason=reason,
                 legal_basis=legal_basis, operator=operator, sessions=list(sessions),
                 identifiers=list(identifiers) or None, credential=self.acting_credential,
                 ack_due=clock.format_instant(at + timedelta(hours=ack_hours)),
@@ -1383,9 +1236,6 @@ class LedgerApp(Application[UUID]):
                           kek_epoch=self.datakeys.current_epoch())
 
     # ------------------------------------------------------------------ policy
-    def policy_id(self) -> UUID:
-        return uuid.uuid5(LEDGER_NAMESPACE, f"{self.ledger_id}/policy")
-
     def set_policy(self, document: dict[str, Any], actor: str = "operator") -> str:
         """Validate a memoryPolicy against schemas/memory-policy.json and record it, signed."""
         from ledger.json_schemas import validator
@@ -1402,8 +1252,8 @@ class LedgerApp(Application[UUID]):
                              hint="examples in docs/examples/; every field in "
                                   "schemas/memory-policy.json (Persona Schema §7)")
         with self.writing(self.signer(actor), OPERATOR) as at:
-            pid = self.policy_id()
-            if self.exists(pid):
+            pid = self.reader.policy_id()
+            if self.reader.exists(pid):
                 policy: Any = self.repository.get(pid)
             else:
                 policy = Policy._create(Policy.Created, id=pid, timestamp=at)
@@ -1412,118 +1262,7 @@ class LedgerApp(Application[UUID]):
         log.info("policy.set", version=policy.version)
         return ids[-1]
 
-    def policy(self) -> dict[str, Any] | None:
-        """The policy in force, with when it was set and by which signed event."""
-        pid = self.policy_id()
-        if not self.exists(pid):
-            return None
-        policy: Any = self.repository.get(pid)
-        return {"memoryPolicy": policy.document, "set_at": policy.set_at,
-                "event_id": envelope.event_id(pid, policy.version)}
-
-    # ------------------------------------------------------------------ reading
-    def history(self, atom_id: str) -> list[dict[str, Any]]:
-        """Signed events of an atom and of the atoms it supersedes or is superseded by."""
-        atom = self.get_atom(atom_id)
-        chain: list[UUID] = [atom.id]
-        cur = atom
-        while cur.supersedes:
-            cur = self.get_atom(UUID(cur.supersedes))
-            chain.insert(0, cur.id)
-        cur = atom
-        while cur.superseded_by:
-            cur = self.get_atom(UUID(cur.superseded_by))
-            chain.append(cur.id)
-        out: list[dict[str, Any]] = []
-        for aid in chain:
-            for stored in self.recorder.select_events(aid):
-                opened = self.mapper.open_verified(stored)  # type: ignore[attr-defined]
-                env = opened.envelope
-                out.append({
-                    "event_id": envelope.event_id(stored.originator_id,
-                                                  stored.originator_version),
-                    "seq": env["seq"], "atom_id": str(aid), "topic": env["topic"],
-                    "timestamp": env["timestamp"], "signer": env["kid"],
-                    "summary": {k: v for k, v in env["payload"].items()
-                                if k in ("valid_to", "superseded_by", "reason", "session_id",
-                                         "supersedes", "derivation", "kind")},
-                })
-        out.sort(key=lambda r: r["seq"])
-        return out
-
-    def stored_records(self, start: int = 1, batch: int = 5000) -> Iterator[Any]:
-        """Every stored event in log order (notifications), read in batches."""
-        pos = start
-        while True:
-            rows = self.recorder.select_notifications(start=pos, limit=batch)
-            if not rows:
-                return
-            yield from rows
-            pos = rows[-1].id + 1
-
-    # ------------------------------------------------------------------ reads for the layers above
-    # projections/ and governance/ read the log, the keystore and the tree through these
-    # named methods, never through ``recorder``, ``repository``, ``datakeys``, ``mapper``
-    # or ``tlog`` (docs/architecture.md).
-    def notifications(self, start: int, limit: int, *, topics: Sequence[str] = (),
-                      stop: int | None = None) -> Sequence[Notification]:
-        """Stored events in log order from position ``start`` (at most ``limit``, none
-        after ``stop``), only of ``topics`` when given."""
-        return self.recorder.select_notifications(start=start, limit=limit, stop=stop,
-                                                  topics=topics)
-
-    def head_position(self) -> int:
-        """The position of the newest stored event; 0 for an empty log."""
-        return int(self.recorder.max_notification_id() or 0)
-
-    def stored_events(self, aggregate_id: UUID, *, gt: int | None = None,
-                      lte: int | None = None) -> list[StoredEvent]:
-        """The stored events of one aggregate, versions in (``gt``, ``lte``]."""
-        return list(self.recorder.select_events(aggregate_id, gt=gt, lte=lte))
-
-    def aggregate(self, aggregate_id: UUID) -> Aggregate:
-        """The aggregate's current state (raises eventsourcing's AggregateNotFoundError)."""
-        agg: Aggregate = self.repository.get(aggregate_id)
-        return agg
-
-    def open_events(self, stored: Iterable[StoredEvent]) -> list[Aggregate.Event]:
-        """Verify (signature, signer's role) and decrypt stored events into domain events;
-        a destroyed data key reads as erased content. Raises on a bad signature."""
-        # every topic of this ledger is an Aggregate.Event (ledger/domain.py, keys/roster.py)
-        return [cast("Aggregate.Event", self.mapper.to_domain_event(s)) for s in stored]
-
-    def prefetch_data_keys(self, key_ids: Iterable[str]) -> None:
-        """Fetch these data keys in one round trip, for :meth:`open_events` to follow."""
-        self.datakeys.get_many(key_ids)
-
-    def data_keys(self, key_ids: Iterable[str]) -> dict[str, bytes]:
-        """The data keys that exist among ``key_ids``, in one round trip (destroyed or
-        unknown ids are absent): what a worker process needs to decrypt a batch."""
-        return self.datakeys.get_many(key_ids)
-
-    def verification_keys(self) -> dict[str, bytes]:
-        """Every public key an event of this log may be signed with (the root key and each
-        roster entry, by key id): what :meth:`open_events` resolves signatures against,
-        for a worker process that verifies a batch."""
-        self._known_keys.update({k: e.public_key
-                                 for k, e in self.roster().state.entries.items()})
-        return dict(self._known_keys)
-
-    def data_key(self, key_id: str) -> bytes | None:
-        """One data key, None once destroyed."""
-        return self.datakeys.get_many([key_id]).get(key_id)
-
-    def associated_data(self, originator_id: object, version: int, topic: str) -> bytes:
-        """The AEAD associated data that binds a sealed field to its event."""
-        assert isinstance(self.mapper, SigningMapper)
-        return self.mapper.associated_data(originator_id, version, topic)
-
-    def data_keys_present(self, key_ids: Iterable[str]) -> set[str]:
-        return self.datakeys.present(key_ids)
-
-    def data_keys_destroyed_among(self, key_ids: Iterable[str]) -> set[str]:
-        return self.datakeys.destroyed_among(key_ids)
-
+    # ------------------------------------------------------------------ the keystore and the tree
     def finish_key_destruction(self, vacuum: bool = False) -> None:
         """Complete the keystore's deferred secure deletion (ADR 0003)."""
         self.datakeys.finish_deferred(vacuum=vacuum)
@@ -1532,40 +1271,15 @@ class LedgerApp(Application[UUID]):
         """Keep ``data`` in the keystore under the data key ``key_id`` (ADR 0019)."""
         self.datakeys.seal_note(key_id, data)
 
-    def open_note(self, key_id: str) -> bytes | None:
-        return self.datakeys.open_note(key_id)
-
-    def inclusion_proof(self, index: int, size: int) -> list[bytes]:
-        return self.tlog.inclusion(index, size)
-
-    def consistency_proof(self, old_size: int, new_size: int) -> list[bytes]:
-        return self.tlog.consistency(old_size, new_size)
-
     def latest_checkpoint(self) -> SignedCheckpoint:
         """The latest recorded checkpoint; a new one is signed when none is recorded yet."""
         cp = self.tlog.recorded()
         return cp if cp is not None else self.checkpoint([])
 
-    def cosignature_rows(self, size: int) -> list[tuple[str, str]]:
-        """(witness name, vkey) of every witness that cosigned the checkpoint of ``size``."""
-        return self.tlog.cosignature_rows(size)
-
-    def recorded_checkpoints(self) -> list[tuple[int, str, str]]:
-        """(size, note, created_at) of every recorded checkpoint, smallest first."""
-        return self.tlog.recorded_notes()
-
-    def checkpoint_before(self, seq: int) -> SignedCheckpoint | None:
-        """The largest recorded checkpoint that ends before ``seq``, with its cosignatures."""
-        return self.tlog.recorded(before=seq)
-
-    def check_against_tree(self, leaves: list[bytes], cp: Checkpoint) -> Failure | None:
-        """Step 8 against this ledger's stored tree (:func:`ledger.verify.check_checkpoint`)."""
-        from ledger.verify import check_checkpoint
-
-        return check_checkpoint(leaves, cp, self.tlog.store.leaf_hashes, self.tlog.tree.root)
-
 
 _ATOM_INPUTS: TypeAdapter[list[AtomInput]] = TypeAdapter(list[AtomInput])
+
+
 def archived_by_policy(items: Sequence[Any]) -> list[str]:
     """Ids of the atoms among ``items`` that this command archives (maxAtoms), before
     their pending events are committed."""
@@ -1598,19 +1312,6 @@ def envelope_kid(public_key: bytes) -> str:
     return key_id(public_key)
 
 
-def _id_candidates(ref_or_id: str, from_ref: Any) -> list[UUID]:
-    out = []
-    try:
-        out.append(UUID(ref_or_id))
-    except ValueError:
-        pass
-    try:
-        out.append(from_ref(ref_or_id))
-    except LedgerError:
-        pass
-    return out
-
-
 def _first_line(e: BaseException) -> str:
     return f"{e.__class__.__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
 
@@ -1631,13 +1332,3 @@ class _NoTranscoder(Transcoder):
 
 
 __all__ = ["UTC", "DataKeyUnavailable", "KeyError_", "LedgerApp", "LedgerEvent", "base64"]
-
-
-def _cached(cache: Any, key: UUID) -> Any:
-    """The cached aggregate (not a copy), or None."""
-    if cache is None:
-        return None
-    try:
-        return cache.get(key)
-    except KeyError:
-        return None

@@ -69,7 +69,7 @@ class Rotation:
 
 
 def epochs_id(app: LedgerApp) -> uuid.UUID:
-    from ledger.application import LEDGER_NAMESPACE
+    from ledger.reader import LEDGER_NAMESPACE
 
     return uuid.uuid5(LEDGER_NAMESPACE, f"{app.ledger_id}/kek-epochs")
 

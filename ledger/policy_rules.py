@@ -39,7 +39,7 @@ from ledger.portability.common import SIDECAR
 
 
 class PolicyHost(Protocol):
-    """What the rules read of the ledger (``LedgerApp`` is one). The rules only decide:
+    """What the rules read of the ledger (``LedgerReader`` is one). The rules only decide:
     the application takes the write lock and commits (no call back into a command)."""
 
     def policy(self) -> dict[str, Any] | None: ...
@@ -249,20 +249,20 @@ def choose_archived(limit: int, standings: Sequence[Standing]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- write steps
-def in_force(app: PolicyHost) -> dict[str, Any] | None:
-    """The policy in force as ``LedgerApp.policy()`` gives it, if enforcement is on."""
-    policy = app.policy()
+def in_force(reader: PolicyHost) -> dict[str, Any] | None:
+    """The policy in force as ``LedgerReader.policy()`` gives it, if enforcement is on."""
+    policy = reader.policy()
     return policy if enforced(policy) is not None else None
 
 
-def check_new_atoms(app: PolicyHost, inputs: Sequence[Any], *,
+def check_new_atoms(reader: PolicyHost, inputs: Sequence[Any], *,
                     imported: bool = False) -> dict[str, Any] | None:
     """Refuse the whole command if any atom breaks a rule; return the policy in force.
 
     Called first inside the write context, so the policy checked is the one in force when
     the events are written.
     """
-    policy = in_force(app)
+    policy = in_force(reader)
     if policy is None or not inputs:
         return policy
     refusals = check_atoms(policy, inputs, imported=imported)
@@ -285,7 +285,7 @@ def _active(atom: Atom) -> bool:
             and not is_placeholder(atom.extensions))
 
 
-def over_limit(app: PolicyHost, policy: Mapping[str, Any] | None, new: Sequence[Any],
+def over_limit(reader: PolicyHost, policy: Mapping[str, Any] | None, new: Sequence[Any],
                at: datetime) -> list[Atom]:
     """maxAtoms after this command's new atoms: archive the excess, lowest salience first.
 
@@ -303,7 +303,7 @@ def over_limit(app: PolicyHost, policy: Mapping[str, Any] | None, new: Sequence[
     for a in new_atoms:
         if _active(a):
             fresh.setdefault(str(a.subject_id), []).append(a)
-    known = app.created_atoms_of(fresh)
+    known = reader.created_atoms_of(fresh)
     assert policy is not None
     reason = (f"memoryPolicy maxAtoms {limit}: lowest-salience active atom of a subject over "
               f"the limit (policy event {policy.get('event_id')})")
@@ -313,7 +313,7 @@ def over_limit(app: PolicyHost, policy: Mapping[str, Any] | None, new: Sequence[
         old_ids = [i for i in known[subject_id] if i not in new_ids]
         if len(old_ids) + len(atoms) <= limit:
             continue  # fewer atoms were ever created for this subject than the limit
-        olds = [o for o in app.get_many([UUID(i) for i in old_ids]) if _active(o)]
+        olds = [o for o in reader.get_many([UUID(i) for i in old_ids]) if _active(o)]
         pool = {str(a.id): a for a in [*olds, *atoms]}
         chosen = choose_archived(limit, [_standing(a, at) for a in pool.values()])
         for aid in chosen:

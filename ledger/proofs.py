@@ -32,8 +32,8 @@ def prove_consistency(app: LedgerApp, old_note: str) -> dict[str, Any]:
     from ledger.transparency import b64, verify_with_roster
 
     latest = app.tlog.latest()
-    old = verify_with_roster(old_note, app.config.origin, app.roster().state)
-    proof = app.consistency_proof(old.size, latest.size)
+    old = verify_with_roster(old_note, app.config.origin, app.reader.roster().state)
+    proof = app.reader.consistency_proof(old.size, latest.size)
     verify_consistency(old.size, latest.size, old.root, latest.root, proof)
     return {"old_size": old.size, "old_root": b64(old.root), "new_size": latest.size,
             "new_root": b64(latest.root), "proof": [b64(p) for p in proof],
@@ -49,15 +49,15 @@ def prove_inclusion(app: LedgerApp, event_id: str) -> dict[str, Any]:
     from ledger.transparency import b64
 
     latest = app.tlog.latest()
-    seq = app.seq_of(event_id)
+    seq = app.reader.seq_of(event_id)
     if seq > latest.size:
         raise InputError(
             f"event {event_id} (seq {seq}) is newer than the latest checkpoint "
             f"(size {latest.size})", hint="run `ledger checkpoint` first")
-    stored = app.notifications(start=app.tlog.store.last_notification_id_of(seq - 1),
+    stored = app.reader.notifications(start=app.tlog.store.last_notification_id_of(seq - 1),
                                limit=1)[0]
     leaf = leaf_of(stored, envelope.open_state(stored.state))
-    proof = app.inclusion_proof(seq - 1, latest.size)
+    proof = app.reader.inclusion_proof(seq - 1, latest.size)
     verify_inclusion(leaf_hash(leaf), seq - 1, latest.size, proof, latest.root)
     return {"event_id": event_id, "seq": seq, "leaf_index": seq - 1,
             "tree_size": latest.size, "leaf": b64(leaf), "leaf_hash": b64(leaf_hash(leaf)),

@@ -52,7 +52,7 @@ def reapply_erasures(app: LedgerApp, items: Sequence[Reapplication], actor: str
     for start in range(0, len(items), CHUNK):
         chunk = items[start:start + CHUNK]
         with app.writing(app.signer(actor), OPERATOR) as at:
-            aggs: list[Any] = app.get_many([UUID(i.item_id) for i in chunk])
+            aggs: list[Any] = app.reader.get_many([UUID(i.item_id) for i in chunk])
             todo = []
             for agg, item in zip(aggs, chunk, strict=True):
                 event = getattr(type(agg), "ErasureReapplied", None)

@@ -15,7 +15,7 @@ as any iterable and lookups as callables, so that a caller can hand them bytes i
 (a test, a pack, a copy) as well as a live ledger. The entries report their count as
 ``progress(stage, done, total)`` (:data:`ledger.progress.Steps`, ADR 0036).
 
-**I/O half**: :class:`Source` names what is read of a ledger (``LedgerApp`` is one);
+**I/O half**: :class:`Source` names what is read of a ledger (``LedgerReader`` is one);
 :func:`gather_since` reads what :func:`verify_after` needs. The entries
 :func:`verify_ledger` and :func:`verify_for_audit` put the two together.
 """
@@ -50,7 +50,7 @@ VERIFYING = "Verifying events"
 
 # ----------------------------------------------------------------------------- the I/O half
 class Source(Protocol):
-    """What verification reads of a ledger (``LedgerApp`` is one): the log, its stored
+    """What verification reads of a ledger (``LedgerReader`` is one): the log, its stored
     tree and recorded checkpoints, the ledger id and origin. No command: verification
     never calls back a write."""
 

@@ -116,7 +116,7 @@ def retrieval(event: Any) -> bool | None:
 
 
 class Opener(Protocol):
-    """What :func:`decode` needs of a ledger (``LedgerApp`` is one; so is a worker process's
+    """What :func:`decode` needs of a ledger (``LedgerReader`` is one; so is a worker process's
     opener of a parallel rebuild, ``projections.parallel``)."""
 
     def prefetch_data_keys(self, key_ids: Iterable[str]) -> None: ...

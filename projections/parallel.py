@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, cast
 from projections.entries import SEALED_TOPICS, LogEntry, decode
 
 if TYPE_CHECKING:
-    from ledger.application import LedgerApp
     from ledger.mapper import SigningMapper
+    from ledger.reader import LedgerReader
 
 __all__ = ["CHUNK", "ParallelDecoder", "default_workers"]
 
@@ -128,10 +128,10 @@ def decode_chunk(ledger_id: str, public_keys: Mapping[str, bytes],
 class ParallelDecoder:
     """A pool of worker processes that decode chunks of batches, in log order."""
 
-    def __init__(self, app: LedgerApp, workers: int, chunk: int = CHUNK) -> None:
-        self.app = app
+    def __init__(self, reader: LedgerReader, workers: int, chunk: int = CHUNK) -> None:
+        self.reader = reader
         self.chunk = chunk
-        self.public_keys = app.verification_keys()
+        self.public_keys = reader.verification_keys()
         # fork where there is one: no second import of everything, and no re-run of the
         # caller's main module (spawn runs it again). The child touches none of the
         # database connections it inherits, and freezes the objects it inherits so that
@@ -144,13 +144,13 @@ class ParallelDecoder:
     def submit(self, notifications: Sequence[Any]) -> list[Future[Any]]:
         """Start decoding one batch (in order); :meth:`result` gives its entries."""
         sealed = {str(n.originator_id) for n in notifications if n.topic in SEALED_TOPICS}
-        keys = self.app.data_keys(sealed) if sealed else {}
+        keys = self.reader.data_keys(sealed) if sealed else {}
         futures = []
         for i in range(0, len(notifications), self.chunk):
             part = notifications[i:i + self.chunk]
             mine = {str(n.originator_id) for n in part if n.topic in SEALED_TOPICS}
             futures.append(self.pool.submit(
-                decode_chunk, self.app.ledger_id, self.public_keys,
+                decode_chunk, self.reader.ledger_id, self.public_keys,
                 {k: keys[k] for k in mine if k in keys}, part))
         return futures
 

@@ -48,7 +48,7 @@ from projections.routes import Route, RouteRegistry
 from projections.store import CompactionReport, Store
 
 if TYPE_CHECKING:
-    from ledger.application import LedgerApp
+    from ledger.reader import LedgerReader
 
 log = structlog.get_logger("projections")
 
@@ -180,15 +180,15 @@ def _indexes(model: ReadModel) -> list[sa.Index]:
 
 
 class Runner:
-    """Runs read models against one ledger application and one projections store."""
+    """Runs read models against one ledger (its reader) and one projections store."""
 
-    def __init__(self, app: LedgerApp, store: Store, models: Sequence[ReadModel],
+    def __init__(self, reader: LedgerReader, store: Store, models: Sequence[ReadModel],
                  registry: RouteRegistry, batch_size: int = 1000,
                  rebuild_batch_size: int = 20_000, workers: int | None = None,
                  parallel_min: int = PARALLEL_MIN) -> None:
         if len({m.name for m in models}) != len(models):
             raise ValueError("read model names must be unique")
-        self.app = app
+        self.reader = reader
         self.store = store
         self.models = {m.name: m for m in models}
         self.registry = registry
@@ -278,7 +278,7 @@ class Runner:
 
     # ------------------------------------------------------------------ status
     def head(self) -> int:
-        return self.app.head_position()
+        return self.reader.head_position()
 
     def positions(self) -> dict[str, int]:
         self.setup()
@@ -365,7 +365,7 @@ class Runner:
         first = size
         if self.workers > 0 and head - start + 1 >= self.parallel_min:
             chunk = self.decode_chunk or CHUNK
-            decoder = ParallelDecoder(self.app, self.workers, chunk)
+            decoder = ParallelDecoder(self.reader, self.workers, chunk)
             first = min(size, chunk * self.workers)  # the wait before the first apply
         try:
             batches = self._batches(start, head, size, report, first)
@@ -389,7 +389,7 @@ class Runner:
         limit = first
         while start <= head:
             t0 = time.perf_counter()
-            notes = self.app.notifications(start=start, limit=limit, stop=head)
+            notes = self.reader.notifications(start=start, limit=limit, stop=head)
             limit = min(size, limit * 2)
             report.read_seconds += time.perf_counter() - t0
             if not notes:
@@ -404,7 +404,7 @@ class Runner:
         for notes in batches:
             t0 = time.perf_counter()
             low = min(positions.values())
-            entries = decode(self.app, [n for n in notes if n.id > low])
+            entries = decode(self.reader, [n for n in notes if n.id > low])
             report.decode_seconds += time.perf_counter() - t0
             yield notes, entries
 

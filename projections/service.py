@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 from uuid import UUID
 
 import sqlalchemy as sa
@@ -54,8 +54,8 @@ from projections.store import CompactionReport, FilesRoute, Store
 from projections.vectors import SEGMENT_SIZE, VectorIndex
 
 if TYPE_CHECKING:
-    from ledger.application import LedgerApp
     from ledger.progress import Steps
+    from ledger.reader import LedgerReader
 
 log = structlog.get_logger("projections")
 
@@ -209,16 +209,24 @@ def render_memories(items: Sequence[RecallItem]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-class Projections:
-    """The read models of one opened :class:`ledger.application.LedgerApp`."""
+class Opened(Protocol):
+    """An opened ledger (``LedgerApp`` is one): the read models take its reader and keep
+    nothing else of it, so nothing here can write to the log."""
 
-    def __init__(self, app: LedgerApp, embedder: Embedder | None = None,
+    @property
+    def reader(self) -> LedgerReader: ...
+
+
+class Projections:
+    """The read models of one opened ledger, fed by its :class:`ledger.reader.LedgerReader`."""
+
+    def __init__(self, app: Opened, embedder: Embedder | None = None,
                  batch_size: int = 1000, vector_segment_size: int = SEGMENT_SIZE) -> None:
-        self.app = app
-        self.store = Store.open(app.config.projections)
+        self.reader = reader = app.reader
+        self.store = Store.open(reader.config.projections)
         self.atoms = AtomStore(self.store)
         self.keyword = KeywordIndex(self.store)
-        home = getattr(getattr(app, "config", None), "home", None)
+        home = reader.config.home
         self.vectors = VectorIndex(self.store, embedder or configured(home),
                                    vector_segment_size)
         self.audit = AuditView(self.store)
@@ -236,7 +244,7 @@ class Projections:
         self.registry.register(self.index)
         if self.store.is_sqlite:
             self.registry.register(FilesRoute(self.store))
-        self.runner = Runner(app, self.store, self.models, self.registry, batch_size)
+        self.runner = Runner(reader, self.store, self.models, self.registry, batch_size)
 
     def close(self) -> None:
         self.store.close()
@@ -297,10 +305,10 @@ class Projections:
 
     # ------------------------------------------------------------------ helpers
     def _subject(self, subject: str) -> str:
-        return str(self.app.resolve_subject(subject))
+        return str(self.reader.resolve_subject(subject))
 
     def _atom_id(self, atom: str) -> str:
-        return str(self.app.resolve("atom", atom))
+        return str(self.reader.resolve("atom", atom))
 
     # ------------------------------------------------------------------ memory list
     def memory_list(self, subject: str | None = None, privacy_class: str | None = None,
@@ -405,7 +413,7 @@ class Projections:
             self.catch_up()
         sid = self._subject(subject)
         at = now or clock.now()
-        position = self.app.head_position()
+        position = self.reader.head_position()
         key = (sid, query, k, weights, since_s, until_s,
                format_instant(at) if now else format_instant(at)[:16])  # same clock minute
         cached = self.cache.get(key, position)
@@ -564,13 +572,13 @@ class Projections:
         as_of_s, valid_s = format_instant(as_of), format_instant(valid_at)
         with self.store.engine.connect() as conn:
             known = self.asof.known_at(conn, sid, as_of_s)
-        self.app.prefetch_data_keys([oid for oid, _, _ in known])
+        self.reader.prefetch_data_keys([oid for oid, _, _ in known])
         subject: dict[str, Any] | None = None
         valid: list[dict[str, Any]] = []
         not_valid: list[dict[str, Any]] = []
         artifacts: list[dict[str, Any]] = []
         for oid, kind, version in known:
-            events = self.app.open_events(self.app.stored_events(UUID(oid), lte=version))
+            events = self.reader.open_events(self.reader.stored_events(UUID(oid), lte=version))
             agg: Any = None
             for ev in events:
                 agg = ev.mutate(agg)

@@ -102,7 +102,7 @@ class FacadeCore:
     def _stored_ref_of(self, subject_id: str) -> str:
         ref = self._refs.get(subject_id)
         if ref is None:
-            ref = self.app.get_subject(subject_id).ref
+            ref = self.app.reader.get_subject(subject_id).ref
             self._refs[subject_id] = ref
         return ref
 
@@ -123,9 +123,9 @@ class FacadeCore:
                            kind="subject", ref=subject)
         try:
             if caller.tenant is not None and not is_uuid(subject):
-                sid = str(self.app.resolve_subject(caller.stored_ref(subject)))
+                sid = str(self.app.reader.resolve_subject(caller.stored_ref(subject)))
             else:
-                sid = str(self.app.resolve_subject(subject))
+                sid = str(self.app.reader.resolve_subject(subject))
         except NotFound:
             raise missing from None
         if self._visible(caller, sid) is None:
@@ -136,8 +136,8 @@ class FacadeCore:
         missing = NotFound(f"no {kind} {ref_or_id!r} in this ledger", kind=kind, ref=ref_or_id)
         try:
             if caller.tenant is not None and not is_uuid(ref_or_id):
-                return self.app.resolve(kind, caller.stored_ref(ref_or_id))
-            return self.app.resolve(kind, ref_or_id)
+                return self.app.reader.resolve(kind, caller.stored_ref(ref_or_id))
+            return self.app.reader.resolve(kind, ref_or_id)
         except NotFound:
             raise missing from None
 
@@ -146,7 +146,7 @@ class FacadeCore:
         with ``kind`` and ``ref`` (the same for every caller: the CLI words it itself)."""
         aid = self._item_id(caller, "atom", atom)
         try:
-            found = self.app.get_atom(aid)
+            found = self.app.reader.get_atom(aid)
         except NotFound:  # the id is of an item of another kind
             raise NotFound(f"no atom {atom!r} in this ledger", kind="atom", ref=atom,
                            other_kind=True) from None
@@ -161,7 +161,7 @@ class FacadeCore:
         """The artifact a ref or id names, inside the caller's scope (as :meth:`_atom`)."""
         aid = self._item_id(caller, "artifact", artifact)
         try:
-            a = self.app.get_artifact(str(aid))
+            a = self.app.reader.get_artifact(str(aid))
         except NotFound as e:  # the id is of an item of another kind
             raise NotFound(str(e), e.hint, kind="artifact", ref=artifact,
                            other_kind=True) from None
@@ -179,7 +179,7 @@ class FacadeCore:
         if not is_uuid(request):
             raise missing
         try:
-            req: Any = self.app.aggregate(UUID(request))
+            req: Any = self.app.reader.aggregate(UUID(request))
         except Exception:
             raise missing from None
         if not isinstance(req, ErasureRequest) or self._visible(caller, req.subject_id) is None:
@@ -191,7 +191,7 @@ class FacadeCore:
 
         missing = NotFound(f"no batch {batch_id!r}", kind="batch", ref=batch_id)
         try:
-            batch: Any = self.app.aggregate(UUID(batch_id))
+            batch: Any = self.app.reader.aggregate(UUID(batch_id))
         except Exception:
             raise missing from None
         if not isinstance(batch, RedactionBatch):
@@ -199,7 +199,7 @@ class FacadeCore:
         if caller.unrestricted:
             return
         targets: dict[str, list[str]] = getattr(batch, "targets", {})
-        subjects = {self.app.get_atom(a).subject_id for a in targets.get("atoms", [])}
+        subjects = {self.app.reader.get_atom(a).subject_id for a in targets.get("atoms", [])}
         subjects |= set(targets.get("subjects", []))
         if not subjects or any(self._visible(caller, s) is None for s in subjects):
             raise missing
@@ -252,7 +252,7 @@ def _outcome(data: dict[str, Any], app: LedgerApp | None = None) -> ErasureOutco
     targets = data.get("targets") or {}
     ids = [*targets.get("atoms", []), *targets.get("artifacts", [])]
     if app is not None and ids:
-        for item in app.get_many([UUID(i) for i in ids]):
+        for item in app.reader.get_many([UUID(i) for i in ids]):
             event = getattr(item, "tombstone_event", None)
             if event:
                 tombstones.append(str(event))

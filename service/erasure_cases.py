@@ -70,14 +70,14 @@ class ErasureCases(FacadeCore):
         raised over the erasure's own error."""
         from governance.journal import refresh_journal
 
-        before = self.app.head_position()
+        before = self.app.reader.head_position()
         done = False
         try:
             with self._acting(caller):
                 yield
             done = True
         finally:
-            if self.app.head_position() != before:
+            if self.app.reader.head_position() != before:
                 try:
                     refresh_journal(self.app)
                 except Exception as e:
@@ -101,7 +101,7 @@ class ErasureCases(FacadeCore):
         if pending is not None:
             raise ConflictError(f"subject already has an open erasure request {pending.id}",
                                 hint="see its status; one request per subject at a time")
-        ack, complete = sla_hours(self.app.policy())
+        ack, complete = sla_hours(self.app.reader.policy())
         with self._acting(caller):
             rid = self.app.receive_request(sid, data.reason, self._signing_key(caller), ack,
                                            complete, legal_basis=data.legal_basis,
@@ -298,7 +298,7 @@ class ErasureCases(FacadeCore):
         from governance.erasure import redact_user
         from governance.requests import sla_hours
 
-        ack_hours, completion_hours = sla_hours(self.app.policy())  # Persona §7 SLA in force
+        ack_hours, completion_hours = sla_hours(self.app.reader.policy())  # Persona §7 SLA in force
         with self._erasing(caller):
             data = redact_user(self.app, self.proj, subject, reason=reason,
                                operator=self._signing_key(caller),
@@ -334,7 +334,7 @@ class ErasureCases(FacadeCore):
             raise InputError("--action reanonymise needs --text with the new wording")
         key = self._signing_key(caller)
         self.app.signer(key)  # a missing key is said first, as the signed command would
-        if flag not in (self.app.get_atom(aid).flags or ()):
+        if flag not in (self.app.reader.get_atom(aid).flags or ()):
             raise InputError(f"atom {aid} has no open {flag!r} flag")  # nothing written
         with self._erasing(caller) if action == "redact" else self._acting(caller):
             if action == "reanonymise":
@@ -364,7 +364,7 @@ class ErasureCases(FacadeCore):
         out = []
         for row in open_flags(self.app):
             try:
-                atom = self.app.get_atom(row["atom_id"])
+                atom = self.app.reader.get_atom(row["atom_id"])
             except NotFound:
                 continue
             if self._visible(caller, atom.subject_id) is not None:
@@ -380,7 +380,7 @@ class ErasureCases(FacadeCore):
 
         name = self._signing_key(caller)
         key = self.app.signer(name)
-        state, at = self.app.roster().state, clock.now()
+        state, at = self.app.reader.roster().state, clock.now()
         for role in ("operator", "auditor"):
             try:
                 state.check(key.kid, role, at)

@@ -423,8 +423,8 @@ def artifacts_of(svc: MemoryService, caller: Caller, subject: str) -> list[str]:
 
     sid = svc.subject_id(caller, subject)
     out = []
-    for n in svc.app.notifications(1, 10**9, topics=[Artifact.Created.TOPIC]):
-        a = svc.app.get_artifact(str(n.originator_id))
+    for n in svc.app.reader.notifications(1, 10**9, topics=[Artifact.Created.TOPIC]):
+        a = svc.app.reader.get_artifact(str(n.originator_id))
         if a.subject_id == sid and not a.content_erased:
             out.append(str(a.id))
     return out

@@ -377,7 +377,7 @@ def _erase_all(home: Path, reason: str, out: Path, resumed: bool) -> dict[str, A
         elif resumed:  # an earlier run erased everything, then stopped: its batch
             from ledger.domain import RedactionBatch
 
-            opened = app.notifications(start=1, limit=10**9,
+            opened = app.reader.notifications(start=1, limit=10**9,
                                        topics=[RedactionBatch.Created.TOPIC])
             batch_id = str(opened[-1].originator_id) if opened else None
         else:

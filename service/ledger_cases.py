@@ -132,7 +132,7 @@ class LedgerCases(FacadeCore):
 
             raise EnvironmentProblem("no trusted root key: keys/root.pub is missing")
         cp = self.app.latest_checkpoint()
-        report, extra = verify_since(self.app, cp.note, root)
+        report, extra = verify_since(self.app.reader, cp.note, root)
         data = {**report.as_json(), **extra}
         events = int(data.get("events", 0))
         ok = bool(data.get("ok"))
@@ -166,7 +166,7 @@ class LedgerCases(FacadeCore):
         if root is None:
             raise EnvironmentProblem("no trusted root key: keys/root.pub is missing",
                                      hint="pass --root-key FILE")
-        return verify_ledger(self.app, root, since=since, checkpoints=checkpoints,
+        return verify_ledger(self.app.reader, root, since=since, checkpoints=checkpoints,
                              progress=progress)
 
     def _require_whole_log(self, caller: Caller) -> None:
@@ -196,8 +196,8 @@ class LedgerCases(FacadeCore):
         """The key roster as `ledger keys list --json` gives it: one row per key and role,
         with its validity (and the C2SP vkey of log keys)."""
         self._require(caller, "operator", "auditor")
-        rows = self.app.roster().state.rows()
-        vkeys = self.app.log_vkeys()
+        rows = self.app.reader.roster().state.rows()
+        vkeys = self.app.reader.log_vkeys()
         for r in rows:
             if r["role"] == "log" and r["kid"] in vkeys:
                 r["vkey"] = vkeys[r["kid"]]
@@ -254,7 +254,7 @@ class LedgerCases(FacadeCore):
 
     def policy(self, caller: Caller) -> dict[str, Any] | None:
         self._require(caller, "operator", "auditor")
-        return self.app.policy()
+        return self.app.reader.policy()
 
     def set_policy(self, caller: Caller, document: dict[str, Any]) -> PolicyRecorded:
         """Record a memoryPolicy, signed with the caller's operator key."""
@@ -316,7 +316,7 @@ class LedgerCases(FacadeCore):
         latest = self.app.tlog.latest_cosignature()
         if latest is None and not self.app.config.witnesses:
             return None
-        head = self.app.head_position()  # the log's, not the read models': none opened
+        head = self.app.reader.head_position()  # the log's, not the read models': none opened
         if latest is None:
             return head, None
         size, at = latest

@@ -99,7 +99,7 @@ class MemoryCases(FacadeCore):
 
     def get_subject(self, caller: Caller, subject: str) -> SubjectOut:
         sid = self.subject_id(caller, subject)
-        s = self.app.get_subject(sid)
+        s = self.app.reader.get_subject(sid)
         return SubjectOut(subject_id=str(s.id), ref=caller.visible_ref(s.ref) or s.ref,
                           display_name=_erased_marker() if s.content_erased else s.display_name,
                           locale=s.locale, content_erased=s.content_erased)
@@ -108,7 +108,7 @@ class MemoryCases(FacadeCore):
         from ledger.domain import Subject
 
         out = []
-        for n in self.app.notifications(1, 10**9, topics=[Subject.Created.TOPIC]):
+        for n in self.app.reader.notifications(1, 10**9, topics=[Subject.Created.TOPIC]):
             sid = str(n.originator_id)
             if self._visible(caller, sid) is not None:
                 out.append(self.get_subject(caller, sid))
@@ -155,7 +155,7 @@ class MemoryCases(FacadeCore):
         from ledger.errors import ConflictError
 
         try:
-            self.app.resolve(kind, caller.stored_ref(ref))
+            self.app.reader.resolve(kind, caller.stored_ref(ref))
         except NotFound:
             return
         raise ConflictError(f"the {kind} ref {ref!r} is already in use; nothing was written",
@@ -255,7 +255,7 @@ class MemoryCases(FacadeCore):
         :meth:`_atom_command`)."""
         from ledger import policy_rules
 
-        policy_rules.check_new_atoms(self.app, [_checked(cmd, cites_source)
+        policy_rules.check_new_atoms(self.app.reader, [_checked(cmd, cites_source)
                                                 for cmd in commands])
         self.app.datakeys.check_wrapping()  # a KEK out of reach refuses now, not after
 
@@ -396,7 +396,7 @@ class MemoryCases(FacadeCore):
 
     def history(self, caller: Caller, atom: str) -> list[HistoryEntry]:
         found = self._atom(caller, atom)
-        return [HistoryEntry(**row) for row in self.app.history(str(found.id))]
+        return [HistoryEntry(**row) for row in self.app.reader.history(str(found.id))]
 
     def correct_atom(self, caller: Caller, atom: str, data: AtomCorrectionIn, *,
                      valid_from: str | None = None) -> Corrected:

@@ -83,7 +83,7 @@ class OversightCases(FacadeCore):
 
     def _batch(self, batch_id: str) -> dict[str, Any]:
         """A batch reached through a request the caller may see (its reach, ids only)."""
-        b: Any = self.app.aggregate(UUID(batch_id))
+        b: Any = self.app.reader.aggregate(UUID(batch_id))
         reach = dict(b.reach or {})
         return {"batch_id": batch_id, "status": b.status, "mode": b.mode,
                 "targets": {k: len(v) for k, v in (b.targets or {}).items()},
@@ -97,8 +97,8 @@ class OversightCases(FacadeCore):
         from governance import copies as c
 
         statement = c.statement_for_batch(self.app,
-                                          self.app.aggregate(UUID(str(st.batch_id))),
-                                          self.app.aggregate(UUID(st.request_id)))
+                                          self.app.reader.aggregate(UUID(str(st.batch_id))),
+                                          self.app.reader.aggregate(UUID(st.request_id)))
         cls = {c.UNRECOVERABLE: "ok", c.PENDING: "late", c.UNBOUNDED: "late"}
         rows = [{"kind": "keystore", "what": "The live keystore",
                  "said": c.keystore_words(statement)}]
@@ -156,7 +156,7 @@ class OversightCases(FacadeCore):
         cp = svc.checkpoint(caller)
         roster = svc.roster(caller)
         cosigned = []
-        for line, vkey in self.app.cosignature_rows(cp.size):
+        for line, vkey in self.app.reader.cosignature_rows(cp.size):
             name = line.lstrip("\u2014 ").split(" ", 1)[0]
             cosigned.append({"witness": name, "vkey": vkey.split("+", 2)[0]})
         witnesses = [{"url": url, "vkey": vkey.split("+", 2)[0]}

@@ -297,7 +297,7 @@ class WebhookService:
         self.verify = verify
         self._owns = owns
         self.feed: WebhookFeed = WebhookFeed(store)
-        self.runner: Runner = Runner(app, store, [self.feed], RouteRegistry())
+        self.runner: Runner = Runner(app.reader, store, [self.feed], RouteRegistry())
         url = app.config.events
         try:
             self.engine: Engine = make_engine(url.sqlalchemy_url(), url.schema, pooled=True)

@@ -55,19 +55,19 @@ def build_ledger(home: Path, t0: datetime) -> None:
         app.set_policy(policy())
         for ref, name in (("alice", MARKERS["alice_name"]), ("bob", None), ("carol", None)):
             app.register_subject({"ref": ref, "display_name": name})
-        art = app.capture_artifact({"subject": str(app.resolve_subject("alice")),
+        art = app.capture_artifact({"subject": str(app.reader.resolve_subject("alice")),
                                     "kind": "chat", "ref": "art1", "title": "chat",
                                     "body": f"we talked about {MARKERS['artifact']}"})
-        alice = str(app.resolve_subject("alice"))
+        alice = str(app.reader.resolve_subject("alice"))
         app.add_atoms([
             {"subject": alice, "ref": "a1", "kind": "preference",
              "text": f"{MARKERS['alice_atom']} drinks green tea every morning"},
             {"subject": alice, "ref": "a2", "kind": "fact", "derivation": "inferred",
              "artifact_ids": [str(art)], "extractor": "test-model",
              "text": f"{MARKERS['alice_atom2']} prefers tea to coffee"},
-            {"subject": str(app.resolve_subject("bob")), "ref": "b1",
+            {"subject": str(app.reader.resolve_subject("bob")), "ref": "b1",
              "text": f"{MARKERS['bob_atom']} met {IDENTIFIER} at the board meeting"},
-            {"subject": str(app.resolve_subject("carol")), "ref": "c1",
+            {"subject": str(app.reader.resolve_subject("carol")), "ref": "c1",
              "text": f"{MARKERS['carol_atom']} likes aisle seats"},
         ])
     finally:

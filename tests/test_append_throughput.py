@@ -114,14 +114,14 @@ def test_an_orphan_key_is_discarded_and_the_command_succeeds(app: LedgerApp) -> 
     (issue 20, item 4; this test used to pin the refusal): the command discards it,
     stores its own and commits."""
     app.register_subject({"ref": "u1"})
-    taken = str(app._ref_id("atom", "r1"))
+    taken = str(app.reader.ref_id("atom", "r1"))
     orphan = app.datakeys.create_many([taken], T0)[taken]
     count = app.datakeys.count()
     app.add_atoms(_atoms(100, ref="r1"))
     assert app.datakeys.count() == count + 99  # the orphan replaced, not kept
     app.datakeys._cache.clear()
     assert app.datakeys.get(taken) != orphan
-    assert app.get_atom(taken).text is not None
+    assert app.reader.get_atom(taken).text is not None
     assert run_cli("--home", str(app.config.home), "verify").code == 0
 
 

@@ -1,5 +1,6 @@
 """The layering rule holds: rawfiles -> keys -> ledger -> projections -> governance ->
-service -> credentials -> server | witness -> cli, each importing only the layers below it, the `ledger`
+service -> credentials -> server | witness -> cli, each importing only the layers below it,
+the `ledger`
 command reaching the ledger through the facade, and the witness using only the protocol
 (.importlinter; docs/architecture.md)."""
 

@@ -96,7 +96,7 @@ def test_bulk_and_aggregate_paths_write_the_same_events(home: Path, app: LedgerA
     legacy = _aggregate_path(app, ATOMS)
     assert _written(app, bulk) == _written(app, legacy)
     for aid, item in zip(bulk, ATOMS, strict=True):
-        atom = app.get_atom(aid)
+        atom = app.reader.get_atom(aid)
         assert atom.version == 1 and atom.text == item["text"]
     v = run_cli("--home", str(home), "verify", "--json")
     assert v.code == 0, v.err
@@ -108,7 +108,7 @@ def test_bulk_append_extends_the_tree_to_every_event(home: Path, app: LedgerApp)
     _setup(app)
     for start in range(0, 30, 10):
         app.add_atoms([{"subject": "u1", "text": f"fact {i}"} for i in range(start, start + 10)])
-    head_seq, _ = app.head()
+    head_seq, _ = app.reader.head()
     assert app.tlog.store.size() == head_seq
     cp = app.checkpoint()
     assert cp.size == head_seq
@@ -117,24 +117,24 @@ def test_bulk_append_extends_the_tree_to_every_event(home: Path, app: LedgerApp)
 
 def test_bulk_append_with_duplicate_refs_writes_nothing(app: LedgerApp) -> None:
     _setup(app)
-    before = app.head()
+    before = app.reader.head()
     with pytest.raises(InputError, match="same ref"):
         app.add_atoms([{"subject": "u1", "ref": "r1", "text": "a"},
                        {"subject": "u1", "ref": "r1", "text": "b"}])
-    assert app.head() == before
+    assert app.reader.head() == before
     assert app.tlog.store.size() == before[0]
 
 
 def test_invalid_item_in_a_batch_is_named_like_a_single_parse(app: LedgerApp) -> None:
     _setup(app)
-    before = app.head()
+    before = app.reader.head()
     bad = {"subject": "u1", "text": "", "salience": 2}
     with pytest.raises(InputError) as single:
         parse(AtomInput, bad)
     with pytest.raises(InputError) as batch:
         app.add_atoms([{"subject": "u1", "text": "fine"}, bad])
     assert str(batch.value) == str(single.value)
-    assert app.head() == before
+    assert app.reader.head() == before
 
 
 def test_stored_tree_reads_many_nodes_across_levels(app: LedgerApp) -> None:

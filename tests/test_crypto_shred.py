@@ -26,7 +26,7 @@ def test_destroyed_key_leaves_no_marker_and_log_verifies(home: Path) -> None:
                                 "gist": f"gist {marker}", "tags": [marker],
                                 "details": [{"content": marker, "brightness": 0.9}],
                                 "sensitivity": "medical"})
-        assert app.get_atom(atom_id).text.endswith(marker)  # readable before
+        assert app.reader.get_atom(atom_id).text.endswith(marker)  # readable before
         key = app.datakeys.get(str(atom_id))
         event_id = app.destroy_data_key(atom_id, reason="right to be forgotten")
         assert event_id == f"{atom_id}/2"
@@ -68,8 +68,8 @@ def test_other_atoms_survive_a_shred(app: LedgerApp) -> None:
     a = app.add_atom({"subject": "u1", "text": "shred me"})
     b = app.add_atom({"subject": "u1", "text": "keep me"})
     app.destroy_data_key(a, "test")
-    assert app.get_atom(b).text == "keep me"
-    assert app.get_atom(a).content_erased and app.get_atom(a).text is None
+    assert app.reader.get_atom(b).text == "keep me"
+    assert app.reader.get_atom(a).content_erased and app.reader.get_atom(a).text is None
 
 
 def test_subject_and_artifact_can_be_shredded(app: LedgerApp) -> None:
@@ -77,5 +77,6 @@ def test_subject_and_artifact_can_be_shredded(app: LedgerApp) -> None:
     aid = app.capture_artifact({"subject": "u1", "kind": "email", "body": "secret body"})
     app.destroy_data_key(sid, "erasure")
     app.destroy_data_key(aid, "erasure")
-    assert app.get_subject("u1").display_name is None
-    assert app.get_artifact(str(aid)).body is None and app.get_artifact(str(aid)).content_erased
+    assert app.reader.get_subject("u1").display_name is None
+    artifact = app.reader.get_artifact(str(aid))
+    assert artifact.body is None and artifact.content_erased

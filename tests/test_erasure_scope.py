@@ -64,7 +64,7 @@ def test_identifier_match_in_other_subject_is_flagged_not_erased(
     ids = _miller_ledger(app)
     dry = redact_user(app, proj, "user_9f4e", reason="GDPR Art. 17", operator="operator",
                       identifiers=["J. Miller"], dry_run=True)
-    other_sid = str(app.resolve_subject("user_7a1c"))
+    other_sid = str(app.reader.resolve_subject("user_7a1c"))
     sid = dry["subject_id"]
     # In the dry run: a flag, not a target.
     assert sorted(dry["targets"]["atoms"]) == sorted([ids["own"], ids["own2"]])
@@ -83,16 +83,16 @@ def test_identifier_match_in_other_subject_is_flagged_not_erased(
                           identifiers=["J. Miller"], expect_plan=dry["plan_digest"])
     assert res["status"] == "completed" and res["flag_for_review"] == [ids["lunch"]]
     # The other subject's memory survives, readable, flagged; its stored events unchanged.
-    lunch = app.get_atom(ids["lunch"])
+    lunch = app.reader.get_atom(ids["lunch"])
     assert lunch.status == "active" and lunch.text == "Had lunch with J. Miller from Acme"
     assert lunch.flags == ["refers-to-erased"]
     assert _rows_of(raw, ids["lunch"])[:len(before_rows)] == before_rows
-    assert app.get_atom(ids["unrelated"]).flags == []
+    assert app.reader.get_atom(ids["unrelated"]).flags == []
     listed = {r["atom_id"]: r for r in proj.memory_list("user_7a1c")}
     assert listed[ids["lunch"]]["text"] == "Had lunch with J. Miller from Acme"
     assert not listed[ids["lunch"]]["content_erased"]
     # The subject's own memories are gone; the flag's reason and the logs name no content.
-    assert app.get_atom(ids["own"]).text is None
+    assert app.reader.get_atom(ids["own"]).text is None
     assert _in_files(home, "prefers green tea") == []
     flags = json.loads(run_cli("--home", str(home), "review", "list", "--json").out)
     assert [f["atom_id"] for f in flags] == [ids["lunch"]]
@@ -116,10 +116,10 @@ def test_identifier_ann_does_not_touch_annual_planning(
     res = redact_user(app, proj, "user_ann", reason="GDPR Art. 17", operator="operator",
                       identifiers=["Ann"])
     assert annual not in res["targets"]["atoms"] and annual not in res["flag_for_review"]
-    kept = app.get_atom(annual)
+    kept = app.reader.get_atom(annual)
     assert kept.text == "Annual planning meeting is in March" and kept.flags == []
     assert _rows_of(raw, annual) == before  # not one event added to it
-    assert app.get_atom(lunch).flags == ["refers-to-erased"]
+    assert app.reader.get_atom(lunch).flags == ["refers-to-erased"]
 
 
 def test_subject_own_memories_matching_identifier_are_erased_as_before(
@@ -134,7 +134,7 @@ def test_subject_own_memories_matching_identifier_are_erased_as_before(
                       identifiers=["jane roe"])
     assert sorted(res["targets"]["atoms"]) == sorted(mine) and len(res["targets"]["artifacts"]) == 1
     assert res["flag_for_review"] == [] and res["identifiers"][0]["of_subject"] == 4
-    assert all(app.get_atom(a).status == "hard-redacted" for a in mine)
+    assert all(app.reader.get_atom(a).status == "hard-redacted" for a in mine)
     assert _in_files(home, marker) == []
 
 
@@ -145,13 +145,13 @@ def test_identifier_match_in_other_subjects_artifact_is_listed_not_erased(
     app.add_atom({"subject": "u1", "text": "something of u1"})
     app.capture_artifact({"subject": "u2", "ref": "chat-u2", "kind": "chat",
                           "body": "Call with Jane Roe about the offer"})
-    art = str(app.resolve("artifact", "chat-u2"))
+    art = str(app.reader.resolve("artifact", "chat-u2"))
     res = redact_user(app, proj, "u1", reason="GDPR Art. 17", operator="operator",
                       identifiers=["Jane Roe"])
     assert res["targets"]["artifacts"] == [] and res["review_artifacts"] == [art]
     assert res["reach"]["flags"] == {"count": 0, "artifacts_for_review": [art]}
     with proj.store.engine.connect() as conn:
-        row = next(iter(proj.atoms.artifacts_of(conn, str(app.resolve_subject("u2")))))
+        row = next(iter(proj.atoms.artifacts_of(conn, str(app.reader.resolve_subject("u2")))))
     assert row["body"] == "Call with Jane Roe about the offer" and not row["content_erased"]
 
 
@@ -289,9 +289,10 @@ def test_review_resolve_settles_identifier_flags(app: LedgerApp, proj: Projectio
     assert json.loads(run_cli(*h, "review", "list", "--json").out) == []
     a2 = LedgerApp(Config.load(home))
     try:
-        assert a2.get_atom(ids["lunch"]).status == "superseded"
-        assert a2.get_atom(new_id).text == "Had lunch with a contact from Acme"
-        assert a2.get_atom(extra).status == "hard-redacted" and a2.get_atom(extra).text is None
+        assert a2.reader.get_atom(ids["lunch"]).status == "superseded"
+        assert a2.reader.get_atom(new_id).text == "Had lunch with a contact from Acme"
+        erased = a2.reader.get_atom(extra)
+        assert erased.status == "hard-redacted" and erased.text is None
     finally:
         a2.close()
     assert _in_files(home, "owes me a book") == []
@@ -315,8 +316,8 @@ def test_review_resolve_of_a_memory_with_no_open_flag_writes_nothing(
     assert home_digest(home) == before
     a2 = LedgerApp(Config.load(home))
     try:
-        assert a2.get_atom(kept).status == "active"
-        assert a2.get_atom(kept).text == "Keeps bees on the roof"
+        assert a2.reader.get_atom(kept).status == "active"
+        assert a2.reader.get_atom(kept).text == "Keeps bees on the roof"
     finally:
         a2.close()
 

@@ -99,7 +99,7 @@ def test_redact_user_reaches_every_atom_and_spares_others(app: LedgerApp, proj: 
     assert _in_files(home, m1) == []
     others = [r for r in proj.memory_list("u2") if not r["content_erased"]]
     assert len(others) == 4 and sum(m2 in r["text"] for r in others) == 3
-    assert app.get_atom(session_atom).flags == ["refers-to-erased"]
+    assert app.reader.get_atom(session_atom).flags == ["refers-to-erased"]
     # Re-running a completed request is a no-op that says so.
     again = redact_user(app, proj, "u1", reason="GDPR Art. 17", operator="operator")
     assert again["status"] == "already-completed" and again["request_id"] == res["request_id"]
@@ -130,9 +130,11 @@ def test_artifact_delete_cascade(app: LedgerApp, proj: Projections, home: Path) 
     res = delete_artifact(app, proj, "a1", reason="user deleted the chat", operator="operator")
     assert res["cascade"]["deleted_atoms"] == [single]
     assert res["cascade"]["kept_atoms"] == [shared]
-    assert app.get_atom(single).status == "deleted" and app.get_atom(single).text is None
-    kept = app.get_atom(shared)
-    assert kept.text == "from both" and kept.artifact_ids == [str(app.resolve("artifact", "a2"))]
+    deleted = app.reader.get_atom(single)
+    assert deleted.status == "deleted" and deleted.text is None
+    kept = app.reader.get_atom(shared)
+    assert kept.text == "from both"
+    assert kept.artifact_ids == [str(app.reader.resolve("artifact", "a2"))]
     assert _in_files(home, marker) == []
 
 
@@ -253,7 +255,7 @@ def test_erasure_keeps_and_flags_another_memory_with_the_same_words(
     assert marker not in json.dumps(done["reach"])
     own = {p.route: p for p in proj.registry.probe_many({mine: []})}
     assert all(p.reach.value == "not-reachable" for p in own.values()), own
-    kept = app.get_atom(uuid.UUID(copy))
+    kept = app.reader.get_atom(uuid.UUID(copy))
     assert kept.text == text and "refers-to-erased" in kept.flag_events
     hard_erase(app, proj, Targets(atoms=[copy]), mode="hard", reason="the copy too",
                operator="operator")

@@ -18,9 +18,10 @@ def _atoms(app: LedgerApp, n: int = 2) -> list:  # type: ignore[type-arg]
 def test_soft_redaction_is_reversible_archive_is_not(app: LedgerApp) -> None:
     a, b = _atoms(app)
     app.redact(a, "soft", "user asked to hide it")
-    assert app.get_atom(a).status == "soft-redacted" and app.get_atom(a).text == "fact 0"
+    hidden = app.reader.get_atom(a)
+    assert hidden.status == "soft-redacted" and hidden.text == "fact 0"
     app.unredact(a, "user changed their mind")
-    assert app.get_atom(a).status == "active"
+    assert app.reader.get_atom(a).status == "active"
     app.redact(b, "archive", "retention")
     with pytest.raises(ConflictError, match="only soft redaction is reversible"):
         app.unredact(b, "no")
@@ -34,7 +35,7 @@ def test_shred_and_tombstone_are_idempotent(app: LedgerApp) -> None:
     assert len(first) == 2 and app.shred([a, b], "again") == []
     t = app.tombstone([a, b], [], "hard", "erasure", reached=["atom_store"])
     assert len(t) == 2 and app.tombstone([a, b], [], "hard", "erasure", reached=[]) == []
-    atom = app.get_atom(a)
+    atom = app.reader.get_atom(a)
     assert atom.status == "hard-redacted" and atom.content_erased and atom.text is None
 
 

@@ -82,9 +82,9 @@ def test_item4_orphan_keys_are_discarded_not_a_permanent_refusal(cli_home: Path)
         from datetime import UTC, datetime
 
         at = datetime.now(UTC)
-        app.datakeys.store({str(app.subject_id("u1")): os.urandom(32),
-                            str(app._ref_id("atom", "a1")): os.urandom(32),
-                            str(app.subject_id("imp")): os.urandom(32),
+        app.datakeys.store({str(app.reader.subject_id("u1")): os.urandom(32),
+                            str(app.reader.ref_id("atom", "a1")): os.urandom(32),
+                            str(app.reader.subject_id("imp")): os.urandom(32),
                             "7f0c2f0e-6f41-4d55-9d56-0d4b1f3a0001": os.urandom(32)}, at)
     finally:
         app.close()
@@ -145,12 +145,12 @@ def test_item5_bad_roster_event_gives_a_clear_error_not_recursion(cli_home: Path
     try:
         foreign = Signer.generate("root")
         with app._write_lock():  # what the old `keys authorize` did with a foreign root.key
-            seq, _ = app.head()
+            seq, _ = app.reader.head()
             app.mapper.begin(foreign, seq + 1)  # type: ignore[attr-defined]
             try:
-                roster = app.roster()
+                roster = app.reader.roster()
                 roster.authorize(Signer.generate("x").public_key, "x", "auditor",
-                                 app.head()[1], app.head()[1])
+                                 app.reader.head()[1], app.reader.head()[1])
                 app.commit(roster)
             finally:
                 app.mapper.end()  # type: ignore[attr-defined]

@@ -61,7 +61,9 @@ def kek_epochs_on_disk(home: Path) -> list[int]:
 def texts(home: Path) -> dict[str, str | None]:
     app = LedgerApp(Config.load(home))
     try:
-        return {f"a{i}": app.get_atom(str(app.resolve("atom", f"a{i}"))).text for i in range(12)}
+        read = app.reader
+        return {f"a{i}": read.get_atom(str(read.resolve("atom", f"a{i}"))).text
+                for i in range(12)}
     finally:
         app.close()
 
@@ -185,7 +187,7 @@ def test_rotation_killed_at_each_step_completes_when_run_again(
     assert set(recorded) == {"1", "2"} and "destroyed_at" in recorded["1"]
     app = LedgerApp(Config.load(filled))
     try:
-        topics = [n.topic for n in app.notifications(1, 1000)]
+        topics = [n.topic for n in app.reader.notifications(1, 1000)]
     finally:
         app.close()
     assert topics.count(KekEpochs.EpochStarted.TOPIC) == 1

@@ -60,19 +60,19 @@ def _seed(app: LedgerApp) -> str:
 
 def test_atom_round_trip_keeps_every_field(app: LedgerApp) -> None:
     atom_id = _seed(app)
-    atom = app.get_atom("atom_001").as_dict()
+    atom = app.reader.get_atom("atom_001").as_dict()
     assert atom["atom_id"] == atom_id
     assert atom["text"] == "Prefers direct, unhedged feedback in writing."
     assert atom["details"] == [{"content": "said so twice", "brightness": 0.85}]
     assert atom["tags"] == ["feedback"]
     assert atom["confidence"] == 0.87
     assert atom["derivation"] == "inferred"
-    assert atom["artifact_ids"] == [str(app.resolve("artifact", "art_101"))]
+    assert atom["artifact_ids"] == [str(app.reader.resolve("artifact", "art_101"))]
     assert atom["decay_profile"]["half_life_days"] == 14
     assert atom["extensions"] == {"x-konshus": {"score": 3}}
     assert atom["privacy_class"] == "guest-pii" and atom["session_id"] == "sess:1"
     assert atom["status"] == "active" and not atom["content_erased"]
-    subject = app.get_subject("user_9f4e")
+    subject = app.reader.get_subject("user_9f4e")
     assert subject.display_name == "J. Miller"
 
 
@@ -83,7 +83,7 @@ def test_a_command_mutating_its_copy_leaves_the_cached_aggregate_alone(app: Ledg
     import copy
 
     _seed(app)
-    atom = app.get_atom("atom_001")
+    atom = app.reader.get_atom("atom_001")
     twin = copy.deepcopy(atom)
     assert twin.as_dict() == atom.as_dict() and twin is not atom
     for name, value in vars(atom).items():
@@ -93,7 +93,7 @@ def test_a_command_mutating_its_copy_leaves_the_cached_aggregate_alone(app: Ledg
     atom.details[0]["content"] = "changed"
     atom.decay_profile["halfLifeDays"] = 1
     atom.extensions["x-konshus"]["score"] = 99
-    again = app.get_atom("atom_001").as_dict()
+    again = app.reader.get_atom("atom_001").as_dict()
     assert again["tags"] == ["feedback"]
     assert again["details"] == [{"content": "said so twice", "brightness": 0.85}]
     assert again["decay_profile"]["half_life_days"] == 14
@@ -124,7 +124,7 @@ def test_get_many_reads_as_the_repository_does(home: Path,
         writer.close()
     app = LedgerApp(Config.load(home))  # a new process: nothing cached
     try:
-        warm = app.get_atom(ids[1])  # one of them cached, at version 1
+        warm = app.reader.get_atom(ids[1])  # one of them cached, at version 1
         other = LedgerApp(Config.load(home))  # another process moves it on
         try:
             other.rehearse_atom(str(ids[1]))
@@ -134,18 +134,18 @@ def test_get_many_reads_as_the_repository_does(home: Path,
         real_select = app.recorder.select_events
         monkeypatch.setattr(app.recorder, "select_events",
                             lambda *a, **k: (singles.append(a), real_select(*a, **k))[1])
-        many = app.get_many([ids[0], ids[1], ids[0], *ids[2:]])
+        many = app.reader.get_many([ids[0], ids[1], ids[0], *ids[2:]])
         assert singles == []  # no per-aggregate read
         monkeypatch.setattr(app.recorder, "select_events", real_select)
         assert [a.id for a in many] == ids
-        assert [a.as_dict() for a in many] == [app.get_atom(i).as_dict() for i in ids]
+        assert [a.as_dict() for a in many] == [app.reader.get_atom(i).as_dict() for i in ids]
         assert many[0].version == 2 and many[0].rehearsal_count == 1
         assert warm.version == 1 and many[1] is not warm
         assert many[1].version == 2 and many[1].rehearsal_count == 1  # brought forward
         many[2].artifact_ids.append("changed")  # a copy: the cache is untouched
-        assert app.get_many([ids[2]])[0].artifact_ids == []
+        assert app.reader.get_many([ids[2]])[0].artifact_ids == []
         with pytest.raises(AggregateNotFoundError):
-            app.get_many([ids[3], uuid.uuid4()])
+            app.reader.get_many([ids[3], uuid.uuid4()])
     finally:
         app.close()
 
@@ -278,4 +278,4 @@ def test_import_records_is_atomic_and_idempotent(app: LedgerApp) -> None:
     again = app.import_records(subjects, artifacts, atoms)
     assert again["created"] == {"subjects": 0, "artifacts": 0, "atoms": 0}
     assert again["skipped"] == {"subjects": 1, "artifacts": 1, "atoms": 2}
-    assert app.get_atom("atom_001").artifact_ids == [first["ids"]["artifacts"]["art_101"]]
+    assert app.reader.get_atom("atom_001").artifact_ids == [first["ids"]["artifacts"]["art_101"]]

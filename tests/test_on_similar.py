@@ -192,7 +192,7 @@ def test_proposals_in_one_command_and_a_stale_target_refuses_all(home: Path) -> 
     ids = _seed(home)
     svc = open_service(home)
     try:
-        head = svc.app.head_position()
+        head = svc.app.reader.head_position()
         added = svc.remember_atoms(ALICE, [
             AtomIn(subject="alice", text="Prefers tea", on_similar="rehearse"),
             AtomIn(subject="alice", text="Works at Acme.", on_similar="supersede"),
@@ -200,15 +200,15 @@ def test_proposals_in_one_command_and_a_stale_target_refuses_all(home: Path) -> 
         assert [a.outcome for a in added] == ["rehearsed", "superseded", "added"]
         assert added[0].atom_id == ids["tea"] and added[1].supersedes == ids["acme"]
         # one signed command: the rehearsal, the supersession and both new atoms
-        assert svc.app.head_position() == head + 4
+        assert svc.app.reader.head_position() == head + 4
         # one refusal refuses every proposal
-        head = svc.app.head_position()
+        head = svc.app.reader.head_position()
         with pytest.raises(SimilarMemoryExists) as e:
             svc.remember_atoms(ALICE, [
                 AtomIn(subject="alice", text="Has a cat named Tom"),
                 AtomIn(subject="alice", text="Has a dog named Rex", on_similar="refuse")])
         assert added[2].atom_id in str(e.value) and "(proposals 1)" in str(e.value)
-        assert svc.app.head_position() == head
+        assert svc.app.reader.head_position() == head
         # bob's caller never sees alice's memory as similar, nor alice's id
         got = svc.remember_atoms(BOB, [AtomIn(subject="bob", text="Works at Acme")])
         assert got[0].similar == []
@@ -220,7 +220,7 @@ def test_proposals_in_one_command_and_a_stale_target_refuses_all(home: Path) -> 
         with pytest.raises(ConflictError, match="not of the proposal's subject"):
             svc.app.remember_atoms([{"subject": "bob", "text": "Prefers tea"}],
                                    [("supersede", ids["tea"])])
-        assert svc.app.head_position() == head + 1  # bob's add only
+        assert svc.app.reader.head_position() == head + 1  # bob's add only
     finally:
         close_service(svc)
 
@@ -376,8 +376,8 @@ def test_similar_is_scoped_to_the_subject_in_the_read_models(home: Path) -> None
 
         with Projections(app) as proj:
             proj.catch_up()
-            alice = str(app.resolve_subject("alice"))
-            bob = str(app.resolve_subject("bob"))
+            alice = str(app.reader.resolve_subject("alice"))
+            bob = str(app.reader.resolve_subject("bob"))
             a, = find_similar(proj, alice, ["Prefers tea"])
             b, = find_similar(proj, bob, ["Prefers tea"])
             assert len(a) == 1 and len(b) == 1 and a[0].atom_id != b[0].atom_id

@@ -160,7 +160,7 @@ def _whole_life(app: LedgerApp, proj: Projections, tmp_path: Path) -> Path:
     app.unredact(atoms[0], "checked", actor="operator")
     proj.catch_up()
     delete_artifact(app, proj, "a2", reason="user deleted the chat", operator="operator")
-    assert app.get_atom(other).status == "deleted"
+    assert app.reader.get_atom(other).status == "deleted"
     res = redact_user(app, proj, "u1", reason="GDPR Art. 17", operator="operator",
                       identifiers=["ann@example.invalid"], sessions=["s1"],
                       legal_basis="Art. 17(1)(b)")

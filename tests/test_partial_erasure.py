@@ -355,7 +355,7 @@ def test_a_rejected_request_is_closed_never_executed_and_says_why(home: Path) ->
     # the request's own key (its reason, its identifiers) went with it
     app = LedgerApp(Config.load(home))
     try:
-        assert app.data_keys_present([rid]) == set()
+        assert app.reader.data_keys_present([rid]) == set()
     finally:
         app.close()
     # a new request for the subject is a new request, completed as usual

@@ -108,7 +108,7 @@ def test_no_policy_or_disabled_policy_enforces_nothing(app: LedgerApp) -> None:
     app.set_policy({"memoryPolicy": {"enabled": False, "minSalienceForCreation": 0.5,
                                      "maxAtoms": 1}})
     app.add_atoms([bad, bad])
-    assert policy_rules.in_force(app) is None
+    assert policy_rules.in_force(app.reader) is None
     app.set_policy(policy(maxAtoms=1))
     with pytest.raises(InputError, match="consent-basis"):
         app.add_atom(bad)
@@ -121,23 +121,23 @@ def test_max_atoms_archives_the_lowest_salience_atoms_with_signed_events(
     app.register_subject({"ref": "u2"})
     first = app.add_atoms([_atom(text=f"fact {s}", salience=s) for s in (0.9, 0.5, 0.7)])
     other = app.add_atom({"subject": "u2", "text": "other", "salience": 0.1})
-    assert all(app.get_atom(a).status == "active" for a in first)
+    assert all(app.reader.get_atom(a).status == "active" for a in first)
     rows = len(RawStore(home).rows())
     # Two more: 5 active for u1, the limit is 3 -> the two lowest (0.5 old, 0.6 new) go.
     new = app.add_atoms([_atom(text="fact .6", salience=0.6),
                          _atom(text="fact .95", salience=0.95)])
-    status = {str(a): app.get_atom(a).status for a in [*first, *new]}
+    status = {str(a): app.reader.get_atom(a).status for a in [*first, *new]}
     assert status == {str(first[0]): "active", str(first[1]): "archived",
                       str(first[2]): "active", str(new[0]): "archived",
                       str(new[1]): "active"}
     added = RawStore(home).rows()[rows:]
     topics = [r[3] for r in added]
     assert topics.count(Atom.Created.TOPIC) == 2 and topics.count(Atom.Redacted.TOPIC) == 2
-    hist = app.history(str(first[1]))
+    hist = app.reader.history(str(first[1]))
     redacted = [h for h in hist if h["topic"] == Atom.Redacted.TOPIC]
     assert redacted and redacted[0]["signer"] == app.signer("writer").kid
     assert "maxAtoms 3" in redacted[0]["summary"]["reason"]
-    assert app.get_atom(other).status == "active"  # another subject's atoms are not touched
+    assert app.reader.get_atom(other).status == "active"  # another subject's atoms are not touched
     assert run_cli("--home", str(home), "verify").code == 0
     check = run_cli("--home", str(home), "policy", "check", "--json")
     assert check.code == 0 and not [w for w in json.loads(check.out)
@@ -154,7 +154,8 @@ def test_max_atoms_ranks_by_current_salience(app: LedgerApp, home: Path,
     # 28 days later (two half-lives) 0.9 has decayed to 0.225: a new 0.5 atom outranks it.
     monkeypatch.setenv("LEDGER_NOW", "2031-01-29T00:00:00Z")
     new = app.add_atom(_atom(text="new", salience=0.5, decay_profile=persona))
-    assert app.get_atom(old).status == "archived" and app.get_atom(new).status == "active"
+    assert app.reader.get_atom(old).status == "archived"
+    assert app.reader.get_atom(new).status == "active"
 
 
 def test_current_salience_agrees_with_the_projection_decay() -> None:
@@ -230,7 +231,7 @@ def test_policy_check_warns_with_the_ids_to_fix(app: LedgerApp, home: Path,
     r = run_cli("--home", str(home), "policy", "check", "--json")
     assert r.code == 0 and "WARN: 7 warning(s)" in r.err
     got = {(w["rule"], w["id"]) for w in json.loads(r.out)}
-    subject = str(app.resolve_subject("u1"))
+    subject = str(app.reader.resolve_subject("u1"))
     assert ("consent-basis", bad) in got
     assert ("retention", newer) in got and ("retention", mention) in got
     assert ("max-atoms", subject) in got
@@ -253,7 +254,7 @@ def test_the_max_atoms_census_is_kept_beside_the_events_and_read_from_where_it_s
     app.register_subject({"ref": "u1"})
     app.register_subject({"ref": "u2"})
     a1 = app.add_atoms([_atom(text="one", salience=0.9), _atom(text="two", salience=0.8)])
-    u1 = str(app.get_atom(a1[0]).subject_id)
+    u1 = str(app.reader.get_atom(a1[0]).subject_id)
     later = LedgerApp(Config.load(home))  # another process
     try:
         app.add_atom({"subject": "u2", "text": "elsewhere"})
@@ -270,8 +271,8 @@ def test_the_max_atoms_census_is_kept_beside_the_events_and_read_from_where_it_s
         assert sorted(known[u1]) == sorted(str(x) for x in [*a1, three])
         assert reads and min(reads) > 1  # from where the census stopped, not the start
         b = later.add_atom(_atom(text="four", salience=0.95))  # the other process's atoms
-        assert later.get_atom(b).status == "active"  # counted: one more archived
-        active = [x for x in [*a1, b] if later.get_atom(x).status == "active"]
+        assert later.reader.get_atom(b).status == "active"  # counted: one more archived
+        active = [x for x in [*a1, b] if later.reader.get_atom(x).status == "active"]
         assert len(active) == 2
         with later.tlog.engine.begin() as c:  # derived data: emptied, rebuilt the same
             c.execute(later.census.atoms.delete())

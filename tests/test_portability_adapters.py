@@ -42,12 +42,12 @@ def test_mem0_export_imports_as_sourced_inferences_and_is_idempotent(
     assert first["created"] == {"subjects": 1, "artifacts": 1, "atoms": 2}
     app = open_app(home)
     try:
-        atom = app.get_atom("alice:m-1")
+        atom = app.reader.get_atom("alice:m-1")
         assert (atom.text, atom.derivation, atom.extractor) == ("Likes green tea", "inferred",
                                                                 "unknown")
         assert atom.tags == ["food"] and atom.sensitivity == "private"
         assert atom.extensions["x-memory-ledger-source"]["sensitivity"] == "low"
-        assert app.get_artifact(atom.artifact_ids[0]).private is True  # the import source
+        assert app.reader.get_artifact(atom.artifact_ids[0]).private is True  # the import source
     finally:
         app.close()
     before = snapshot(home)
@@ -69,7 +69,7 @@ def test_pasted_memory_text_and_claude_files_import(home: Path, tmp_path: Path) 
     assert report["created"]["atoms"] == 1
     app = open_app(home)
     try:
-        atom = app.get_atom("alice:tea")
+        atom = app.reader.get_atom("alice:tea")
         assert atom.text == "Drinks green tea" and atom.gist == "Drinks green tea every morning."
     finally:
         app.close()
@@ -83,7 +83,7 @@ def test_chatgpt_conversations_become_private_chat_artifacts(home: Path,
     assert report["created"] == {"subjects": 1, "artifacts": 1, "atoms": 0}
     app = open_app(home)
     try:
-        art = app.get_artifact("alice:chatgpt.c-1")
+        art = app.reader.get_artifact("alice:chatgpt.c-1")
         assert (art.kind, art.private, art.title) == ("chat", True, "Board prep")
         assert art.body == ("[user] Help me prepare the Q4 board meeting\n\n"
                             "[assistant] Start with the numbers.")

@@ -73,9 +73,9 @@ def test_correction_survives_export_and_reimport_into_a_fresh_ledger(
 
         by_text = {a.fields["text"]: a for a in view.load(app, "u_hist").atoms}
         old, new = by_text["Works at Acme"], by_text["Works at Beta"]
-        atom = app.get_atom(old.id)
+        atom = app.reader.get_atom(old.id)
         assert atom.status == "superseded" and atom.superseded_by == str(new.id)
-        assert app.get_atom(by_text["Is in Porto this week"].id).status == "expired"
+        assert app.reader.get_atom(by_text["Is in Porto this week"].id).status == "expired"
     finally:
         app.close()
     # and the fresh ledger exports the same history again

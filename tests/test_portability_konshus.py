@@ -44,13 +44,13 @@ def test_seed_example_imports_with_art_144_kept_unresolved(home: Path, tmp_path:
     assert "art_144" in r.err and "unresolved" in r.err
     app = open_app(home)
     try:
-        a1 = app.get_atom("user_9f4e...:atom_001")
-        art = app.get_artifact("user_9f4e...:art_101")
+        a1 = app.reader.get_atom("user_9f4e...:atom_001")
+        art = app.reader.get_artifact("user_9f4e...:art_101")
         assert a1.artifact_ids == [str(art.id)]  # cites the artifact that was shipped
         assert a1.derivation == "inferred" and a1.sensitivity == "public"
         assert a1.extensions["x-memory-ledger-source"] == {
             "created_at": "2026-01-12T18:44:00Z", "unresolved": ["art_144"]}
-        assert app.get_subject("user_9f4e...").display_name == "J. Miller"
+        assert app.reader.get_subject("user_9f4e...").display_name == "J. Miller"
         # nothing lost: our export is the seed, but for who exported it and when
         out = export_doc(app, "konshus", "user_9f4e...")
     finally:
@@ -91,8 +91,8 @@ def test_citation_resolves_against_artifacts_already_in_the_ledger(app: Any) -> 
     later["atoms"][0]["provenance"]["artifact_ids"] = ["art_101"]
     report = import_doc(app, "konshus", dumps(later))
     assert report["created"]["atoms"] == 1
-    assert app.get_atom("user_9f4e...:atom_003").artifact_ids == \
-        [str(app.get_artifact("user_9f4e...:art_101").id)]
+    assert app.reader.get_atom("user_9f4e...:atom_003").artifact_ids == \
+        [str(app.reader.get_artifact("user_9f4e...:art_101").id)]
 
 
 # --- the schema and the provenance rule reject what the standard rejects -------------------
@@ -190,7 +190,7 @@ def test_provider_fields_are_kept_and_exported_again(app: Any) -> None:
     doc["x-provider"] = {"konshus": True}
     report = import_doc(app, "konshus", dumps(doc))
     assert any("$.x-provider" in w for w in report["warnings"])  # no place for it: reported
-    atom = app.get_atom("user_9f4e...:atom_002")
+    atom = app.reader.get_atom("user_9f4e...:atom_002")
     # kept sealed with the atom (issue 20 item 6), not in the plaintext extensions
     assert "x-konshus-vault" not in atom.extensions
     assert atom.source_data["provider"]["x-konshus-vault"] == {"slot": 7, "tags": ["a"]}
@@ -208,13 +208,13 @@ def test_subject_controls_the_id(app: Any) -> None:
 
 def test_erased_atoms_never_leave_and_are_not_resurrected(app: Any) -> None:
     import_doc(app, "konshus", dumps(KONSHUS_EXAMPLE))
-    atom = app.get_atom("user_9f4e...:atom_002")
+    atom = app.reader.get_atom("user_9f4e...:atom_002")
     app.destroy_data_key(atom.id, "erasure")
     out = export_doc(app, "konshus", None)
     assert [a["atom_id"] for a in out["atoms"]] == ["atom_001"]
     report = import_doc(app, "konshus", dumps(KONSHUS_EXAMPLE))  # the stale export again
     assert report["created"]["atoms"] == 0
-    assert app.get_atom("user_9f4e...:atom_002").content_erased
+    assert app.reader.get_atom("user_9f4e...:atom_002").content_erased
 
 
 def test_import_and_export_log_ids_and_counts_never_content(app: Any, tmp_path: Path) -> None:

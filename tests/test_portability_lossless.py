@@ -177,7 +177,7 @@ def test_tombstone_for_an_entity_and_edge_erases_them_and_a_stale_bundle_does_no
         assert len(gone) == 2 and all(x.content is None for x in gone)
         for x in gone:  # the data keys are destroyed: no ciphertext can be opened
             assert app.datakeys.destroyed_at(str(x.id)) is not None
-        sid = str(app.subject_id("u_graph"))
+        sid = str(app.reader.subject_id("u_graph"))
         assert {x.id for x in gone} <= set(records.of_subject(app, sid))
     finally:
         app.close()
@@ -211,11 +211,11 @@ def test_redact_user_shreds_the_subjects_records(home: Path, tmp_path: Path) -> 
     try:
         from ledger.portability import records, view
 
-        ids = records.of_subject(app, str(app.subject_id("u_graph")))
+        ids = records.of_subject(app, str(app.reader.subject_id("u_graph")))
         assert len(ids) == 2
         assert all(app.datakeys.destroyed_at(str(i)) is not None for i in ids)
         assert all(x.content is None for x in view.load(app, "u_graph").records)
-        assert {a.status for a in app.get_many(ids)} == {"hard-redacted"}
+        assert {a.status for a in app.reader.get_many(ids)} == {"hard-redacted"}
     finally:
         app.close()
     assert _markers_in_home(home, MARKERS) == []

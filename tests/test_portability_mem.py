@@ -104,7 +104,7 @@ def test_our_bundle_passes_portable_memory_and_survives_its_reference_store(
     _seeded(home, tmp_path)
     app = open_app(home)
     try:
-        app.destroy_data_key(app.get_atom(f"{S}:atom_002").id, "erasure")
+        app.destroy_data_key(app.reader.get_atom(f"{S}:atom_002").id, "erasure")
         before = export_doc(app, "konshus", S)
     finally:
         app.close()
@@ -129,7 +129,7 @@ def test_our_bundle_passes_portable_memory_and_survives_its_reference_store(
     app = open_app(home)
     try:
         after = export_doc(app, "konshus", "copy-1")
-        assert app.get_atom("copy-1:atom_002").content_erased  # the tombstone is remembered
+        assert app.reader.get_atom("copy-1:atom_002").content_erased  # the tombstone is remembered
     finally:
         app.close()
     after["subject"]["subject_id"] = S
@@ -181,10 +181,10 @@ def test_bundle_written_by_portable_memory_imports_with_nothing_lost(
     assert rep["tombstones"]["unsigned"] == 1
     app = open_app(home)
     try:
-        atom = app.get_atom("alice:m-5")
+        atom = app.reader.get_atom("alice:m-5")
         assert (atom.derivation, atom.extractor, atom.sensitivity) == ("inferred", "unknown",
                                                                       "private")
-        assert app.get_atom("alice:m-3").content_erased
+        assert app.reader.get_atom("alice:m-3").content_erased
     finally:
         app.close()
     ours = _export(home, tmp_path / "ours.mem")
@@ -237,7 +237,7 @@ def test_stale_bundle_does_not_resurrect_an_erased_atom(home: Path, tmp_path: Pa
     stale = _export(home, tmp_path / "before-erasure.mem")
     app = open_app(home)
     try:
-        atom_id = app.get_atom(f"{S}:atom_002").id
+        atom_id = app.reader.get_atom(f"{S}:atom_002").id
         app.destroy_data_key(atom_id, "erasure")
     finally:
         app.close()
@@ -261,7 +261,7 @@ def test_stale_bundle_does_not_resurrect_an_erased_atom(home: Path, tmp_path: Pa
     app = open_app(home)
     try:
         for subject in ("fresh", S):
-            a = app.get_atom(f"{subject}:atom_002")
+            a = app.reader.get_atom(f"{subject}:atom_002")
             assert a.content_erased and a.text is None
     finally:
         app.close()
@@ -288,7 +288,7 @@ def test_tombstone_from_an_untrusted_key_is_not_applied_silently(home: Path,
     assert "untrusted tombstones not applied" in r.err
     app = open_app(home)
     try:
-        assert not app.get_atom(f"{S}:atom_001").content_erased
+        assert not app.reader.get_atom(f"{S}:atom_001").content_erased
     finally:
         app.close()
 
@@ -304,7 +304,7 @@ def test_altered_tombstone_signed_by_a_trusted_key_fails_verification(
     _seeded(home, tmp_path)
     app = open_app(home)
     try:
-        app.destroy_data_key(app.get_atom(f"{S}:atom_002").id, "erasure")
+        app.destroy_data_key(app.reader.get_atom(f"{S}:atom_002").id, "erasure")
     finally:
         app.close()
     bundle = _export(home, tmp_path / "b.mem")

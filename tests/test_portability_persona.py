@@ -32,7 +32,7 @@ def _plan(doc: Any, subject: str | None = "guest-42") -> Any:
 def test_seed_atom_imports_and_exports_unchanged(app: Any) -> None:
     report = import_doc(app, "persona", dumps(PERSONA_ATOM), subject="guest-42")
     assert report["created"] == {"subjects": 1, "artifacts": 1, "atoms": 1}  # + import source
-    atom = app.get_atom("guest-42:mem:7f3a8b2c0d3e")
+    atom = app.reader.get_atom("guest-42:mem:7f3a8b2c0d3e")
     assert atom.kind == "episodic" and atom.privacy_class == "guest-pii"
     assert atom.details[2] == {"content": "she said the seafood was excellent",
                                "brightness": 0.85}
@@ -103,11 +103,11 @@ def test_hard_redacted_atom_creates_nothing_and_erases_only_when_applied(app: An
     report = import_doc(app, "persona", dumps([tomb]), subject="guest-42")
     assert report["refused"]["atoms"] == 1
     assert report["tombstones"]["not_applied_untrusted"] == ["memory 'mem:7f3a8b2c0d3e'"]
-    assert not app.get_atom("guest-42:mem:7f3a8b2c0d3e").content_erased  # unsigned claim
+    assert not app.reader.get_atom("guest-42:mem:7f3a8b2c0d3e").content_erased  # unsigned claim
     report = import_doc(app, "persona", dumps([tomb]), subject="guest-42",
                         apply_untrusted=True)
     assert report["tombstones"]["erased_existing"] == 1
-    assert app.get_atom("guest-42:mem:7f3a8b2c0d3e").content_erased
+    assert app.reader.get_atom("guest-42:mem:7f3a8b2c0d3e").content_erased
     out = export_doc(app, "persona", "guest-42")["memory"][0]
     assert out["redactionStatus"] == "hard-redacted"
     assert not {"gist", "details", "tags"} & set(out)

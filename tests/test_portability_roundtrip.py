@@ -107,7 +107,7 @@ def write(app: LedgerApp, sc: dict[str, Any]) -> None:
     for i in sc["erase"]:
         ref = sc["atoms"][i]["ref"]
         if ref is not None:
-            app.destroy_data_key(app.get_atom(ref).id, "erasure")
+            app.destroy_data_key(app.reader.get_atom(ref).id, "erasure")
     for m in sc["atoms"][:1]:
         if m["ref"] is not None and m["ref"] not in {sc["atoms"][i]["ref"] for i in sc["erase"]}:
             app.rehearse_atom(m["ref"], session_id="sess:r")

@@ -70,7 +70,7 @@ def test_item6_mem0_user_id_metadata_and_unknown_keys_gone_after_redact_user(
     _import(home, "mem0", src)
     app = open_app(home)
     try:
-        atom = app.get_atom("quinn:m-1")
+        atom = app.reader.get_atom("quinn:m-1")
         # nothing the source carried is in the plaintext extensions
         assert EMAIL not in json.dumps(atom.extensions) and META not in json.dumps(
             atom.extensions)

@@ -132,14 +132,14 @@ def test_recall_rehearses_unless_told_not_to(seeded: dict[str, str], home: Path,
     assert [d["atom_id"] for d in data] == [seeded["new"]]
     assert data[0]["rehearsed"] is False and data[0]["marker"] in ("recent, vivid", "vivid")
     assert {"atom_id", "text", "salience", "marker"} <= set(data[0])
-    assert app.get_atom(seeded["new"]).rehearsal_count == 0
+    assert app.reader.get_atom(seeded["new"]).rehearsal_count == 0
     r = run(home, "recall", "where does she work", "--subject", "u1", "-k", "3",
             "--session", "sess:9")
     assert r.code == 0, r.err
     assert r.out.startswith("## What you remember")
     assert "Works at Beta as a manager" in r.out and "Acme" not in r.out
     assert "OK: recalled 1 of 1 matching memories; rehearsals recorded" in r.err
-    assert app.get_atom(seeded["new"]).rehearsal_count == 1
+    assert app.reader.get_atom(seeded["new"]).rehearsal_count == 1
     r = run(home, "recall", "", "--subject", "u1")
     assert r.code == 2 and "query is empty" in r.err
 

@@ -210,14 +210,14 @@ def test_position_is_never_applied_twice(app: LedgerApp,
     with projections(app) as p:
         p.catch_up()
         before = p.dump()
-        entries = decode(app, list(app.stored_records()))
+        entries = decode(app.reader, list(app.reader.stored_records()))
         for model in p.models:
             assert p.runner.apply_entries(model, entries) == 0, model.name
         assert p.dump() == before
         # new events plus already applied ones: only the new ones are applied
         clock.tick(hours=1)
         app.add_atom({"subject": "u1", "text": "one more fact"})
-        entries = decode(app, list(app.stored_records()))
+        entries = decode(app.reader, list(app.reader.stored_records()))
         for model in p.models:
             assert p.runner.apply_entries(model, entries) == 1, model.name
         assert p.dump() == fresh_dump(app)
@@ -285,7 +285,7 @@ def test_crash_between_batches_resumes_without_loss_or_duplicates(
     seed(app, Clock(monkeypatch))
     with projections(app) as p:
         models = [CrashingModel(m, after=9) if m.name == name else m for m in p.models]
-        crashing = Runner(app, p.store, models, p.registry, batch_size=4)  # type: ignore[arg-type]
+        crashing = Runner(app.reader, p.store, models, p.registry, batch_size=4)  # type: ignore[arg-type]
         with pytest.raises(Crash):
             crashing.catch_up()
         status = {s.name: s for s in p.status()}

@@ -205,7 +205,7 @@ def test_hard_tombstone_and_artifact_deletion_purge_every_route(
         for item in (atom, art):
             assert all(r.reach is Reach.NOT_REACHABLE for r in p.probe(str(item), marker))
         with p.store.engine.connect() as conn:
-            (artifact,) = p.atoms.artifacts_of(conn, str(app.subject_id("u1")))
+            (artifact,) = p.atoms.artifacts_of(conn, str(app.reader.subject_id("u1")))
             assert artifact["status"] == "deleted" and artifact["body"] is None
             assert p.atoms.atom(conn, str(atom))["status"] == "deleted"  # type: ignore[index]
 

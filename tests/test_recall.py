@@ -115,7 +115,7 @@ def test_vector_search_is_the_same_with_and_without_numpy(app: LedgerApp,
     app.add_atoms([{"subject": "u1", "text": f"Likes {words[i % 8]} and {words[(i * 3) % 8]}"}
                    for i in range(40)])
     proj.catch_up()
-    sid = str(app.subject_id("u1"))
+    sid = str(app.reader.subject_id("u1"))
     with proj.store.engine.connect() as conn:
         plain = proj.vectors.search(conn, sid, "tea and roses", k=10, use_numpy=False)
         default = proj.vectors.search(conn, sid, "tea and roses", k=10)
@@ -167,7 +167,7 @@ def test_vector_segments_survive_purges_flags_and_rebuilds(app: LedgerApp,
         app.destroy_data_key(atoms[1], "erasure")
         app.correct_atom(str(atoms[4]), {"text": "Sails a yacht named Tide"})
         p.catch_up()
-        sid = str(app.subject_id("u1"))
+        sid = str(app.reader.subject_id("u1"))
         with p.store.engine.connect() as conn:
             segments = conn.execute(p.vectors.segments.select()).all()
             found = p.vectors.search(conn, sid, "boat named Wave", k=20)

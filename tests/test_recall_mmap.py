@@ -58,7 +58,7 @@ def _answers(p: Any) -> list[tuple[list[str], list[float]]]:
 
 
 def _entry(p: Any, app: LedgerApp) -> SubjectIndex:
-    sid = str(app.resolve_subject("u1"))
+    sid = str(app.reader.resolve_subject("u1"))
     with p.store.engine.connect() as conn:
         entry = p.index.get(conn, sid, p._positions(conn))
     p.index.wait()
@@ -84,7 +84,7 @@ def test_written_then_mapped_with_the_answers_of_warm(app: LedgerApp, home: Path
     with projections(app, embedder=WordLlamaEmbedder()) as p:
         p.catch_up()
         warm = _answers(p)
-        path = p.index.path(str(app.resolve_subject("u1")))
+        path = p.index.path(str(app.reader.resolve_subject("u1")))
         assert path is not None and path.parent == home / "recall-index"
         assert path.is_file()
         entry = _entry(p, app)
@@ -138,7 +138,7 @@ def test_brought_up_to_date_and_rebuilt_consistently(
     app.destroy_data_key(uuid.UUID(ids[5]), "test")
     with projections(app, embedder=WordLlamaEmbedder()) as p:
         p.catch_up()
-        path = Path(str(p.index.path(str(app.resolve_subject("u1")))))
+        path = Path(str(p.index.path(str(app.reader.resolve_subject("u1")))))
         entry = _entry(p, app)
         assert entry._mm is not None  # the file, and the rows since
         assert ids[5] not in entry.slot_of and more[-1] in entry.slot_of
@@ -174,7 +174,7 @@ def test_erasure_leaves_no_byte_of_the_atom_in_the_file(app: LedgerApp, home: Pa
         _answers(p)
         entry = _entry(p, app)
         vector = entry.matrix[entry.slot_of[gone]].tobytes()
-        path = Path(str(p.index.path(str(app.resolve_subject("u1")))))
+        path = Path(str(p.index.path(str(app.reader.resolve_subject("u1")))))
         data = path.read_bytes()
         assert gone.encode() in data and vector in data
         assert {r.route: r for r in p.probe(gone, None)}["recall-index"].hits
@@ -208,7 +208,7 @@ def test_an_erasure_in_another_process_is_purged_from_the_file_on_refresh(
     with projections(app, embedder=WordLlamaEmbedder()) as p:
         p.catch_up()
         _answers(p)
-        path = Path(str(p.index.path(str(app.resolve_subject("u1")))))
+        path = Path(str(p.index.path(str(app.reader.resolve_subject("u1")))))
         entry = _entry(p, app)
         vector = entry.matrix[entry.slot_of[ids[7]]].tobytes()
         folder, p.index.folder = p.index.folder, None  # this process does not reach it
@@ -259,7 +259,7 @@ def test_a_purge_during_a_save_waits_for_it_then_purges_the_new_file(
     monkeypatch.setattr(recall_module, "_write_snapshot", slow)
     with projections(app, embedder=WordLlamaEmbedder()) as p:
         p.catch_up()
-        sid = str(app.resolve_subject("u1"))
+        sid = str(app.reader.resolve_subject("u1"))
         with p.store.engine.connect() as conn:
             entry = p.index.get(conn, sid, p._positions(conn))
         vector = entry.matrix[entry.slot_of[ids[3]]].tobytes()

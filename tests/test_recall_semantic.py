@@ -100,7 +100,7 @@ def test_erasure_reaches_the_recall_index_and_the_dense_vectors(
     with projections(app, embedder=WordLlamaEmbedder()) as p, contextlib.ExitStack():
         # (the random marker's subword tokens blur its embedding: ask by keyword too)
         assert p.recall("nurse clinic", "u1", k=1).atom_ids == [atom]  # index holds it
-        entry = p.index._entries[str(app.resolve_subject("u1"))]
+        entry = p.index._entries[str(app.reader.resolve_subject("u1"))]
         slot = entry.slot_of[atom]
         assert np.any(entry.matrix[slot] != 0)
         before = {r.route: r for r in p.probe(atom, f"{JOB} {marker}")}

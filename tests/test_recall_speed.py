@@ -67,7 +67,7 @@ def test_bounded_keyword_search_of_a_large_subject(
     app.add_atom({"subject": "u2", "text": "A nurse on a rainy day"})
     with projections(app, embedder=WordLlamaEmbedder()) as p:
         p.catch_up()
-        sid = str(app.resolve_subject("u1"))
+        sid = str(app.reader.resolve_subject("u1"))
         with p.store.engine.connect() as conn:
             plain = p.keyword.search(conn, sid, "nurse sunny day", 10)
             # u1 holds most of the index: filtered in the join, same rows and scores
@@ -95,7 +95,7 @@ def test_sign_bit_shortlist_finds_the_exact_best_and_forgets_erased(
     ids = [str(a) for a in app.add_atoms([{"subject": "u1", "text": t} for t in texts])]
     with projections(app, embedder=WordLlamaEmbedder()) as p:
         p.catch_up()
-        sid = str(app.resolve_subject("u1"))
+        sid = str(app.reader.resolve_subject("u1"))
         with p.store.engine.connect() as conn:
             entry = p.index.get(conn, sid, p._positions(conn))
         assert len(entry.live()) == 60

@@ -61,9 +61,9 @@ def imported(home: Path, tmp_path: Path) -> dict[str, str]:
          "--text", "Plans to go sailing with her sister again")
     app = LedgerApp(Config.load(home))
     try:
-        ids = {name: str(app.get_atom(f"u1:{name}").id)
+        ids = {name: str(app.reader.get_atom(f"u1:{name}").id)
                for name in ("summer", "winter", "lessons")}
-        ids["plans"] = str(app.get_atom("plans").id)
+        ids["plans"] = str(app.reader.get_atom("plans").id)
     finally:
         app.close()
     # the read models catch up once, so that refused requests below can change nothing

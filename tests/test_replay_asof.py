@@ -115,7 +115,7 @@ def test_state_reads_only_that_subjects_events(app: LedgerApp,
         view = p.state_as_of("u1", NOW)
         assert sorted(ids(view.valid)) == sorted(str(a) for a in mine)
         # (the subject id is also read once to resolve the ref)
-        assert set(read) == {str(app.subject_id("u1"))} | {str(a) for a in mine}
+        assert set(read) == {str(app.reader.subject_id("u1"))} | {str(a) for a in mine}
         assert not set(read) & {str(a) for a in theirs}
         with pytest.raises(NotFound):
             p.state_as_of("nobody", NOW)

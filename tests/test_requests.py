@@ -51,7 +51,7 @@ def test_a_request_turns_overdue_exactly_at_its_deadline(app: LedgerApp, home: P
                                                          clock_at: Any) -> None:
     _policy(app, **SLA)
     app.register_subject({"ref": "u1"})
-    ack, done = sla_hours(app.policy())
+    ack, done = sla_hours(app.reader.policy())
     assert (ack, done) == (12.0, 48.0)
     rid = str(app.receive_request("u1", "GDPR Art. 17", "operator", ack, done))
     deadline = T0 + timedelta(hours=48)

@@ -280,7 +280,7 @@ def test_rebuild_keeps_every_row_rowid_and_index_of_each_kind_of_table(
     with store.engine.connect() as c:
         assert c.exec_driver_sql("PRAGMA integrity_check").scalar() == "ok"
         c.exec_driver_sql("INSERT INTO proj_kw_fts(proj_kw_fts) VALUES ('integrity-check')")
-        sid = str(app.resolve_subject("u1"))
+        sid = str(app.reader.resolve_subject("u1"))
         assert len(proj.keyword.search(c, sid, "violin", k=500)) > 10
     with pytest.raises(ValueError, match="no table or index"):
         store.rebuild("no_such_table")
@@ -300,7 +300,7 @@ def test_erased_words_leave_the_keyword_index_without_optimize(
     for start in range(0, 1200, 300):  # several segments, as a real index has
         app.add_atoms([{"subject": "u1", "text": t} for t in _texts(300, start)])
         proj.catch_up()
-    sid = str(app.resolve_subject("u1"))
+    sid = str(app.reader.resolve_subject("u1"))
     with proj.store.engine.connect() as c:
         assert [a for a, _ in proj.keyword.search(c, sid, word)] == [doomed]
         segments = c.exec_driver_sql("SELECT count(DISTINCT segid) FROM proj_kw_fts_idx")
@@ -369,7 +369,7 @@ def test_an_index_made_by_an_older_sqlite_is_migrated_in_place(
         with new.store.engine.connect() as c:
             assert c.exec_driver_sql("SELECT v FROM proj_kw_fts_config "
                                      "WHERE k = 'secure-delete'").scalar() == 1
-            sid = str(app.resolve_subject("u1"))
+            sid = str(app.reader.resolve_subject("u1"))
             assert len(new.keyword.search(c, sid, "violin", k=100)) > 3
         new.close()
     finally:

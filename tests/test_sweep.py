@@ -81,14 +81,14 @@ def test_each_class_expires_exactly_on_its_day_and_not_before(
     rows = RawStore(home).rows()
     early = sweep(app, proj)
     assert early["status"] == "nothing-due" and early["due"] == []
-    assert app.get_atom(atom).status == "active" and RawStore(home).rows() == rows
+    assert app.reader.get_atom(atom).status == "active" and RawStore(home).rows() == rows
     clock_at(T0 + timedelta(days=days))  # day N, 00:00:00
     done = sweep(app, proj)
     assert done["status"] == "swept"
     (due,) = done["due"]
     assert due["atom_id"] == atom and due["rule"] == "retention"
     assert due["due_at"] == clock.format_instant(T0 + timedelta(days=days))
-    got = app.get_atom(atom)
+    got = app.reader.get_atom(atom)
     if archive:
         assert done["archived"]["atom_ids"] == [atom] and done["erased"]["count"] == 0
         assert got.status == "archived" and not got.content_erased
@@ -163,8 +163,8 @@ def test_decay_below_minimum_salience_is_archived_on_time(app: LedgerApp, proj: 
     done = sweep(app, proj)
     assert done["archived"]["atom_ids"] == [atom] and done["due"][0]["rule"] == "decay"
     assert done["archived"]["by_rule"] == {"retention": 0, "decay": 1}
-    assert app.get_atom(atom).status == "archived"
-    assert app.get_atom(still).status == "active"  # no profile: it does not decay
+    assert app.reader.get_atom(atom).status == "archived"
+    assert app.reader.get_atom(still).status == "active"  # no profile: it does not decay
 
 
 def test_tombstone_records_are_kept_for_their_retention_then_dropped(
@@ -185,7 +185,7 @@ def test_tombstone_records_are_kept_for_their_retention_then_dropped(
     assert done["tombstone_records_dropped"] == {"count": 1, "atom_ids": [atom]}
     assert atom not in {r["atom_id"] for r in proj.memory_list("u1")}
     assert RawStore(home).rows() == rows  # the signed tombstone stays in the log
-    assert app.get_atom(atom).status == "deleted"
+    assert app.reader.get_atom(atom).status == "deleted"
     assert sweep(app, proj)["status"] == "nothing-due"
     assert run_cli("--home", str(home), "verify").code == 0
 
@@ -221,7 +221,7 @@ def test_due_atoms_are_found_by_index_not_by_scan(app: LedgerApp, proj: Projecti
     _setup(app)
     app.add_atoms([_atom("non-pii", f"n {i}") for i in range(20)])
     proj.catch_up()
-    policy = app.policy()
+    policy = app.reader.policy()
     assert policy is not None
     assert plan_sweep(proj, policy, T0).empty
     if backend != "sqlite":

@@ -103,8 +103,8 @@ def _forge_rehearsal(home: Path, signer: Signer, atom_id: str, seq: int | None =
     (its envelope's ``seq``: the next one, or ``seq``)."""
     app = LedgerApp(Config.load(home))
     try:
-        atom = app.get_atom(atom_id)
-        head, _ = app.head()
+        atom = app.reader.get_atom(atom_id)
+        head, _ = app.reader.head()
         atom.trigger_event(Atom.Rehearsed, timestamp=clock.now(), session_id=None, reason=None)
         app.mapper.begin(signer, head + 1 if seq is None else seq)  # type: ignore[attr-defined]
         try:
@@ -287,6 +287,6 @@ def test_own_events_read_back_unverified_but_a_changed_byte_is_caught(
     other = LedgerApp(Config.load(home))  # another process verifies everything it reads
     try:
         with pytest.raises(EventIntegrityError):
-            other.get_atom(atom)
+            other.reader.get_atom(atom)
     finally:
         other.close()

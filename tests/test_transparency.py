@@ -21,7 +21,7 @@ def _h(home: Path, *args: str):  # type: ignore[no-untyped-def]
 def _populate(home: Path, n: int = 4, ref: str = "u1") -> list[str]:
     app = LedgerApp(Config.load(home))
     try:
-        if not app.exists(app.subject_id(ref)):
+        if not app.reader.exists(app.reader.subject_id(ref)):
             app.register_subject({"ref": ref})
         return [str(app.add_atom({"subject": ref, "text": f"fact {i}"})) for i in range(n)]
     finally:
@@ -180,7 +180,7 @@ def test_proofs_still_verify_after_crypto_shredding(home: Path, tmp_path: Path) 
     con = _h(home, "prove", "--consistency", str(old), "--json")
     app = LedgerApp(Config.load(home))
     try:
-        app.destroy_data_key(app.resolve("atom", ids[2]), "erasure")
+        app.destroy_data_key(app.reader.resolve("atom", ids[2]), "erasure")
     finally:
         app.close()
     log_pub = str(home / "keys" / "log.pub")

@@ -60,7 +60,7 @@ def local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LedgerApp
 
 def _in_memory(app: LedgerApp) -> list[Rec]:
     return [Rec(int(r.id), str(r.originator_id), int(r.originator_version), str(r.topic),
-                bytes(r.state)) for r in app.stored_records()]
+                bytes(r.state)) for r in app.reader.stored_records()]
 
 
 def test_the_pure_checks_verify_bytes_held_in_memory(local: LedgerApp) -> None:
@@ -93,7 +93,7 @@ def test_check_chain_fails_on_a_proof_that_does_not_join_the_checkpoints(
     old = local.latest_checkpoint()
     local.add_atom({"subject": "u1", "text": "later"})
     new = local.checkpoint([])
-    assert check_chain([old, new], local.consistency_proof) is None
+    assert check_chain([old, new], local.reader.consistency_proof) is None
     failure = check_chain([old, new], lambda a, b: [bytes(32)])
     assert failure is not None and failure.step == "8.3"
     assert f"size {new.size} does not extend the one of size {old.size}" in failure.reason
@@ -108,21 +108,21 @@ def test_since_gathers_then_verifies_what_was_gathered(local: LedgerApp) -> None
     kept, m = cp.note, cp.size
     local.add_atoms([{"subject": "u1", "text": f"new {i}"} for i in range(3)])
     seen: list[tuple[str, int, int]] = []
-    inputs = gather_since(local, kept, lambda *step: seen.append(step))
+    inputs = gather_since(local.reader, kept, lambda *step: seen.append(step))
     report, extra = verify_after(inputs, root)
     assert report.ok and report.events == 3 and extra["since"] == m and extra["size"] == m + 3
     assert seen[0] == ("Verifying events", 0, 3) and seen[-1] == ("Verifying events", 3, 3)
-    after = list(gather_since(local, kept).after)
+    after = list(gather_since(local.reader, kept).after)
     bad = after[1]
     changed = Rec(int(bad.id), str(bad.originator_id), int(bad.originator_version),
                   str(bad.topic), bad.state.replace(b'"seq":%d' % (m + 2), b'"seq":%d' % (m + 3)))
     assert changed.state != bad.state
-    tampered = dataclasses.replace(gather_since(local, kept), after=[after[0], changed])
+    tampered = dataclasses.replace(gather_since(local.reader, kept), after=[after[0], changed])
     report, _ = verify_after(tampered, root)
     assert not report.ok and report.failure is not None
     assert report.failure.position == int(bad.id)
     # The entry used by `ledger verify` agrees with the two halves.
-    assert verify_ledger(local, root, since=kept).as_json()["size"] == m + 3
+    assert verify_ledger(local.reader, root, since=kept).as_json()["size"] == m + 3
 
 
 def _pack(tmp_path: Path, zipped: bool = False) -> tuple[Path, bytes]:
@@ -225,7 +225,7 @@ def test_proofs_are_built_by_the_ledger_and_checked_from_documents_alone(
     )
 
     kept = local.latest_checkpoint().note
-    first = next(iter(local.stored_records()))
+    first = next(iter(local.reader.stored_records()))
     eid = f"{first.originator_id}/{first.originator_version}"
     local.add_atom({"subject": "u1", "text": "later"})
     local.checkpoint([])

@@ -55,8 +55,8 @@ def identity(kind: str, line: dict[str, Any]) -> str | None:
 def record_uuid(app: LedgerApp, subject_ref: str, kind: str, ident: str | None) -> UUID:
     """The aggregate id of a record (a new random one when it has no identity)."""
     if ident is None:
-        return app._ref_id("record", None)
-    return app._ref_id("record", f"{subject_ref}/{kind}/{ident}")
+        return app.reader.ref_id("record", None)
+    return app.reader.ref_id("record", f"{subject_ref}/{kind}/{ident}")
 
 
 def id_uuid(app: LedgerApp, subject_ref: str, kind: str, local_id: str) -> UUID:
@@ -91,8 +91,8 @@ def plan(app: LedgerApp, subject_ref: str, lines: Sequence[tuple[str, dict[str, 
             continue
         uid = record_uuid(app, subject_ref, kind, ident)
         wanted.setdefault(uid, (kind, line))
-    existing = {u for u in wanted if app.exists(u)}
-    current = {a.id: a for a in app.get_many(sorted(existing))} if existing else {}
+    existing = {u for u in wanted if app.reader.exists(u)}
+    current = {a.id: a for a in app.reader.get_many(sorted(existing))} if existing else {}
     out = RecordPlan(create=[], supersede=[], skipped=0, shred=[])
     for uid, (kind, line) in wanted.items():
         agg = current.get(uid)
@@ -103,14 +103,14 @@ def plan(app: LedgerApp, subject_ref: str, lines: Sequence[tuple[str, dict[str, 
         else:
             out.supersede.append((uid, dict(line or {})))
     hit = [id_uuid(app, subject_ref, kind, local) for kind, local, apply in erase if apply]
-    hit = [u for u in dict.fromkeys(hit) if app.exists(u)]
-    for agg in app.get_many(hit) if hit else []:
+    hit = [u for u in dict.fromkeys(hit) if app.reader.exists(u)]
+    for agg in app.reader.get_many(hit) if hit else []:
         if agg.content is not None and not agg.content_erased:
             out.shred.append(agg.id)
     made = {c[0] for c in out.create}
     for kind, local in placeholders:
         uid = id_uuid(app, subject_ref, kind, local)
-        if uid not in made and not app.exists(uid):
+        if uid not in made and not app.reader.exists(uid):
             out.create.append((uid, kind, None))
             made.add(uid)
     return out
@@ -123,7 +123,7 @@ def build(app: LedgerApp, subject_id: UUID, rp: RecordPlan, at: Any) -> list[Any
         out.append(Record._create(Record.Created, id=uid, timestamp=at,
                                   subject_id=str(subject_id), kind=kind, content=line))
     if rp.supersede:
-        by_id = {a.id: a for a in app.get_many([u for u, _ in rp.supersede])}
+        by_id = {a.id: a for a in app.reader.get_many([u for u, _ in rp.supersede])}
         for uid, line in rp.supersede:
             agg = by_id[uid]
             if agg.content_erased:
@@ -138,7 +138,7 @@ def of_subject(app: LedgerApp, subject_id: str) -> list[UUID]:
     the clear there); no read model holds records."""
     from ledger import envelope
 
-    rows = app.notifications(start=1, limit=10**9,
+    rows = app.reader.notifications(start=1, limit=10**9,
                              topics=[Record.Created.TOPIC])
     ids = [UUID(str(n.originator_id)) for n in rows
            if envelope.open_state(n.state).envelope["payload"].get("subject_id")
@@ -149,7 +149,7 @@ def of_subject(app: LedgerApp, subject_id: str) -> list[UUID]:
 def live_of(app: LedgerApp, subject_id: str) -> list[Any]:
     """The subject's records whose content is still there (erasure targets)."""
     ids = of_subject(app, subject_id)
-    return [a for a in app.get_many(ids) if a.content is not None and not a.content_erased
+    return [a for a in app.reader.get_many(ids) if a.content is not None and not a.content_erased
             ] if ids else []
 
 

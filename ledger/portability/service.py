@@ -46,9 +46,9 @@ def _check(model: Any, data: dict[str, Any], what: str) -> None:
 def _exists(app: LedgerApp, kind: str, ref: str) -> UUID | None:
     try:
         if kind == "subject":
-            sid: UUID = app.subject_id(ref)
-            return sid if app.exists(sid) else None
-        found: UUID = app.resolve(kind, ref)
+            sid: UUID = app.reader.subject_id(ref)
+            return sid if app.reader.exists(sid) else None
+        found: UUID = app.reader.resolve(kind, ref)
         return found
     except NotFound:
         return None
@@ -193,7 +193,7 @@ def _restore_statuses(app: LedgerApp, plan: Plan, ids: dict[str, dict[str, str]]
             continue
         successor = None
         if status == "superseded" and side.get("superseded_by"):
-            successor = app._ref_id("atom", namespaced(plan.subject_ref,
+            successor = app.reader.ref_id("atom", namespaced(plan.subject_ref,
                                                        str(side["superseded_by"]))[0])
         items.append((UUID(ids["atoms"][m["ref"]]), status, successor, m.get("valid_to")))
     if not items:

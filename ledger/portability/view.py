@@ -120,8 +120,8 @@ def fold(app: LedgerApp, batch: int = 5000, progress: Steps | None = None
     ``progress`` hears the log position read, of the head's."""
     aggs: dict[UUID, Any] = {}
     rows: list[Any] = []
-    head = app.head_position() if progress is not None else 0
-    for n in app.stored_records(batch=batch):
+    head = app.reader.head_position() if progress is not None else 0
+    for n in app.reader.stored_records(batch=batch):
         if n.topic.startswith(_TOPICS):
             rows.append(n)
         if len(rows) >= batch:
@@ -138,8 +138,8 @@ def fold(app: LedgerApp, batch: int = 5000, progress: Steps | None = None
 def _apply(app: LedgerApp, rows: list[Any], aggs: dict[UUID, Any]) -> None:
     if not rows:
         return
-    app.prefetch_data_keys({str(n.originator_id) for n in rows})  # one query per batch
-    for event in app.open_events(rows):
+    app.reader.prefetch_data_keys({str(n.originator_id) for n in rows})  # one query per batch
+    for event in app.reader.open_events(rows):
         aggs[event.originator_id] = event.mutate(aggs.get(event.originator_id))
 
 
