@@ -170,3 +170,33 @@ def test_governance_functions_are_short_steps() -> None:
          "--output-format", "concise", str(REPO / "governance")],
         capture_output=True, text=True, cwd=REPO, check=False)
     assert ruff.returncode == 0, "governance functions too complex:\n" + ruff.stdout
+
+
+WRITE_SIDE = ("ledger.application", "ledger.write_side", "ledger.memory_commands",
+              "ledger.erasure_commands")
+APPLICATION_MAX_LINES = 500
+
+
+def test_reads_are_a_reader_apart_from_the_commands() -> None:
+    """Issue 32 (ADR 0071): the ledger's reads are :class:`ledger.reader.LedgerReader`'s,
+    and no read is passed through the application again; the read models and
+    verification are handed the reader and cannot reach a command (no import of the write
+    side, not even for type checking); ``LedgerApp``'s module stays under 500 lines."""
+    import grimp
+
+    from ledger.application import LedgerApp
+    from ledger.reader import LedgerReader
+
+    reads = {n for n in vars(LedgerReader) if not n.startswith("_")}
+    passed_through = sorted(n for n in reads if hasattr(LedgerApp, n))
+    assert not passed_through, f"reads the application passes through: {passed_through}"
+    graph = grimp.build_graph("ledger", "keys", "rawfiles", "projections",
+                              exclude_type_checking_imports=False)
+    readers = ["ledger.reader", "ledger.verification", "ledger.verify",
+               *sorted(graph.find_descendants("projections"))]
+    for importer in readers:
+        for imported in WRITE_SIDE:
+            chain = graph.find_shortest_chain(importer=importer, imported=imported)
+            assert chain is None, " -> ".join(chain or ())
+    lines = len((REPO / "ledger" / "application.py").read_text(encoding="utf-8").splitlines())
+    assert lines < APPLICATION_MAX_LINES, f"ledger/application.py has {lines} lines"
