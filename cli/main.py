@@ -332,7 +332,7 @@ def atom_add(
 
     data = AtomIn.unchecked(
         subject=subject, text=text, kind=kind, ref=ref, gist=gist,
-        details=[Detail.unchecked(**d) for d in _details(detail or [])], tags=tag or [],
+        details=[Detail.model_construct(**d) for d in _details(detail or [])], tags=tag or [],
         confidence=confidence, sensitivity=sensitivity,
         valid_from=_when(valid_from, "--valid-from"), valid_to=_when(valid_to, "--valid-to"),
         derivation=derivation, artifact_ids=artifact or [], extractor=extractor,

@@ -91,34 +91,36 @@ class DecayProfileInput(_Input):
     detail_decay_rate: float = Field(default=1.5, gt=0, alias="detailDecayRate")
 
 
-class AtomInput(_Input):
-    subject: str
-    ref: str | None = Field(default=None, pattern=REF_PATTERN)
+MAX_SOURCES = 1000
+"""The most artifacts one atom cites, and the most sources it may require."""
+
+
+class AtomProposal(_Input):
+    """An atom's fields as a caller proposes them, declared once: the command's
+    (:class:`AtomInput`) and the API's (``service.models.AtomIn``) are this model with
+    what each adds, so their limits cannot disagree (issue 32)."""
+
+    subject: str | None = None
+    text: str = Field(min_length=1, max_length=MAX_ATOM_TEXT,
+                      description="One short sentence a person can review (encrypted).")
     kind: AtomKind = "fact"
-    text: str = Field(min_length=1, max_length=MAX_ATOM_TEXT)
+    ref: str | None = Field(default=None, pattern=REF_PATTERN)
     gist: str | None = Field(default=None, max_length=MAX_GIST)
     details: list[Detail] = Field(default_factory=list, max_length=100)
     tags: list[str] = Field(default_factory=list, max_length=100)
     confidence: float | None = Field(default=None, ge=0.0, le=1.0)
     sensitivity: Sensitivity = "private"
-    valid_from: datetime | None = None
-    valid_to: datetime | None = None
     derivation: Derivation = "stated"
-    artifact_ids: list[str] = Field(default_factory=list, max_length=1000)
+    artifact_ids: list[str] = Field(default_factory=list, max_length=MAX_SOURCES,
+                                    description="Artifact refs or ids it was drawn from.")
     extractor: str | None = Field(default=None, max_length=200)
     human_reviewed: bool = False
     salience: float = Field(default=0.5, ge=0.0, le=1.0)
     emotional_valence: float = Field(default=0.0, ge=-1.0, le=1.0)
-    decay_profile: DecayProfileInput | None = None
     privacy_class: PrivacyClass | None = None
     consent_basis: ConsentBasis | None = None
     session_id: str | None = Field(default=None, max_length=200)
-    min_sources: int = Field(default=1, ge=1, le=1000)
-    extensions: dict[str, Any] | None = None
-    #: Importer-carried source data (sealed under the atom's data key; ADR 0004).
-    source_data: dict[str, Any] | None = None
-
-    _utc_valid = field_validator("valid_from", "valid_to")(_utc)
+    min_sources: int = Field(default=1, ge=1, le=MAX_SOURCES)
 
     @field_validator("tags")
     @classmethod
@@ -127,6 +129,22 @@ class AtomInput(_Input):
             if not t or len(t) > 100:
                 raise ValueError("each tag must have 1 to 100 characters")
         return tags
+
+
+class AtomInput(AtomProposal):
+    """The atom command's input: a proposal with its subject named, its times parsed,
+    and what only an import or the ledger itself gives (a decay profile, extensions, the
+    source data an importer carries)."""
+
+    subject: str
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    decay_profile: DecayProfileInput | None = None
+    extensions: dict[str, Any] | None = None
+    #: Importer-carried source data (sealed under the atom's data key; ADR 0004).
+    source_data: dict[str, Any] | None = None
+
+    _utc_valid = field_validator("valid_from", "valid_to")(_utc)
 
     @field_validator("extensions")
     @classmethod

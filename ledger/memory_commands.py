@@ -8,10 +8,10 @@ its reader (ADR 0071).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
 import structlog
@@ -234,16 +234,16 @@ class MemoryCommands(WriteSide):
         object.__setattr__(created, "__dict__", state)
         return created
 
-    def add_atom(self, data: dict[str, Any], actor: str | None = None) -> UUID:
+    def add_atom(self, data: AtomItem, actor: str | None = None) -> UUID:
         return self.add_atoms([data], actor)[0]
 
-    def add_atoms(self, items: Sequence[dict[str, Any]], actor: str | None = None,
+    def add_atoms(self, items: Sequence[AtomItem], actor: str | None = None,
                   sources: Sequence[dict[str, Any]] = ()) -> list[UUID]:
         """Record atoms in one command: all are written, or none; their ids. See
         :meth:`write_atoms` for the rest of what the command did."""
         return self.write_atoms(items, actor, sources).ids
 
-    def write_atoms(self, items: Sequence[dict[str, Any]], actor: str | None = None,
+    def write_atoms(self, items: Sequence[AtomItem], actor: str | None = None,
                     sources: Sequence[dict[str, Any]] = ()) -> AtomsWritten:
         """Record atoms in one command: all are written, or none. ``sources`` are
         artifacts captured in the same command, which every atom of it cites (the MCP
@@ -251,14 +251,11 @@ class MemoryCommands(WriteSide):
         with gc_pause.paused(len(items) >= gc_pause.MIN_ITEMS):
             return self._add_atoms(items, actor, sources)
 
-    def _add_atoms(self, items: Sequence[dict[str, Any]], actor: str | None,
+    def _add_atoms(self, items: Sequence[AtomItem], actor: str | None,
                    sources: Sequence[dict[str, Any]] = ()) -> AtomsWritten:
         source_inputs = [parse(ArtifactInput, d) for d in sources]
         source_ids = [self.reader.ref_id("artifact", a.ref) for a in source_inputs]
-        if source_ids:
-            items = [{**d, "artifact_ids": [*(d.get("artifact_ids") or ()),
-                                            *map(str, source_ids)]} for d in items]
-        inputs = _parse_atoms(items)
+        inputs = _parse_atoms(items, source_ids)
         signer = self.signer(actor)
         with self.writing(signer) as at:
             seen: dict[tuple[str, str], UUID] = {}
@@ -289,7 +286,7 @@ class MemoryCommands(WriteSide):
         return AtomsWritten([e.originator_id for e in created], archived,
                             [a.id for a in artifacts])
 
-    def remember_atoms(self, items: Sequence[dict[str, Any]],
+    def remember_atoms(self, items: Sequence[AtomItem],
                        actions: Sequence[tuple[str, str | None]], actor: str | None = None,
                        sources: Sequence[dict[str, Any]] = ()) -> AtomsWritten:
         """Update or add (ADR 0052): each proposed atom with its decision, all in one
@@ -306,11 +303,7 @@ class MemoryCommands(WriteSide):
         creating = [n for n, (act, _) in enumerate(actions) if act != "rehearse"]
         source_inputs = [parse(ArtifactInput, d) for d in sources] if creating else []
         source_ids = [self.reader.ref_id("artifact", a.ref) for a in source_inputs]
-        if source_ids:
-            items = [{**d, "artifact_ids": [*(d.get("artifact_ids") or ()),
-                                            *map(str, source_ids)]}
-                     if n in creating else d for n, d in enumerate(items)]
-        inputs = _parse_atoms(items)
+        inputs = _parse_atoms(items, source_ids, creating)
         signer = self.signer(actor)
         with self.writing(signer) as at:
             seen: dict[tuple[str, str], UUID] = {}
@@ -512,14 +505,34 @@ def archived_by_policy(items: Sequence[Any]) -> list[str]:
         for e in a.pending_events))
 
 
-def _parse_atoms(items: Sequence[dict[str, Any]]) -> list[AtomInput]:
-    """``parse(AtomInput, d)`` of each item, validated in one call (ADR 0008); on any
-    error, item by item again so the message names the bad fields exactly as ``parse``."""
-    batch = list(items)
+AtomItem = AtomInput | Mapping[str, Any]
+"""An atom to write: the command's model, validated (what the facade hands over), or its
+fields as a mapping (validated here, in the application's words)."""
+
+
+def _parse_atoms(items: Sequence[AtomItem], source_ids: Sequence[UUID] = (),
+                 creating: Sequence[int] | None = None) -> list[AtomInput]:
+    """The items as :class:`AtomInput`, those at ``creating`` (or all) citing the
+    artifacts ``source_ids`` captured with them. A mapping is validated with its sources,
+    all in one call (ADR 0008); on any error, item by item again so the message names the
+    bad fields exactly as ``parse``. An :class:`AtomInput` was validated when it was made
+    (the facade checks it with its sources)."""
+    cited = [*map(str, source_ids)]
+
+    def cite(n: int, d: AtomItem) -> AtomItem:
+        if not cited or (creating is not None and n not in creating):
+            return d
+        if isinstance(d, AtomInput):
+            return d.model_copy(update={"artifact_ids": [*d.artifact_ids, *cited]})
+        return {**d, "artifact_ids": [*(d.get("artifact_ids") or ()), *cited]}
+
+    batch = [cite(n, d) for n, d in enumerate(items)]
+    if all(isinstance(d, AtomInput) for d in batch):
+        return cast("list[AtomInput]", batch)
     try:
         return _ATOM_INPUTS.validate_python(batch)
     except ValidationError:
-        return [parse(AtomInput, d) for d in batch]
+        return [d if isinstance(d, AtomInput) else parse(AtomInput, dict(d)) for d in batch]
 
 
 def _aggregate_of(created: Any) -> Any:

@@ -163,9 +163,12 @@ class MemoryCases(FacadeCore):
 
     def _atom_command(self, caller: Caller, data: AtomIn,
                       sids: dict[tuple[Caller, str | None], str] | None = None,
-                      cites_source: bool = False) -> dict[str, Any]:
-        """``sids``: subjects resolved earlier in the same command, by caller and name (a
-        batch names one subject hundreds of times; each resolution is a query)."""
+                      cites_source: bool = False) -> AtomInput:
+        """The atom command of a proposal: validated as the application validates it
+        (with the source captured with it, if any), then its subject, ref and artifacts
+        looked up in the caller's scope. ``sids``: subjects resolved earlier in the same
+        command, by caller and name (a batch names one subject hundreds of times; each
+        resolution is a query)."""
         subject = named_subject(caller, data.subject)
         cmd = data.as_command()
         for field in ("valid_from", "valid_to"):
@@ -177,13 +180,13 @@ class MemoryCases(FacadeCore):
         # without a tenant the caller's name for the subject is the stored one: the
         # command keeps it, so the application's messages (a policy refusal) name the
         # subject as the caller did; a tenant's caller gets its id
-        cmd["subject"] = inp.subject if caller.tenant is None else sid
+        looked_up: dict[str, Any] = {"subject": inp.subject if caller.tenant is None else sid}
         if inp.ref is not None:
             self._ref_free(caller, "atom", inp.ref)
-            cmd["ref"] = caller.stored_ref(inp.ref)
+            looked_up["ref"] = caller.stored_ref(inp.ref)
         named = inp.artifact_ids[:len(cmd["artifact_ids"])]  # less the source, if any
-        cmd["artifact_ids"] = [str(self._artifact(caller, a).id) for a in named]
-        return cmd
+        looked_up["artifact_ids"] = [str(self._artifact(caller, a).id) for a in named]
+        return inp.model_copy(update=looked_up)
 
     def _subject_once(self, caller: Caller, subject: str | None,
                       sids: dict[tuple[Caller, str | None], str] | None) -> str:
@@ -246,7 +249,7 @@ class MemoryCases(FacadeCore):
                 found[n] = f
         return found
 
-    def _checked_first(self, commands: Sequence[dict[str, Any]], cites_source: bool
+    def _checked_first(self, commands: Sequence[AtomInput], cites_source: bool
                        ) -> None:
         """Proposals checked, in the application's words, before the read models are
         opened for the search: input the memory policy refuses, or a key-encryption key
@@ -255,8 +258,9 @@ class MemoryCases(FacadeCore):
         :meth:`_atom_command`)."""
         from ledger import policy_rules
 
-        policy_rules.check_new_atoms(self.app.reader, [_checked(cmd, cites_source)
-                                                for cmd in commands])
+        policy_rules.check_new_atoms(self.app.reader, [
+            cmd.model_copy(update={"artifact_ids": [*cmd.artifact_ids, _SOURCE]})
+            if cites_source else cmd for cmd in commands])
         self.app.datakeys.check_wrapping()  # a KEK out of reach refuses now, not after
 
     def remember_atoms(self, caller: Caller, items: Sequence[AtomIn],
@@ -325,7 +329,7 @@ class MemoryCases(FacadeCore):
         items with the same ref, say) each is written on its own, so an item's result is
         exactly what it would have been alone."""
         results: list[AtomAdded | LedgerError] = []
-        commands: list[tuple[int, dict[str, Any]]] = []
+        commands: list[tuple[int, AtomInput]] = []
         sids: dict[tuple[Caller, str | None], str] = {}  # for this group only
         for n, (caller, data) in enumerate(items):
             try:

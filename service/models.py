@@ -17,12 +17,16 @@ from typing import Annotated, Any, Literal, TypeVar, cast
 from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic_core import core_schema
 
-from ledger.inputs import MAX_ATOM_TEXT, MAX_GIST, REF_PATTERN  # the application's limits
-
-Sensitivity = Literal["public", "private", "medical", "financial", "legal"]
-Derivation = Literal["stated", "inferred", "observed"]
-AtomKind = Literal["fact", "preference", "relationship", "belief", "goal", "skill",
-                   "episodic", "semantic", "procedural"]
+from ledger.inputs import (  # the application's limits and its atom's fields
+    MAX_ATOM_TEXT,
+    MAX_GIST,
+    REF_PATTERN,
+    AtomProposal,
+)
+from ledger.inputs import AtomKind as AtomKind  # the surfaces name these from here
+from ledger.inputs import Derivation as Derivation
+from ledger.inputs import Detail as Detail
+from ledger.inputs import Sensitivity as Sensitivity
 
 
 class _FormatName:
@@ -62,7 +66,6 @@ RedactMode = Literal["soft", "archive", "hard"]
 OnSimilar = Literal["add", "rehearse", "supersede", "refuse"]
 """What an add does when the subject already has memories that say the same (ADR 0052)."""
 
-MAX_TEXT = 10_000
 MAX_BATCH = 1_000
 
 
@@ -128,37 +131,18 @@ class ArtifactOut(_Out):
 
 
 # ----------------------------------------------------------------------------- atoms
-class Detail(_In):
-    content: str = Field(max_length=MAX_TEXT)
-    brightness: float = Field(ge=0.0, le=1.0)
+# The atom's fields and limits are declared once, on the command (ledger.inputs.
+# AtomProposal); the API's model adds its times as strings and the update-or-add choice.
+class AtomIn(AtomProposal):
+    """A memory proposed about a subject: its fields and limits are the ledger's atom
+    command's, its times RFC 3339 strings; ``on_similar`` says what to do when the subject
+    already has a memory that says the same."""
 
-
-class AtomIn(_In):
     subject: str | None = Field(default=None, description=(
         "Subject ref or id; may be left out when the credential sees exactly one subject "
         "(that one is meant)."))
-    text: str = Field(min_length=1, max_length=MAX_ATOM_TEXT,
-                      description="One short sentence a person can review (encrypted).")
-    kind: AtomKind = "fact"
-    ref: str | None = Field(default=None, pattern=REF_PATTERN)
-    gist: str | None = Field(default=None, max_length=MAX_GIST)
-    details: list[Detail] = Field(default_factory=list, max_length=100)
-    tags: list[str] = Field(default_factory=list, max_length=100)
-    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
-    sensitivity: Sensitivity = "private"
     valid_from: str | None = None
     valid_to: str | None = None
-    derivation: Derivation = "stated"
-    artifact_ids: list[str] = Field(default_factory=list, max_length=100,
-                                    description="Artifact refs or ids it was drawn from.")
-    extractor: str | None = Field(default=None, max_length=200)
-    human_reviewed: bool = False
-    salience: float = Field(default=0.5, ge=0.0, le=1.0)
-    emotional_valence: float = Field(default=0.0, ge=-1.0, le=1.0)
-    privacy_class: str | None = None
-    consent_basis: str | None = None
-    session_id: str | None = Field(default=None, max_length=200)
-    min_sources: int = Field(default=1, ge=1, le=100)
     on_similar: OnSimilar | None = Field(
         default="add",
         description="When the subject already has memories that say the same thing: "
@@ -172,6 +156,12 @@ class AtomIn(_In):
         data = self.model_dump(exclude={"on_similar"})
         data["details"] = [d.model_dump() for d in self.details]
         return data
+
+    @classmethod
+    def unchecked(cls, **fields: Any) -> AtomIn:
+        """The input as given, not validated here (``_In.unchecked``): the application
+        validates the same fields with the same limits, in its own words."""
+        return cls.model_construct(**fields)
 
 
 class SimilarOut(_Out):

@@ -200,3 +200,21 @@ def test_reads_are_a_reader_apart_from_the_commands() -> None:
             assert chain is None, " -> ".join(chain or ())
     lines = len((REPO / "ledger" / "application.py").read_text(encoding="utf-8").splitlines())
     assert lines < APPLICATION_MAX_LINES, f"ledger/application.py has {lines} lines"
+
+
+def test_the_atom_is_declared_once_from_the_surface_down() -> None:
+    """Issue 32: the API's atom (``service.models.AtomIn``) and the command's
+    (``ledger.inputs.AtomInput``) are one declaration, ``AtomProposal``, with what each
+    adds; a field both take has the same type and limits in both, so the API cannot
+    accept what the command refuses (it took 100 sources where the command took 1,000,
+    details of 10,000 characters where it took 2,000)."""
+    from ledger.inputs import AtomInput, AtomProposal
+    from service.models import AtomIn
+
+    assert issubclass(AtomIn, AtomProposal) and issubclass(AtomInput, AtomProposal)
+    api, command = AtomIn.model_fields, AtomInput.model_fields
+    as_given = {"subject", "valid_from", "valid_to"}  # the API's strings, the command's parsed
+    assert set(api) - set(command) == {"on_similar"}
+    for name in set(api) & set(command) - as_given:
+        assert (api[name].annotation, api[name].metadata, api[name].default) == (
+            command[name].annotation, command[name].metadata, command[name].default), name
