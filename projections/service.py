@@ -315,11 +315,7 @@ class Projections:
                     min_salience: float | None = None, now: datetime | None = None,
                     refresh: bool = True) -> list[dict[str, Any]]:
         """Atoms (all statuses) with current salience and markers; content None if erased."""
-        if privacy_class is not None and privacy_class not in PRIVACY_CLASSES:
-            raise InputError(f"unknown privacy class {privacy_class!r}",
-                             hint=f"privacy classes: {', '.join(PRIVACY_CLASSES)}")
-        if min_salience is not None and not 0.0 <= min_salience <= 1.0:
-            raise InputError(f"--min-salience must be between 0 and 1, got {min_salience}")
+        check_listing(privacy_class, min_salience)
         if refresh:
             self.catch_up()
         at = now or clock.now()
@@ -400,15 +396,7 @@ class Projections:
         :data:`POOL` pass, the indexes are asked for more. The rest are reported in
         ``omitted``/``omitted_counts``. Nothing depends on ``k`` but the cut.
         """
-        if not query.strip():
-            raise InputError("the recall query is empty", hint="give the words to recall by")
-        if not 1 <= k <= 100:
-            raise InputError(f"k must be between 1 and 100, got {k}")
-        lo, since_s = _window(since, "since", end=False)
-        hi, until_s = _window(until, "until", end=True)
-        if lo >= hi:
-            raise InputError(f"since ({since_s}) is after until ({until_s})",
-                             hint="give a since that comes before the until")
+        (lo, hi), (since_s, until_s) = check_recall(query, k, since, until)
         if refresh:
             self.catch_up()
         sid = self._subject(subject)
@@ -608,6 +596,32 @@ class Projections:
                     not_valid.append(fact)
         log.info("projections.state_as_of", subject_id=sid, items=len(known))
         return StateView(sid, as_of_s, valid_s, subject, valid, not_valid, artifacts)
+
+
+def check_recall(query: str, k: int, since: datetime | str | None,
+                 until: datetime | str | None
+                 ) -> tuple[tuple[float, float], tuple[str | None, str | None]]:
+    """A recall's query, ``k`` and window checked, before anything is looked up: the
+    window as epochs and as shown (:func:`_window`)."""
+    if not query.strip():
+        raise InputError("the recall query is empty", hint="give the words to recall by")
+    if not 1 <= k <= 100:
+        raise InputError(f"k must be between 1 and 100, got {k}")
+    lo, since_s = _window(since, "since", end=False)
+    hi, until_s = _window(until, "until", end=True)
+    if lo >= hi:
+        raise InputError(f"since ({since_s}) is after until ({until_s})",
+                         hint="give a since that comes before the until")
+    return (lo, hi), (since_s, until_s)
+
+
+def check_listing(privacy_class: str | None, min_salience: float | None) -> None:
+    """A memory listing's filters checked, before anything is looked up."""
+    if privacy_class is not None and privacy_class not in PRIVACY_CLASSES:
+        raise InputError(f"unknown privacy class {privacy_class!r}",
+                         hint=f"privacy classes: {', '.join(PRIVACY_CLASSES)}")
+    if min_salience is not None and not 0.0 <= min_salience <= 1.0:
+        raise InputError(f"--min-salience must be between 0 and 1, got {min_salience}")
 
 
 def _window(value: datetime | str | None, what: str, end: bool

@@ -443,10 +443,11 @@ class MemoryCases(FacadeCore):
     def recall(self, caller: Caller, data: RecallIn) -> RecallOut:
         """Memories relevant to the query for one subject, as a prompt block and items;
         each recalled memory is rehearsed (a signed event) unless ``data.rehearse`` is
-        off. The local caller (`ledger recall`) gets the read models' checks of the query
-        and lookup of the subject, in their words and order (ADR 0040)."""
-        sid = named_subject(caller, data.subject) if caller.is_local \
-            else self.subject_id(caller, data.subject)
+        off. The query is checked before the subject is looked up, for every caller."""
+        from projections.service import check_recall
+
+        check_recall(data.query, data.k, data.since, data.until)
+        sid = self.subject_id(caller, data.subject)
         result = self.proj.recall(data.query, sid, data.k, since=data.since,
                                   until=data.until)
         rehearsed = bool(result.atom_ids) and data.rehearse and caller.may_write_memory
@@ -464,16 +465,18 @@ class MemoryCases(FacadeCore):
                       after: str | None = None) -> list[MemoryRow]:
         """The memories of the listing (``ledger memory list``); a page of at most
         ``limit`` rows when asked, starting after the atom id ``after`` (the last row of
-        the previous page). The local caller gets the read models' checks of the filters
-        before the subject's lookup (ADR 0040)."""
+        the previous page). The filters are checked before the subject is looked up, for
+        every caller."""
+        from projections.service import check_listing
+
         if subject is None and caller.subjects is not None and len(caller.subjects) == 1:
             subject = named_subject(caller, None)  # the credential's only subject
         if subject is None and not caller.unrestricted:
             raise InputError("name a subject", hint="this credential is scoped to subjects")
         if limit is not None and limit < 1:
             raise InputError(f"limit must be at least 1, got {limit}")
-        sid = subject if subject is None or caller.is_local else self.subject_id(caller,
-                                                                                   subject)
+        check_listing(privacy_class, min_salience)
+        sid = None if subject is None else self.subject_id(caller, subject)
         rows = self.proj.memory_list(sid, privacy_class, min_salience)
         start = 0
         if after is not None:

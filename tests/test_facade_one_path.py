@@ -18,13 +18,6 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("core.py", "_local_files"): (
         1, "policy: only the local operator reads and writes files of this machine "
            "(export_file, import_file, a certificate's --pack)"),
-    # not yet one path: the read model checks the query or the filters before its own
-    # lookup of the subject, and the CLI's tests pin that order (test_cli_behaviour.py);
-    # one path needs those checks callable before the lookup (projections/, ADR 0070)
-    ("memory_cases.py", "recall"): (
-        1, "order, not yet unified: the query is checked before the subject's lookup"),
-    ("memory_cases.py", "list_memories"): (
-        1, "order, not yet unified: the filters are checked before the subject's lookup"),
 }
 
 

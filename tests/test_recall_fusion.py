@@ -133,7 +133,7 @@ def test_every_proposal_is_scored_on_both_signals(
 def test_keyword_scores_equal_the_search_scores(
         seeded: tuple[Projections, dict[str, str]]) -> None:
     p, _left = seeded
-    sid = str(p.app.reader.subject_id("u1"))
+    sid = str(p.reader.subject_id("u1"))
     with p.store.engine.connect() as conn:
         found = p.keyword.search(conn, sid, "tea and piano", 1000, retrievable_only=False)
         scored = p.keyword.scores(conn, sid, "tea and piano",
