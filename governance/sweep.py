@@ -125,7 +125,7 @@ def kek_rotation(app: LedgerApp, policy: Mapping[str, Any], now: datetime
     days = (doc.get("rightToBeForgottenSla") or {}).get("kekRotationDays")
     if days is None:
         return None
-    rows = app.datakeys.epoch_rows()
+    rows = app.reader.kek_epochs()
     active = [r for r in rows if r.state == "active"]
     if not active or any(r.state == "retiring" for r in rows):
         return {"epoch": active[0].epoch if active else 0, "started_at": None,

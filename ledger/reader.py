@@ -23,8 +23,9 @@ from eventsourcing.application import AggregateNotFoundError, Repository
 from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import ApplicationRecorder, Notification, StoredEvent
 
-from keys.datakeys import DataKeyStore
+from keys.datakeys import DataKeyStore, EpochRow
 from keys.errors import KeyNotAuthorized
+from keys.keyring import Keyring
 from keys.roster import KeyRoster
 from ledger import bulk_reads, envelope
 from ledger.census import SubjectCensus
@@ -47,7 +48,7 @@ class LedgerReader:
     def __init__(self, config: Config, recorder: ApplicationRecorder,
                  repository: Repository[UUID], mapper: SigningMapper,
                  datakeys: DataKeyStore, tlog: TransparencyLog, census: SubjectCensus,
-                 root_public_key: bytes | None) -> None:
+                 keyring: Keyring, root_public_key: bytes | None) -> None:
         self.config = config
         self.ledger_id = config.ledger_id
         self.tlog = tlog
@@ -56,6 +57,7 @@ class LedgerReader:
         self._mapper = mapper
         self._datakeys = datakeys
         self._census = census
+        self._keyring = keyring
         self.roster_id = uuid.uuid5(LEDGER_NAMESPACE, f"{self.ledger_id}/roster")
         self.root_public_key = root_public_key
         self._known_keys: dict[str, bytes] = (
@@ -131,6 +133,10 @@ class LedgerReader:
         self._known_keys.update({k: e.public_key
                                  for k, e in self.roster().state.entries.items()})
         return dict(self._known_keys)
+
+    def key_names(self) -> list[str]:
+        """The names of the signing keys this home holds (``keys/``), sorted."""
+        return sorted(self._keyring.names())
 
     def log_vkeys(self) -> dict[str, str]:
         """The vkey of every key that ever held the log role, by key id."""
@@ -311,6 +317,15 @@ class LedgerReader:
     def data_keys_destroyed_among(self, key_ids: Iterable[str]) -> set[str]:
         return self._datakeys.destroyed_among(key_ids)
 
+    def check_kek(self) -> None:
+        """Raise what wrapping a new data key would raise now (the active KEK out of
+        reach, say), writing nothing: a command can refuse before it touches any store."""
+        self._datakeys.check_wrapping()
+
+    def kek_epochs(self) -> list[EpochRow]:
+        """Every KEK epoch the keystore knows, ascending."""
+        return self._datakeys.epoch_rows()
+
     def open_note(self, key_id: str) -> bytes | None:
         """A note kept under the data key ``key_id`` (ADR 0019); None once destroyed."""
         return self._datakeys.open_note(key_id)
@@ -325,6 +340,11 @@ class LedgerReader:
     def recorded_checkpoint(self) -> SignedCheckpoint | None:
         """The latest recorded checkpoint, None before the first."""
         return self.tlog.recorded()
+
+    def latest_cosignature(self) -> tuple[int, int] | None:
+        """``(size, unix time)`` of the largest checkpoint a witness cosigned, with the
+        latest time one did; None when no witness ever did."""
+        return self.tlog.latest_cosignature()
 
     def cosignature_rows(self, size: int) -> list[tuple[str, str]]:
         """(witness name, vkey) of every witness that cosigned the checkpoint of ``size``."""

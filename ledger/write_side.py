@@ -125,7 +125,8 @@ class WriteSide(Application[UUID]):
             root_public_key = None  # an auditor's copy may lack it; verify takes --root-key
         assert isinstance(self.mapper, SigningMapper)
         self.reader = LedgerReader(config, self.recorder, self.repository, self.mapper,
-                                   self.datakeys, self.tlog, self.census, root_public_key)
+                                   self.datakeys, self.tlog, self.census, self.keyring,
+                                   root_public_key)
         """The ledger's reads (``ledger/reader.py``): what the layers above are handed."""
         self.roster_id = self.reader.roster_id
         self.root_public_key = root_public_key

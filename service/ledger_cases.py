@@ -207,7 +207,7 @@ class LedgerCases(FacadeCore):
         """Names of the keys whose private key this ledger home holds (which of the
         roster's keys can sign here)."""
         self._require(caller, "operator", "auditor")
-        return sorted(self.app.keyring.names())
+        return self.app.reader.key_names()
 
     def authorize_key(self, caller: Caller, name: str, role: str,
                       public_key: bytes | None = None, valid_from: datetime | None = None
@@ -313,7 +313,7 @@ class LedgerCases(FacadeCore):
         largest cosigned checkpoint, and seconds since it was cosigned (None: never).
         None when no witness is configured and none ever cosigned (metrics, ADR 0054)."""
         self._require(caller, "operator", "auditor")
-        latest = self.app.tlog.latest_cosignature()
+        latest = self.app.reader.latest_cosignature()
         if latest is None and not self.app.config.witnesses:
             return None
         head = self.app.reader.head_position()  # the log's, not the read models': none opened

@@ -261,7 +261,7 @@ class MemoryCases(FacadeCore):
         policy_rules.check_new_atoms(self.app.reader, [
             cmd.model_copy(update={"artifact_ids": [*cmd.artifact_ids, _SOURCE]})
             if cites_source else cmd for cmd in commands])
-        self.app.datakeys.check_wrapping()  # a KEK out of reach refuses now, not after
+        self.app.reader.check_kek()  # a KEK out of reach refuses now, not after
 
     def remember_atoms(self, caller: Caller, items: Sequence[AtomIn],
                        source: ArtifactIn | None = None) -> list[AtomAdded]:
