@@ -151,7 +151,7 @@ def _deadline_hours(b: Built, request_id: str) -> float:
     """Completion deadline of a request, from its aggregate (not from the report's path)."""
     app = LedgerApp(Config.load(b.home))
     try:
-        req: Any = app.repository.get(uuid.UUID(request_id))
+        req: Any = app.reader.aggregate(uuid.UUID(request_id))
     finally:
         app.close()
     due = datetime.fromisoformat(req.complete_due.replace("Z", "+00:00"))

@@ -50,6 +50,6 @@ def test_request_and_batch_need_an_operator_key(app: LedgerApp) -> None:
                               complete_hours=720, identifiers=["ann@example.org"])
     batch = app.open_batch("operator", req, "hard", "gdpr art. 17", {"atoms": []})
     app.finish_batch("operator", batch, [], {"routes": []}, request_id=req)
-    request = app.repository.get(req)
+    request = app.reader.aggregate(req)
     assert request.completed_at is not None and request.content_erased  # identifiers shredded
     assert request.identifiers is None

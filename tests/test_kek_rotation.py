@@ -71,7 +71,7 @@ def texts(home: Path) -> dict[str, str | None]:
 def epoch_events(home: Path) -> dict[str, dict[str, Any]]:
     app = LedgerApp(Config.load(home))
     try:
-        agg: Any = app.repository.get(epochs_id(app))
+        agg: Any = app.reader.aggregate(epochs_id(app))
         return dict(agg.epochs)
     finally:
         app.close()

@@ -177,7 +177,7 @@ def proj(app: LedgerApp):  # type: ignore[no-untyped-def]
 def test_every_stored_envelope_validates(app: LedgerApp, proj: Projections,
                                          tmp_path: Path) -> None:
     pack = _whole_life(app, proj, tmp_path)
-    rows = app.recorder.select_notifications(start=1, limit=10**9)
+    rows = app.reader.notifications(1, 10**9)
     seen = set()
     for n in rows:
         env = envelope.open_state(n.state).envelope

@@ -98,9 +98,9 @@ def test_details_render_only_while_brighter_than_0_1(app: LedgerApp, proj: Proje
 
 def test_recall_writes_nothing_and_checks_its_input(app: LedgerApp, proj: Projections) -> None:
     app.add_atom({"subject": "u1", "text": "Speaks Portuguese"})
-    head = app.recorder.max_notification_id()
+    head = app.reader.head_position()
     assert proj.recall("Portuguese", "u1").atom_ids
-    assert app.recorder.max_notification_id() == head
+    assert app.reader.head_position() == head
     with pytest.raises(InputError, match="empty"):
         proj.recall("   ", "u1")
     with pytest.raises(InputError, match="k must be"):

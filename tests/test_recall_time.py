@@ -87,7 +87,7 @@ def _state(home: Path) -> tuple[dict[str, str], list[str], int]:
             conn.close()
     app = LedgerApp(Config.load(home))
     try:
-        head = int(app.recorder.max_notification_id() or 0)
+        head = app.reader.head_position()
     finally:
         app.close()
     return files, rows, head

@@ -201,7 +201,7 @@ def test_every_event_kind_is_delivered_signed_with_ids_and_digests_only(
     [completed] = by_type["erasure.completed"]
     assert completed["request_id"] == done["request_id"] and completed["subject_id"] == jane
     with _app(home) as app:
-        req = app.repository.get(UUID(done["request_id"]))
+        req = app.reader.aggregate(UUID(done["request_id"]))
         assert completed["completion_digest"] == completion_digest(
             done["request_id"], req.batch_id, req.event_ids)
     # ids, kinds, times and digests: no memory content, no ref, in any body
