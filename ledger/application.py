@@ -19,13 +19,7 @@ import structlog
 
 from keys.errors import KeyNotAuthorized, KeyringError
 from keys.kek import DEFAULT_SPEC as DEFAULT_KEK_SPEC
-from keys.kek import (
-    FIRST_EPOCH,
-    KEK_ENV,
-    check_kek_spec,
-    named_kek_spec,
-    without_pin,
-)
+from keys.kek import FIRST_EPOCH, KEK_ENV, check_kek_spec, named_kek_spec, without_pin
 from keys.keyring import Keyring
 from keys.roster import ROLES, ROOT, KeyRoster
 from keys.signing import Signer, key_id

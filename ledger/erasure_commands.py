@@ -17,11 +17,7 @@ from uuid import UUID
 import structlog
 from eventsourcing.application import AggregateNotFoundError
 
-from ledger import (
-    clock,
-    faults,
-    policy_rules,
-)
+from ledger import clock, faults, policy_rules
 from ledger.domain import (
     OPERATOR,
     WRITER_OR_OPERATOR,
@@ -31,11 +27,7 @@ from ledger.domain import (
     Record,
     RedactionBatch,
 )
-from ledger.errors import (
-    ConflictError,
-    InputError,
-    NotFound,
-)
+from ledger.errors import ConflictError, InputError, NotFound
 from ledger.write_side import WriteSide
 
 log = structlog.get_logger("ledger")

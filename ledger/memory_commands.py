@@ -17,30 +17,10 @@ from uuid import UUID
 import structlog
 from pydantic import TypeAdapter, ValidationError
 
-from ledger import (
-    clock,
-    gc_pause,
-    policy_rules,
-)
-from ledger.domain import (
-    ATOM_FIELDS,
-    OPERATOR,
-    Artifact,
-    Atom,
-    Policy,
-    Subject,
-)
-from ledger.errors import (
-    ConflictError,
-    InputError,
-)
-from ledger.inputs import (
-    ArtifactInput,
-    AtomCorrection,
-    AtomInput,
-    SubjectInput,
-    parse,
-)
+from ledger import clock, gc_pause, policy_rules
+from ledger.domain import ATOM_FIELDS, OPERATOR, Artifact, Atom, Policy, Subject
+from ledger.errors import ConflictError, InputError
+from ledger.inputs import ArtifactInput, AtomCorrection, AtomInput, SubjectInput, parse
 from ledger.write_side import WriteSide
 
 if TYPE_CHECKING:

@@ -29,13 +29,7 @@ from keys.kek import KekRing
 from keys.keyring import Keyring, read_public_key_file
 from keys.roster import ROOT
 from keys.signing import Signer
-from ledger import (
-    clock,
-    envelope,
-    locks,
-    logs,
-    sqlite_recorder,
-)
+from ledger import clock, envelope, locks, logs, sqlite_recorder
 from ledger.census import SubjectCensus
 from ledger.domain import Atom
 from ledger.errors import (
