@@ -315,6 +315,34 @@ class WriteSide(Application[UUID]):
         """Keep ``data`` in the keystore under the data key ``key_id`` (ADR 0019)."""
         self.datakeys.seal_note(key_id, data)
 
+    def seal_secret(self, key_id: str, secret: bytes) -> None:
+        """Keep a secret of the service (a webhook's signing secret) under a data key of
+        its own, made now: both, or neither. :meth:`destroy_secret` crypto-shreds it;
+        ``reader.open_note(key_id)`` reads it."""
+        now = clock.now()
+        self.datakeys.create_many([key_id], now)
+        try:
+            self.datakeys.seal_note(key_id, secret)
+        except BaseException:
+            self.datakeys.destroy([key_id], now)
+            raise
+
+    def destroy_secret(self, key_id: str) -> None:
+        """Destroy the data key a secret was sealed under: the secret is gone."""
+        self.datakeys.destroy([key_id], clock.now())
+
+    def destroy_keks(self) -> list[int]:
+        """Destroy every KEK epoch's key (offboarding a tenant: every data key it
+        wrapped is unreadable from then on, wherever a copy of the keystore lies); the
+        epochs destroyed, ascending (epoch 0, keys never wrapped, has none)."""
+        stores = self.datakeys.epoch_stores()
+        destroyed = []
+        for epoch in sorted(stores):
+            if epoch != 0:
+                self.datakeys.keks.store_of(epoch, stores).destroy(epoch)
+                destroyed.append(epoch)
+        return destroyed
+
     def latest_checkpoint(self) -> SignedCheckpoint:
         """The latest recorded checkpoint; a new one is signed when none is recorded yet."""
         cp = self.tlog.recorded()

@@ -390,13 +390,7 @@ def _erase_all(home: Path, reason: str, out: Path, resumed: bool) -> dict[str, A
             report.update(batch_id=batch_id, pack=str(out),
                           statement_sha256="sha256:" + hashlib.sha256(
                               (out / STATEMENT).read_bytes()).hexdigest())
-        destroyed: list[int] = []
-        datakeys = app.datakeys
-        for epoch in sorted(datakeys.epoch_stores()):
-            if epoch != 0:
-                datakeys.keks.store_of(epoch, datakeys.epoch_stores()).destroy(epoch)
-                destroyed.append(epoch)
-        report["keks_destroyed"] = destroyed
+        report["keks_destroyed"] = app.destroy_keks()
         return report
     finally:
         close_service(svc)

@@ -418,16 +418,15 @@ class WebhookService:
         now = clock.now()
         sub_id = SUB_PREFIX + secrets.token_hex(8)
         key_id = _key_id(sub_id)
-        self.app.datakeys.create_many([key_id], now)
+        self.app.seal_secret(key_id, raw)
         try:
-            self.app.datakeys.seal_note(key_id, raw)
             with self.engine.begin() as conn:
                 conn.execute(self.subs.insert().values(
                     sub_id=sub_id, url=clean, types=json.dumps(list(types)) if types else None,
                     tenant=tenant, allow_private=allow_private,
                     created_at=clock.format_instant(now), start=position, cursor=position))
         except BaseException:
-            self.app.datakeys.destroy([key_id], now)
+            self.app.destroy_secret(key_id)
             raise
         log.info("webhooks.subscription_added", subscription_id=sub_id,
                  tenant=tenant is not None, allow_private=allow_private,
@@ -461,7 +460,7 @@ class WebhookService:
         with self.engine.begin() as conn:
             conn.execute(self.deliveries.delete().where(self.deliveries.c.sub_id == sub_id))
             conn.execute(self.subs.delete().where(self.subs.c.sub_id == sub_id))
-        self.app.datakeys.destroy([_key_id(sub_id)], clock.now())
+        self.app.destroy_secret(_key_id(sub_id))
         self._secrets.pop(sub_id, None)
         log.info("webhooks.subscription_removed", subscription_id=sub_id)
         return sub
@@ -629,7 +628,7 @@ class WebhookService:
     # ------------------------------------------------------------------ delivery
     def _secret(self, sub_id: str) -> bytes:
         if sub_id not in self._secrets:
-            raw = self.app.datakeys.open_note(_key_id(sub_id))
+            raw = self.app.reader.open_note(_key_id(sub_id))
             if raw is None:
                 raise EnvironmentProblem(f"the secret of webhook subscription {sub_id} is gone",
                                          hint="remove the subscription and add it again")
