@@ -60,10 +60,11 @@ async def _mcp(url: str, token: str) -> None:
             "text": "Takes the 7:40 train and reads on the way"})
         data: Any = r.structured_content
         _say(f"MCP remember -> atom {data['atom_id']}")
-        r = await client.call_tool("recall", {"query": "how does she commute", "k": 3})
+        # words the memory holds: without the `semantic` extra recall matches by words
+        r = await client.call_tool("recall", {"query": "which train does she take", "k": 3})
         data = r.structured_content
-        _say("MCP recall ->\n" + "\n".join("    " + line for line in
-                                            str(data["prompt"]).splitlines()))
+        shown = str(data["prompt"]).splitlines() or ["(nothing recalled)"]
+        _say("MCP recall ->\n" + "\n".join("    " + line for line in shown))
 
 
 def main(argv: list[str]) -> int:
