@@ -238,14 +238,7 @@ class MemoryCommands(WriteSide):
         inputs = _parse_atoms(items, source_ids)
         signer = self.signer(actor)
         with self.writing(signer) as at:
-            seen: dict[tuple[str, str], UUID] = {}
-            artifacts = []
-            for a, aid in zip(source_inputs, source_ids, strict=True):
-                if a.ref is not None and self.reader.exists(aid):
-                    raise ConflictError(f"artifact {a.ref} already exists ({aid})")
-                artifacts.append(self._new_artifact(a, aid, self.reader.resolve_subject(a.subject),
-                                                    at))
-                seen[("artifact", str(aid))] = aid  # cited before it is committed
+            artifacts, seen = self._sources(source_inputs, source_ids, at)
             policy = policy_rules.check_new_atoms(self.reader, inputs)
             created = [self._atom_created(inp, at, seen=seen) for inp in inputs]
             if len({e.originator_id.int for e in created}) != len(created):  # int: C hash
@@ -265,6 +258,20 @@ class MemoryCommands(WriteSide):
                                  subject_id=e.subject_id)
         return AtomsWritten([e.originator_id for e in created], archived,
                             [a.id for a in artifacts])
+
+    def _sources(self, inputs: Sequence[ArtifactInput], ids: Sequence[UUID], at: datetime
+                 ) -> tuple[list[Artifact], dict[tuple[str, str], UUID]]:
+        """Under the write lock: the artifacts captured with an atom command, and their
+        ids as the atoms cite them before they are committed."""
+        seen: dict[tuple[str, str], UUID] = {}
+        artifacts = []
+        for a, aid in zip(inputs, ids, strict=True):
+            if a.ref is not None and self.reader.exists(aid):
+                raise ConflictError(f"artifact {a.ref} already exists ({aid})")
+            artifacts.append(self._new_artifact(a, aid, self.reader.resolve_subject(a.subject),
+                                                at))
+            seen[("artifact", str(aid))] = aid
+        return artifacts, seen
 
     def remember_atoms(self, items: Sequence[AtomItem],
                        actions: Sequence[tuple[str, str | None]], actor: str | None = None,
@@ -286,14 +293,7 @@ class MemoryCommands(WriteSide):
         inputs = _parse_atoms(items, source_ids, creating)
         signer = self.signer(actor)
         with self.writing(signer) as at:
-            seen: dict[tuple[str, str], UUID] = {}
-            artifacts = []
-            for a, aid in zip(source_inputs, source_ids, strict=True):
-                if a.ref is not None and self.reader.exists(aid):
-                    raise ConflictError(f"artifact {a.ref} already exists ({aid})")
-                artifacts.append(self._new_artifact(a, aid, self.reader.resolve_subject(a.subject),
-                                                    at))
-                seen[("artifact", str(aid))] = aid
+            artifacts, seen = self._sources(source_inputs, source_ids, at)
             policy = policy_rules.check_new_atoms(self.reader, [inputs[n] for n in creating])
             existing: dict[UUID, Atom] = {}
             out: list[UUID] = []
