@@ -346,6 +346,11 @@ class LedgerReader:
         latest time one did; None when no witness ever did."""
         return self.tlog.latest_cosignature()
 
+    def cosignatures_since(self, size: int) -> list[Any]:
+        """``(size, witness, timestamp, root)`` of each cosignature of a checkpoint of
+        ``size`` or more, by size then witness (the webhooks' ``checkpoint.cosigned``)."""
+        return self.tlog.cosignatures_since(size)
+
     def cosignature_rows(self, size: int) -> list[tuple[str, str]]:
         """(witness name, vkey) of every witness that cosigned the checkpoint of ``size``."""
         return self.tlog.cosignature_rows(size)

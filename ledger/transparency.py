@@ -553,6 +553,16 @@ class TransparencyLog:
             return [(r.line, r.witness) for r in conn.execute(
                 sa.select(t.c.line, t.c.witness).where(t.c.size == size).order_by(t.c.witness))]
 
+    def cosignatures_since(self, size: int) -> list[Any]:
+        """``(size, witness, timestamp, root)`` of each cosignature recorded for a
+        checkpoint of ``size`` or more, by size then witness."""
+        cos, cps = self.store.cosignatures, self.store.checkpoints
+        with self.engine.connect() as conn:
+            return list(conn.execute(
+                sa.select(cos.c.size, cos.c.witness, cos.c.timestamp, cps.c.root)
+                .select_from(cos.join(cps, cps.c.size == cos.c.size))
+                .where(cos.c.size >= size).order_by(cos.c.size, cos.c.witness)).all())
+
     def latest_cosignature(self) -> tuple[int, int] | None:
         """``(size, unix time)`` of the largest checkpoint any witness cosigned, with
         the latest time a witness cosigned it; None when no witness ever did."""

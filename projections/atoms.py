@@ -639,6 +639,12 @@ class AtomReads:
             sa.select(a.c.atom_id, a.c.privacy_class, a.c.consent_basis, a.c.sensitivity,
                       a.c.extensions).where(cond).order_by(a.c.created_at, a.c.atom_id)))
 
+    def subject_ids(self) -> list[str]:
+        """Every subject of the store, by id, ascending."""
+        s = self.m.subjects
+        return [str(r[0]) for r in self._conn.execute(
+            sa.select(s.c.subject_id).order_by(s.c.subject_id))]
+
     def subjects_over(self, limit: int) -> list[Any]:
         """(subject_id, n) of the subjects with more than ``limit`` active atoms whose
         content is not erased."""

@@ -199,6 +199,16 @@ class WebhookFeed:
         """The highest position of a row (0 when there is none)."""
         return int(conn.execute(sa.select(sa.func.max(self.events.c.position))).scalar() or 0)
 
+    def rows_after(self, position: int, limit: int) -> list[dict[str, Any]]:
+        """:meth:`after`, on a connection of its own."""
+        with self.store.engine.connect() as conn:
+            return self.after(conn, position, limit)
+
+    def overdue_after(self, now: str, since: int) -> list[dict[str, Any]]:
+        """:meth:`overdue`, on a connection of its own."""
+        with self.store.engine.connect() as conn:
+            return self.overdue(conn, now, since)
+
     def after(self, conn: Connection, position: int, limit: int) -> list[dict[str, Any]]:
         """Rows after ``position`` in log order, at most ``limit``."""
         rows = conn.execute(sa.select(self.events).where(self.events.c.position > position)

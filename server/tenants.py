@@ -36,7 +36,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ledger.errors import EnvironmentProblem, LedgerError
+from ledger.errors import LedgerError
 from server import problems
 from service.caller import Caller
 
@@ -206,13 +206,7 @@ class FleetApp:
     def _registered(self, name: str) -> None:
         """Raise unless ``name`` is an active tenant: NotFound (unknown, offboarded), or
         EnvironmentProblem (HTTP 503) when the fleet's database does not answer."""
-        import sqlalchemy as sa
-
-        try:
-            self.fleet.tenant(name)
-        except sa.exc.OperationalError as e:
-            raise EnvironmentProblem(f"cannot read the fleet's tenants: {type(e).__name__}",
-                                     hint="retry in a moment") from e
+        self.fleet.tenant(name)
 
     def _evict(self) -> None:
         for name in list(self.open):

@@ -272,8 +272,13 @@ class Fleet:
             return [Tenant(**r._asdict()) for r in conn.execute(q)]
 
     def tenant(self, name: str) -> Tenant:
-        """An active tenant, or :class:`NotFound` (unknown, or offboarded)."""
-        found = self._row(name) if _NAME.fullmatch(name) else None
+        """An active tenant, or :class:`NotFound` (unknown, or offboarded); an
+        :class:`EnvironmentProblem` (HTTP 503) when the fleet's database does not answer."""
+        try:
+            found = self._row(name) if _NAME.fullmatch(name) else None
+        except sa.exc.OperationalError as e:
+            raise EnvironmentProblem(f"cannot read the fleet's tenants: {type(e).__name__}",
+                                     hint="retry in a moment") from e
         if found is None or found.state != "active":
             raise NotFound(f"no tenant {name!r} in this fleet",
                            hint="see the tenants with `ledger tenants list`")
@@ -350,10 +355,8 @@ def _erase_all(home: Path, reason: str, out: Path, resumed: bool) -> dict[str, A
     try:
         app, proj = svc.app, svc.proj
         proj.catch_up()
-        atoms = proj.atoms
-        with proj.store.engine.connect() as conn:
-            sids = [str(r[0]) for r in conn.execute(sa.select(atoms.subjects.c.subject_id)
-                                                    .order_by(atoms.subjects.c.subject_id))]
+        with proj.atoms.reading() as reads:
+            sids = reads.subject_ids()
         targets = Targets()
         for sid in sids:
             t = plan_user_erasure(app, proj, sid, catch_up=False).targets

@@ -538,8 +538,7 @@ class WebhookService:
         cursor = sub.cursor
         hexid = sub.sub_id[len(SUB_PREFIX):]
         while True:
-            with self.store.engine.connect() as pconn:
-                rows = self.feed.after(pconn, cursor, FANOUT_BATCH)
+            rows = self.feed.rows_after(cursor, FANOUT_BATCH)
             if not rows:
                 break
             new = [self._delivery(sub, f"msg_{hexid}_{r['position']}", int(r["position"]),
@@ -559,8 +558,7 @@ class WebhookService:
             queued += len(new)
             cursor = last
         if sub.types is None or "erasure.overdue" in sub.types:
-            with self.store.engine.connect() as pconn:
-                late = self.feed.overdue(pconn, now_iso, sub.start)
+            late = self.feed.overdue_after(now_iso, sub.start)
             for r in late:
                 if not sub.wants("erasure.overdue", r["ref"]):
                     continue
@@ -589,13 +587,7 @@ class WebhookService:
             done = conn.execute(sa.select(sa.func.max(d.c.seq)).where(
                 d.c.sub_id == sub.sub_id, d.c.type == "checkpoint.cosigned")).scalar()
         since = int(done) if done is not None else sub.start + 1
-        store = self.app.tlog.store
-        cos, cps = store.cosignatures, store.checkpoints
-        with self.app.tlog.engine.connect() as conn:
-            rows = conn.execute(
-                sa.select(cos.c.size, cos.c.witness, cos.c.timestamp, cps.c.root)
-                .select_from(cos.join(cps, cps.c.size == cos.c.size))
-                .where(cos.c.size >= since).order_by(cos.c.size, cos.c.witness)).all()
+        rows = self.app.reader.cosignatures_since(since)
         queued = 0
         for r in rows:
             witness = str(r.witness)

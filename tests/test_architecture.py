@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -84,27 +86,46 @@ def _read_model_tables() -> set[str]:
     return names
 
 
-GOVERNANCE_SQL_KEPT = {
+SQL_KEPT = {
     ("governance/backup.py", "sqlalchemy"):
         "make_url parses a PostgreSQL store's URL to describe it in the manifest; no SQL",
     ("governance/restore.py", ".engine"):
         "the staged keystore's engine (keys/), forgetting its old epochs; not a read model",
+    # the service's own stores: tables of their own, as keys/datakeys.py and
+    # ledger/transparency.py own theirs; no read model's, no application's
+    ("service/drp.py", "sqlalchemy"): "the Data Rights Protocol's requests, its own store",
+    ("service/drp.py", ".engine"): "the Data Rights Protocol's requests, its own store",
+    ("service/webhooks.py", "sqlalchemy"): "subscriptions and deliveries, its own store",
+    ("service/webhooks.py", ".engine"): "subscriptions and deliveries, its own store",
+    ("service/fleet.py", "sqlalchemy"): "the fleet's tenants, its own store",
+    ("service/fleet.py", ".engine"): "the fleet's tenants, its own store",
+    ("credentials/tokens.py", "sqlalchemy"): "the bearer tokens' hashes, its own store",
+    ("credentials/tokens.py", ".engine"): "the bearer tokens' hashes, its own store",
+    ("credentials/fleet.py", ".engine"): "the fleet's tokens, in the fleet's own database",
 }
-"""Known uses that are not a read model's SQL (issue 32: to move below governance too)."""
+"""Known uses that are not a read model's SQL nor the application's stores, with why."""
+
+ABOVE_THE_READ_MODELS = ("governance", "service", "server", "cli", "credentials")
+APPLICATION_STORES = {"recorder", "repository", "datakeys", "mapper", "tlog", "keyring",
+                      "census", "saver"}
 
 
-def test_governance_asks_the_read_models_by_name() -> None:
-    """Issue 32: governance asks the read models named queries (``proj.atoms.reading()``,
-    ``proj.registry.purge_committed(...)``, ``proj.keyword.phrase_holders(...)``) and never
-    sees their SQL: no module of governance/ imports ``sqlalchemy``, reaches an ``.engine``
-    or names a read model's table (``proj.<model>.<table>``, the member an ``sa.Table`` of
-    projections/). Exceptions are listed, with why, in :data:`GOVERNANCE_SQL_KEPT`."""
+@pytest.mark.parametrize("package", ABOVE_THE_READ_MODELS)
+def test_the_layers_above_ask_the_read_models_and_the_ledger_by_name(package: str) -> None:
+    """Issue 32 (ADR 0067, ADR 0071): governance, the facade and the surfaces ask the read
+    models named queries (``proj.atoms.reading()``, ``proj.keyword.phrase_holders(...)``,
+    ``feed.rows_after(...)``) and the ledger its reader (``app.reader``) and commands, and
+    never see their SQL or stores: no module imports ``sqlalchemy``, reaches an
+    ``.engine``, names a read model's table (``proj.<model>.<table>``, the member an
+    ``sa.Table`` of projections/) or one of the application's stores
+    (``app.recorder``, ``app.datakeys``, ``app.tlog``, ...). A store of the service's own
+    is listed, with why, in :data:`SQL_KEPT`."""
     import ast
 
     tables = _read_model_tables()
     assert {"atoms", "atom_content", "artifact_content", "docs"} <= tables
     found = []
-    for path in sorted((REPO / "governance").rglob("*.py")):
+    for path in sorted((REPO / package).rglob("*.py")):
         rel = str(path.relative_to(REPO))
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             modules = [a.name for a in node.names] if isinstance(node, ast.Import) else \
@@ -117,11 +138,14 @@ def test_governance_asks_the_read_models_by_name() -> None:
                     isinstance(node.value, ast.Attribute) and \
                     ast.unparse(node.value.value).split(".")[-1] == "proj":
                 kind = "table"
+            elif isinstance(node, ast.Attribute) and node.attr in APPLICATION_STORES and \
+                    ast.unparse(node.value).split(".")[-1] == "app":
+                kind = "application store"
             else:
                 continue
-            if (rel, kind) not in GOVERNANCE_SQL_KEPT:
+            if (rel, kind) not in SQL_KEPT:
                 found.append(f"{rel}:{getattr(node, 'lineno', 0)}: {kind}: {ast.unparse(node)}")
-    assert not found, "governance reaches the read models' SQL:\n" + "\n".join(found)
+    assert not found, f"{package}/ reaches SQL or stores below it:\n" + "\n".join(found)
 
 
 def test_no_cycles_between_the_application_and_its_rules_and_log() -> None:
