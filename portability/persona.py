@@ -24,8 +24,9 @@ from jsonschema import Draft202012Validator
 from ledger import json_schemas
 from ledger.domain import ERASED
 from ledger.errors import InputError
-from ledger.portability import konshus
-from ledger.portability.common import (
+from ledger.progress import Steps
+from portability import konshus
+from portability.common import (
     WIRE,
     Plan,
     Refusal,
@@ -37,7 +38,7 @@ from ledger.portability.common import (
     namespaced,
     provider_extensions,
 )
-from ledger.portability.record import (
+from portability.record import (
     IMPORT_EXTRACTOR,
     Record,
     apply_wire,
@@ -47,8 +48,7 @@ from ledger.portability.record import (
     wire_of,
     withheld,
 )
-from ledger.portability.view import SubjectView, encoding
-from ledger.progress import Steps
+from portability.view import SubjectView, encoding
 
 SCHEMA = "persona-memory-atom.json"
 KINDS = ("episodic", "semantic", "procedural")

@@ -24,14 +24,14 @@ from keys.keyring import read_public_key_file
 from ledger.envelope import pae
 from ledger.errors import InputError, NotFound
 from ledger.inputs import ArtifactInput, AtomInput, SubjectInput, parse
-from ledger.portability.common import SIDECAR, Plan
-from ledger.portability.record import MAX_SIGNED_INT
+from portability.common import SIDECAR, Plan
+from portability.record import MAX_SIGNED_INT
 
 if TYPE_CHECKING:
     from ledger.application import LedgerApp
     from ledger.progress import Steps
 
-log = structlog.get_logger("ledger.portability")
+log = structlog.get_logger("portability")
 
 PLACEHOLDER_REASON = "tombstone received on import"
 
@@ -152,7 +152,7 @@ def apply_plan(app: LedgerApp, plan: Plan, *, dry_run: bool = False, actor: str 
         report.update(created=created, skipped=skipped, archived={"atoms": 0, "ids": []})
         return report
 
-    from ledger.portability import records
+    from portability import records
 
     result = app.import_records([plan.subject], artifacts, atoms, actor=actor,
                                 records=lambda sid, at: records.build(app, sid, rp, at),
@@ -183,7 +183,7 @@ def _restore_statuses(app: LedgerApp, plan: Plan, ids: dict[str, dict[str, str]]
     """Corrections and expiries survive a round trip (issue 19 item 7): an atom the
     source recorded as superseded or expired gets that status here too, by its own
     signed event, after the atoms exist (a re-run of the import finishes it)."""
-    from ledger.portability.common import namespaced
+    from portability.common import namespaced
 
     items: list[tuple[UUID, str, UUID | None, str | None]] = []
     for m in plan.atoms:
@@ -204,7 +204,7 @@ def _restore_statuses(app: LedgerApp, plan: Plan, ids: dict[str, dict[str, str]]
 
 def _plan_records(app: LedgerApp, plan: Plan, apply_untrusted: bool) -> Any:
     """Portable records (ADR 0017): what to create, supersede, skip and shred."""
-    from ledger.portability import records
+    from portability import records
 
     untrusted = set(plan.untrusted)
 
@@ -288,7 +288,7 @@ def plan_file(app: LedgerApp, path: Path, fmt: str, *, subject: str | None,
 def _plan_file(app: LedgerApp, path: Path, fmt: str, *, subject: str | None,
                trusted: Sequence[bytes], max_bytes: int | None,
                skip_unsupported: bool) -> Plan:
-    from ledger.portability import formats
+    from portability import formats
 
     def artifact_exists(ref: str) -> bool:
         return _exists(app, "artifact", ref) is not None
@@ -302,7 +302,7 @@ def _plan_file(app: LedgerApp, path: Path, fmt: str, *, subject: str | None,
 
 def _source_ids(app: LedgerApp, subject_ref: str) -> set[str]:
     """The sealed source ids of a subject's atoms (empty for a new subject)."""
-    from ledger.portability import view
+    from portability import view
 
     if _exists(app, "subject", subject_ref) is None:
         return set()

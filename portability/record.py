@@ -21,7 +21,7 @@ from typing import Any
 from ledger.domain import ATOM_FIELDS
 from ledger.errors import InputError
 from ledger.inputs import ATOM_KINDS, SENSITIVITIES
-from ledger.portability.common import (
+from portability.common import (
     FOREIGN,
     RESERVED,
     SIDECAR,
@@ -31,7 +31,7 @@ from ledger.portability.common import (
     norm_instant,
     parse_instant,
 )
-from ledger.portability.view import AtomView
+from portability.view import AtomView
 
 DEFAULTS: dict[str, Any] = {
     "gist": None, "details": None, "tags": None, "confidence": None, "valid_from": None,

@@ -43,7 +43,8 @@ from portable_memory.signing import PortableSigningKey, sign_tombstone
 
 from ledger.errors import InputError
 from ledger.inputs import ARTIFACT_KINDS, SENSITIVITIES
-from ledger.portability.common import (
+from ledger.progress import Steps
+from portability.common import (
     WIRE,
     Plan,
     Refusal,
@@ -53,8 +54,8 @@ from ledger.portability.common import (
     namespaced,
     placeholder,
 )
-from ledger.portability.membundle import TRUSTED, CheckedTombstone, VerifiedBundle
-from ledger.portability.record import (
+from portability.membundle import TRUSTED, CheckedTombstone, VerifiedBundle
+from portability.record import (
     IMPORT_EXTRACTOR,
     STATUSES,
     Record,
@@ -65,9 +66,8 @@ from ledger.portability.record import (
     wire_of,
     withheld,
 )
-from ledger.portability.records import DERIVED_KINDS, NOT_RECORDS, TOMBSTONE_KIND
-from ledger.portability.view import ArtifactView, SubjectView, encoding
-from ledger.progress import Steps
+from portability.records import DERIVED_KINDS, NOT_RECORDS, TOMBSTONE_KIND
+from portability.view import ArtifactView, SubjectView, encoding
 
 SUBJECT_KIND = "memoryLedgerSubject"
 GENERATOR = "memory-ledger/0.1.0"
