@@ -20,11 +20,10 @@ from typing import Any
 
 from ledger.domain import ATOM_FIELDS
 from ledger.errors import InputError
-from ledger.inputs import ATOM_KINDS, SENSITIVITIES
+from ledger.inputs import ATOM_KINDS, SENSITIVITIES, SIDECAR
 from portability.common import (
     FOREIGN,
     RESERVED,
-    SIDECAR,
     WIRE,
     fmt_instant,
     namespaced,

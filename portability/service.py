@@ -23,8 +23,8 @@ from keys.files import write_private
 from keys.keyring import read_public_key_file
 from ledger.envelope import pae
 from ledger.errors import InputError, NotFound
-from ledger.inputs import ArtifactInput, AtomInput, SubjectInput, parse
-from portability.common import SIDECAR, Plan
+from ledger.inputs import SIDECAR, ArtifactInput, AtomInput, SubjectInput, parse
+from portability.common import Plan
 from portability.record import MAX_SIGNED_INT
 
 if TYPE_CHECKING:

@@ -18,7 +18,8 @@ import structlog
 
 from ledger.domain import ATOM_FIELDS
 from ledger.errors import InputError, NotFound
-from portability.common import FOREIGN, SIDECAR, WIRE, local_of, norm_instant
+from ledger.inputs import SIDECAR
+from portability.common import FOREIGN, WIRE, local_of, norm_instant
 
 if TYPE_CHECKING:
     from ledger.application import LedgerApp
