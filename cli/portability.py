@@ -31,7 +31,7 @@ ActorOpt = Annotated[str | None, typer.Option("--as", help="Name of the key that
 
 
 def _format(value: str, ingest: bool = False) -> str:
-    from ledger.portability import formats
+    from portability import formats
 
     return formats.get(value, "read" if ingest else "write").name
 
@@ -72,7 +72,7 @@ def make_import(served: Served) -> Callable[..., None]:
         Example: ledger import export.json --format konshus --json
         """
         from ledger import progress
-        from ledger.portability import service
+        from portability import service
 
         fmt = _format(fmt, ingest=True)
         trusted = [service.read_trusted_key(p) for p in trust or []]

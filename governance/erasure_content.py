@@ -186,7 +186,7 @@ def _successor_texts(reads: AtomReads, atom_ids: Sequence[str]) -> list[str]:
 
 def record_texts(app: LedgerApp, ids: Sequence[str]) -> list[str]:
     """Free text of portable records, for the raw scan only (no read model holds them)."""
-    from ledger.portability.records import needles_of
+    from portability.records import needles_of
 
     return [t for r in app.reader.get_many([UUID(i) for i in ids]) if r.content is not None
             for t in needles_of(r.content, MIN_PROBE_CHARS)] if ids else []

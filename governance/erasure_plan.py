@@ -301,7 +301,7 @@ def _report_identifiers(plan: ErasurePlan, idents: Sequence[Identifier], atom_hi
 
 
 def _records_of(app: LedgerApp, sid: str) -> list[str]:
-    from ledger.portability.records import live_of
+    from portability.records import live_of
 
     return [str(r.id) for r in live_of(app, sid)]
 

@@ -29,6 +29,10 @@ REF_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$"
 MAX_BODY = 1_000_000
 MAX_ATOM_TEXT = 500
 MAX_GIST = 2000
+#: Key in an atom's ``extensions`` where an import keeps what has no field of its own (the
+#: source's times, counts, a status; a tombstone placeholder's mark). The write side reads
+#: it (ledger/policy_rules.py exempts placeholders); portability/ writes it.
+SIDECAR = "x-memory-ledger-source"
 
 AtomKind = Literal["fact", "preference", "relationship", "belief", "goal", "skill",
                    "episodic", "semantic", "procedural"]

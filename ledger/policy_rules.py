@@ -35,7 +35,7 @@ import structlog
 
 from ledger.domain import Atom
 from ledger.errors import InputError
-from ledger.portability.common import SIDECAR
+from ledger.inputs import SIDECAR
 
 
 class PolicyHost(Protocol):

@@ -55,7 +55,7 @@ the last two from the time asked and the ``since``/``until`` window."""
 NOT_VALID = OMISSIONS.index("not-valid-at-time") + 1
 OUTSIDE = OMISSIONS.index("outside-since-until") + 1
 _SIDECAR = "x-memory-ledger-source"
-"""``ledger.portability.common.SIDECAR``: where an import keeps the source's own times."""
+"""``ledger.inputs.SIDECAR``: where an import keeps the source's own times."""
 
 
 def static_reason(status: str, erased: bool, superseded_by: str | None,

@@ -530,8 +530,8 @@ class MemoryCases(FacadeCore):
     def export(self, caller: Caller, subject: str, fmt: ExportFormat,
                include_private: bool = False) -> ExportOut:
         """One subject's memory as Konshus or Persona JSON, or a `.mem` bundle (zipped)."""
-        from ledger.portability import formats, mem, view
-        from ledger.portability.record import tally
+        from portability import formats, mem, view
+        from portability.record import tally
 
         form = formats.get(fmt, "write")
         sid = self.subject_id(caller, subject)
@@ -564,7 +564,7 @@ class MemoryCases(FacadeCore):
         """Import a document (JSON, or a `.mem` bundle as a zip): all or nothing, as the
         CLI's `ledger import`."""
         self._require(caller, "assistant", "operator")
-        from ledger.portability import service
+        from portability import service
 
         subject = options.subject
         if subject is None and not caller.unrestricted:
@@ -575,7 +575,7 @@ class MemoryCases(FacadeCore):
             subject = self._stored_ref_of(sid)
         with tempfile.TemporaryDirectory(prefix="ledger-import-") as tmp:
             path = Path(tmp) / "input"
-            from ledger.portability import formats
+            from portability import formats
 
             if formats.get(options.format, "read").shape == "bundle":
                 _unzip_bundle(content, path)
@@ -598,8 +598,8 @@ class MemoryCases(FacadeCore):
         the caller's writer key (manifest.sig, or a DSSE envelope beside the file)."""
         self._require(caller, "assistant", "operator", "auditor")
         self._local_files(caller)
-        from ledger.portability import formats, mem, service, view
-        from ledger.portability.record import tally
+        from portability import formats, mem, service, view
+        from portability.record import tally
 
         form = formats.get(fmt, "write")
         v = view.load(self.app, subject, progress=progress)
@@ -635,8 +635,8 @@ class MemoryCases(FacadeCore):
         keys whose tombstone and manifest signatures are trusted."""
         self._require(caller, "assistant", "operator")
         self._local_files(caller)
-        from ledger.portability import service
         from ledger.progress import report
+        from portability import service
 
         reading = f"Reading and checking {path.name}"
         report(progress, reading, 0, 1)

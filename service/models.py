@@ -30,7 +30,7 @@ from ledger.inputs import Sensitivity as Sensitivity
 
 
 class _FormatName:
-    """A format's name, checked against the registry of :mod:`ledger.portability.formats`
+    """A format's name, checked against the registry of :mod:`portability.formats`
     when a value arrives, and published as the registry's enum when a schema is drawn: a
     format registered later is accepted and listed without touching this module."""
 
@@ -38,7 +38,7 @@ class _FormatName:
         self.direction, self.shape = direction, shape
 
     def _names(self) -> tuple[str, ...]:
-        from ledger.portability import formats
+        from portability import formats
 
         return formats.names(self.direction, shape=cast(Any, self.shape))
 

@@ -164,7 +164,7 @@ def test_the_atom_fields_are_declared_once() -> None:
     import dataclasses
 
     from ledger.domain import ATOM_FIELDS, ATOM_PERSONAL, AtomFields
-    from ledger.portability.record import _OPTIONAL_ATOM_FIELDS
+    from portability.record import _OPTIONAL_ATOM_FIELDS
     from projections.atoms import _AS_IS
 
     assert ATOM_FIELDS == tuple(AtomFields.__annotations__)

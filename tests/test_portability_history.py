@@ -69,7 +69,7 @@ def test_correction_survives_export_and_reimport_into_a_fresh_ledger(
     assert after == before  # Acme is not active beside Beta
     app = open_app(fresh)
     try:
-        from ledger.portability import view
+        from portability import view
 
         by_text = {a.fields["text"]: a for a in view.load(app, "u_hist").atoms}
         old, new = by_text["Works at Acme"], by_text["Works at Beta"]

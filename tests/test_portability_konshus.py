@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ledger.errors import InputError
-from ledger.portability import konshus
+from portability import konshus
 
 from .conftest import run_cli, snapshot
 from .test_portability_support import (

@@ -170,7 +170,7 @@ def test_tombstone_for_an_entity_and_edge_erases_them_and_a_stale_bundle_does_no
 
     app = open_app(home)
     try:
-        from ledger.portability import records, view
+        from portability import records, view
 
         v = view.load(app, "u_graph")
         gone = [x for x in v.records if x.kind in ("entity", "edge")]
@@ -209,7 +209,7 @@ def test_redact_user_shreds_the_subjects_records(home: Path, tmp_path: Path) -> 
     assert r.code == 0, r.err
     app = open_app(home)
     try:
-        from ledger.portability import records, view
+        from portability import records, view
 
         ids = records.of_subject(app, str(app.reader.subject_id("u_graph")))
         assert len(ids) == 2
@@ -254,7 +254,7 @@ def test_bitemporal_edge_update_supersedes_and_keeps_both_rows(home: Path,
     assert edges["edge_q"]["edgeType"] == edge["edgeType"]
     app = open_app(home)
     try:
-        from ledger.portability import view
+        from portability import view
 
         revised = [x for x in view.load(app, "u_graph").records if x.revisions]
         assert len(revised) == 1  # one Superseded event; the first statement stays in the log

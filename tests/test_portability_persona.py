@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ledger.errors import InputError
-from ledger.portability import persona
+from portability import persona
 
 from .conftest import run_cli, snapshot
 from .test_portability_support import (  # logs_on_stderr: autouse fixture

@@ -19,10 +19,10 @@ import httpx
 import pytest
 
 from ledger.errors import InputError
-from ledger.portability import formats
-from ledger.portability.common import Plan, check_subject_ref, loads_strict
-from ledger.portability.record import to_inputs
-from ledger.portability.view import SubjectView
+from portability import formats
+from portability.common import Plan, check_subject_ref, loads_strict
+from portability.record import to_inputs
+from portability.view import SubjectView
 from server.mcp_server import build_mcp, fixed_caller
 from service.caller import Caller
 

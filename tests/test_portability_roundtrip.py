@@ -116,7 +116,7 @@ def write(app: LedgerApp, sc: dict[str, Any]) -> None:
 def labels(app: LedgerApp, subject: str) -> dict[str, tuple[Any, ...]]:
     """Per exported atom: what must survive every path (provenance class, sources,
     sensitivity, privacy labels)."""
-    from ledger.portability import view
+    from portability import view
 
     v = view.load(app, subject)
     return {a.local_id: (a.fields["derivation"], sorted(a.cited), a.fields["sensitivity"],

@@ -11,7 +11,7 @@ from typing import Any
 
 from portable_memory.adapters import TransferTextAdapter
 
-from ledger.portability.adapters import EPOCH
+from portability.adapters import EPOCH
 
 from .conftest import RawStore, files_under, run_cli
 from .test_portability_support import KONSHUS_EXAMPLE, dumps, logs_on_stderr, open_app  # noqa: F401

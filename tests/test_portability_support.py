@@ -19,8 +19,8 @@ from cli.main import cli, served
 from cli.portability import register
 from ledger.application import LedgerApp
 from ledger.home import Config
-from ledger.portability import konshus, mem, persona, service, view
-from ledger.portability.membundle import verify_bundle
+from portability import konshus, mem, persona, service, view
+from portability.membundle import verify_bundle
 
 from .test_schemas import KONSHUS_EXAMPLE, PERSONA_ATOM
 

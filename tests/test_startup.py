@@ -23,7 +23,7 @@ HEAVY = ("sqlalchemy", "pydantic", "psycopg", "cryptography", "nacl", "eventsour
          "ledger.application", "ledger.domain", "ledger.home", "ledger.transparency",
          "keys.keyring", "keys.keystore", "projections.service", "projections.runner",
          "governance.audit", "governance.erasure", "governance.pack", "governance.sweep",
-         "governance.scan", "ledger.portability.service", "ledger.portability.konshus",
+         "governance.scan", "portability.service", "portability.konshus",
          "typer._adapters", "numpy", "wordllama", "fastapi", "starlette", "uvicorn", "mcp",
          "server", "service")
 

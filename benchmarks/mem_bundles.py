@@ -2,7 +2,7 @@
 importer's checks (``verify_bundle``: stricter) against portable-memory's
 ``BundleValidator`` on the same bundle.
 
-Usage: python benchmarks/portability.py [--atoms 100000] [--repeat 3] [--json]
+Usage: python benchmarks/mem_bundles.py [--atoms 100000] [--repeat 3] [--json]
 
 SQLite homes in a temporary folder. Seeding the source ledger is timed separately
 (it is ``import_records`` in batches, not the portability code).
@@ -24,8 +24,8 @@ from portable_memory import BundleValidator
 
 from ledger.application import LedgerApp
 from ledger.home import Config
-from ledger.portability import mem, service, view
-from ledger.portability.membundle import verify_bundle
+from portability import mem, service, view
+from portability.membundle import verify_bundle
 
 SUBJECT = "bench-user"
 

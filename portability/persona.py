@@ -24,8 +24,9 @@ from jsonschema import Draft202012Validator
 from ledger import json_schemas
 from ledger.domain import ERASED
 from ledger.errors import InputError
-from ledger.portability import konshus
-from ledger.portability.common import (
+from ledger.progress import Steps
+from portability import konshus
+from portability.common import (
     WIRE,
     Plan,
     Refusal,
@@ -34,21 +35,19 @@ from ledger.portability.common import (
     first,
     fmt_instant,
     loads_strict,
-    namespaced,
     provider_extensions,
 )
-from ledger.portability.record import (
-    IMPORT_EXTRACTOR,
+from portability.record import (
+    Citations,
     Record,
     apply_wire,
+    atom_input,
     clean,
     from_view,
     to_inputs,
     wire_of,
-    withheld,
 )
-from ledger.portability.view import SubjectView, encoding
-from ledger.progress import Steps
+from portability.view import SubjectView, encoding
 
 SCHEMA = "persona-memory-atom.json"
 KINDS = ("episodic", "semantic", "procedural")
@@ -151,7 +150,36 @@ def _schema_check(atoms: list[Any]) -> None:
 def plan_import(data: bytes, *, subject: str | None, artifact_exists: Callable[[str], bool]
                 ) -> Plan:
     """Check a Persona file and plan its import; nothing is written."""
-    doc = loads_strict(data, "Persona file")
+    atoms, extra, ignored = _read_document(loads_strict(data, "Persona file"))
+    _schema_check(atoms)
+    wire_subject = extra.get("subject") or {}
+    ref = check_subject_ref(subject or wire_subject.get("subject_id"), "subject")
+    plan = Plan(format="persona", subject=drop_none({
+        "ref": ref, "display_name": wire_subject.get("display_name"),
+        "locale": wire_subject.get("locale")}))
+    if ignored:
+        plan.warnings.append(f"Persona document parts not imported: {first(ignored)}")
+    citations = Citations(ref, artifact_exists)
+    _plan_artifacts(plan, extra.get("artifacts") or [], citations)
+    records = []
+    for a in atoms:
+        where = f"memory {a['memId']!r}"
+        records.append((where, apply_wire(decode_atom(a), a.get(WIRE), PROTECTED, where)))
+    _check_consent(records)
+    for where, rec in records:
+        _plan_atom(plan, where, rec, citations)
+    if citations.sourceless:
+        plan.artifacts.append({"subject": ref, "ref": citations.here[IMPORT_SOURCE],
+                               "kind": "document", "source": "persona-import",
+                               "private": True})
+        plan.warnings.append("memories without provenance were imported as inferred by an "
+                             f"unknown extractor, citing the artifact {IMPORT_SOURCE!r}")
+    return plan
+
+
+def _read_document(doc: Any) -> tuple[list[Any], dict[str, Any], list[str]]:
+    """(the memory atoms, our wire of the document, the document keys not imported) of
+    a Persona file: one atom, a list of them, or a document with a ``memory`` list."""
     extra: dict[str, Any] = {}
     ignored: list[str] = []
     if isinstance(doc, list):
@@ -168,76 +196,55 @@ def plan_import(data: bytes, *, subject: str | None, artifact_exists: Callable[[
     if not isinstance(extra, dict) or set(extra) - {"subject", "artifacts", "exported_at"}:
         raise InputError(f"Persona file: {WIRE} may hold only subject, artifacts and "
                          "exported_at")
-    _schema_check(atoms)
-    wire_subject = extra.get("subject") or {}
-    ref = check_subject_ref(subject or wire_subject.get("subject_id"), "subject")
-    plan = Plan(format="persona", subject=drop_none({
-        "ref": ref, "display_name": wire_subject.get("display_name"),
-        "locale": wire_subject.get("locale")}))
-    if ignored:
-        plan.warnings.append(f"Persona document parts not imported: {first(ignored)}")
-    arts = extra.get("artifacts") or []
+    return atoms, extra, ignored
+
+
+def _plan_artifacts(plan: Plan, arts: list[Any], citations: Citations) -> None:
+    """The artifacts our wire carries, checked as a Konshus export's."""
     konshus.check_document({"export_version": konshus.VERSION,
                             "exported_at": "1970-01-01T00:00:00Z",
-                            "subject": {"subject_id": ref}, "atoms": [], "artifacts": arts},
+                            "subject": {"subject_id": plan.subject_ref}, "atoms": [],
+                            "artifacts": arts},
                            f"Persona file's {WIRE}.artifacts")
-    local_refs: dict[str, str] = {}
     for i, a in enumerate(arts):
-        art = konshus.artifact_input(a, ref, f"{WIRE}.artifacts[{i}]")
+        art = konshus.artifact_input(a, plan.subject_ref, f"{WIRE}.artifacts[{i}]")
         plan.artifacts.append(art)
-        local_refs[a["artifact_id"]] = art["ref"]
+        citations.here[a["artifact_id"]] = art["ref"]
 
-    def resolve(local: str) -> str | None:
-        if local in local_refs:
-            return local_refs[local]
-        candidate, _ = namespaced(ref, local)
-        return candidate if artifact_exists(candidate) else None
 
-    records = []
-    for a in atoms:
-        where = f"memory {a['memId']!r}"
-        records.append((where, apply_wire(decode_atom(a), a.get(WIRE), PROTECTED, where)))
+def _check_consent(records: list[tuple[str, Record]]) -> None:
+    """The consent rule: a sensitive-pii memory needs consent basis explicit-consent."""
     bad = [w for w, r in records if r.get("privacy_class") == "sensitive-pii"
            and r.get("consent_basis") != "explicit-consent" and not r.get("erased")]
     if bad:
         raise InputError("Persona file rejected (consent rule): a sensitive-pii memory needs "
                          f"consent basis explicit-consent: {first(bad)}",
                          hint="fix the consent basis at the source, or leave those out")
-    sourceless = False
-    for where, rec in records:
-        if rec.get("erased"):
-            t = {k: v for k, v in rec.items() if k not in _TOMBSTONE_DROPS}
-            t.update(text=ERASED, derivation="stated")
-            data_in, _ = to_inputs(t, ref, resolve, where)
-            plan.erase.append(("atom", data_in["ref"], where))
-            plan.untrusted.append(where)
-            plan.placeholders.append(("atom", data_in["ref"], data_in, where))
-            plan.refused.append(Refusal("atom", str(rec["id"]), "hard-redacted: no content"))
-            continue
-        why = withheld(rec)
-        if why:
-            plan.refused.append(Refusal("atom", str(rec["id"]), why))
-            continue
-        if rec.get("derivation") is None:
-            rec.update(derivation="inferred", extractor=IMPORT_EXTRACTOR, cited=[IMPORT_SOURCE])
-            local_refs.setdefault(IMPORT_SOURCE, namespaced(ref, IMPORT_SOURCE)[0])
-            sourceless = True
-        data_in, unresolved = to_inputs(rec, ref, resolve, where)
-        if rec["derivation"] in ("inferred", "observed") and not data_in["artifact_ids"]:
-            raise InputError(f"Persona file rejected: {where} is {rec['derivation']} and "
-                             "cites no artifact that is in this file or in the ledger "
-                             f"({first(unresolved) or 'none'})")
-        if unresolved:
-            plan.warnings.append(f"{where} cites artifacts not in this file "
-                                 f"({first(unresolved)}); kept as unresolved citations")
-        plan.atoms.append(data_in)
-    if sourceless:
-        plan.artifacts.append({"subject": ref, "ref": local_refs[IMPORT_SOURCE],
-                               "kind": "document", "source": "persona-import",
-                               "private": True})
-        plan.warnings.append("memories without provenance were imported as inferred by an "
-                             f"unknown extractor, citing the artifact {IMPORT_SOURCE!r}")
-    return plan
+
+
+def _plan_atom(plan: Plan, where: str, rec: Record, citations: Citations) -> None:
+    """Plan one memory: a hard-redacted one as a placeholder to erase, else its atom."""
+    if rec.get("erased"):
+        t = {k: v for k, v in rec.items() if k not in _TOMBSTONE_DROPS}
+        t.update(text=ERASED, derivation="stated")
+        data_in, _ = to_inputs(t, plan.subject_ref, citations.resolve, where)
+        plan.erase.append(("atom", data_in["ref"], where))
+        plan.untrusted.append(where)
+        plan.placeholders.append(("atom", data_in["ref"], data_in, where))
+        plan.refused.append(Refusal("atom", str(rec["id"]), "hard-redacted: no content"))
+        return
+    planned = atom_input(plan, rec, where, citations, IMPORT_SOURCE)
+    if planned is None:
+        return
+    data_in, unresolved = planned
+    if rec["derivation"] in ("inferred", "observed") and not data_in["artifact_ids"]:
+        raise InputError(f"Persona file rejected: {where} is {rec['derivation']} and "
+                         "cites no artifact that is in this file or in the ledger "
+                         f"({first(unresolved) or 'none'})")
+    if unresolved:
+        plan.warnings.append(f"{where} cites artifacts not in this file "
+                             f"({first(unresolved)}); kept as unresolved citations")
+    plan.atoms.append(data_in)
 
 
 def export(view: SubjectView, *, include_private: bool, now: datetime,

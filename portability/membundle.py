@@ -59,7 +59,7 @@ from portable_memory.records import (
 from portable_memory.signing import PortableSigning, PortableVerifyingKey
 
 from ledger.errors import InputError, VerificationFailed
-from ledger.portability.common import (
+from portability.common import (
     MAX_BUNDLE_FILE_BYTES,
     MAX_LINE_BYTES,
     loads_strict,

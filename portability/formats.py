@@ -10,9 +10,9 @@ A format has one of three shapes, and the shape says what its module provides:
   ``plan_import(data: bytes, *, subject, artifact_exists) -> Plan`` and, when it can be
   written, ``export(view, *, include_private, now, progress) -> (document, counts)``.
 - ``bundle``: a ``.mem`` bundle directory, verified with its manifest before it is planned
-  (``ledger.portability.mem``).
+  (``portability.mem``).
 - ``ingest``: a third party's export, read through portable-memory's ingest adapters and
-  never written (``ledger.portability.adapters``).
+  never written (``portability.adapters``).
 
 The module is named, not imported: it is imported on first use, so reading the registry
 (``ledger --help``, a request's validation) loads no format's code.
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ledger.errors import InputError
 
 if TYPE_CHECKING:  # the client imports this module: nothing here may load a store
-    from ledger.portability.common import Plan
+    from portability.common import Plan
 
 __all__ = ["Format", "ReadContext", "get", "names", "register", "unregister"]
 
@@ -67,7 +67,7 @@ class Format:
 
     def plan(self, path: Path, ctx: ReadContext) -> Plan:
         """Check the file or bundle at ``path`` and plan its import; nothing is written."""
-        from ledger.portability.common import MAX_DOCUMENT_BYTES, MAX_LINE_BYTES, read_capped
+        from portability.common import MAX_DOCUMENT_BYTES, MAX_LINE_BYTES, read_capped
 
         code = self._code()
         if self.shape == "ingest":
@@ -76,7 +76,7 @@ class Format:
                 artifact_exists=ctx.artifact_exists, skip_unsupported=ctx.skip_unsupported,
                 known_source_ids=ctx.known_source_ids)
         if self.shape == "bundle":
-            from ledger.portability import membundle
+            from portability import membundle
 
             bundle = membundle.verify_bundle(path, ctx.trusted,
                                              max_line_bytes=ctx.max_bytes or MAX_LINE_BYTES)
@@ -92,7 +92,7 @@ class Format:
     def export_document(self, view: Any, *, include_private: bool, now: datetime,
                         progress: Any = None) -> tuple[dict[str, Any], dict[str, int]]:
         """A ``document`` format's export of one subject (a
-        :class:`ledger.portability.view.SubjectView`): the document and its counts;
+        :class:`portability.view.SubjectView`): the document and its counts;
         ``progress`` (:data:`ledger.progress.Steps`) hears the atoms encoded."""
         if self.shape != "document" or not self.writes:
             raise InputError(f"{self.name} is not written as one document")
@@ -137,13 +137,13 @@ def get(name: str, direction: Direction, *, shape: Shape | None = None) -> Forma
     return fmt
 
 
-_KONSHUS = "ledger.portability.konshus"
+_KONSHUS = "portability.konshus"
 register(Format("konshus", "Konshus v0.1 JSON export", "document", _KONSHUS, writes=True))
-register(Format("mem", ".mem bundle (portable-memory)", "bundle", "ledger.portability.mem",
+register(Format("mem", ".mem bundle (portable-memory)", "bundle", "portability.mem",
                 writes=True, media_type="application/zip"))
 register(Format("persona", "Persona Schema memory atoms", "document",
-                "ledger.portability.persona", writes=True))
+                "portability.persona", writes=True))
 for _name, _title in (("chatgpt", "ChatGPT conversations export"),
                       ("claude", "Claude memory files"), ("mem0", "mem0 JSON export"),
                       ("text", "pasted memory text")):
-    register(Format(_name, _title, "ingest", "ledger.portability.adapters", writes=False))
+    register(Format(_name, _title, "ingest", "portability.adapters", writes=False))

@@ -43,7 +43,8 @@ from portable_memory.signing import PortableSigningKey, sign_tombstone
 
 from ledger.errors import InputError
 from ledger.inputs import ARTIFACT_KINDS, SENSITIVITIES
-from ledger.portability.common import (
+from ledger.progress import Steps
+from portability.common import (
     WIRE,
     Plan,
     Refusal,
@@ -53,21 +54,19 @@ from ledger.portability.common import (
     namespaced,
     placeholder,
 )
-from ledger.portability.membundle import TRUSTED, CheckedTombstone, VerifiedBundle
-from ledger.portability.record import (
-    IMPORT_EXTRACTOR,
+from portability.membundle import TRUSTED, CheckedTombstone, VerifiedBundle
+from portability.record import (
     STATUSES,
+    Citations,
     Record,
     apply_wire,
+    atom_input,
     clean,
     from_view,
-    to_inputs,
     wire_of,
-    withheld,
 )
-from ledger.portability.records import DERIVED_KINDS, NOT_RECORDS, TOMBSTONE_KIND
-from ledger.portability.view import ArtifactView, SubjectView, encoding
-from ledger.progress import Steps
+from portability.records import DERIVED_KINDS, NOT_RECORDS, TOMBSTONE_KIND
+from portability.view import ArtifactView, SubjectView, encoding
 
 SUBJECT_KIND = "memoryLedgerSubject"
 GENERATOR = "memory-ledger/0.1.0"
@@ -249,41 +248,66 @@ def plan_records(plan: Plan, streams: dict[str, list[dict[str, Any]]],
     inferred from (one per subject and input format).
     """
     ref = plan.subject_ref
+    covered = _plan_tombstones(plan, tombstones)
+    _plan_other_records(plan, streams)
+    citations = Citations(ref, artifact_exists, covered)
+    for where, ep, wire in _plan_artifacts(plan, streams.get("episode", []), citations):
+        _plan_atom(plan, where, ep, wire, citations, skip_unsupported, source)
+    if citations.sourceless and \
+            not any(a["ref"] == citations.here[source] for a in plan.artifacts):
+        plan.artifacts.append({"subject": ref, "ref": citations.here[source],
+                               "kind": "document", "source": f"{plan.format}-import",
+                               "private": True})
+        plan.warnings.append("records from other tools were imported as atoms inferred by an "
+                             f"unknown extractor, citing the artifact {source!r}")
+    return plan
 
-    # Tombstones first: what they cover is never created.
+
+def _plan_tombstones(plan: Plan, tombstones: list[CheckedTombstone]) -> set[str]:
+    """Tombstones first: what they cover is never created. Returns the ids covered."""
     covered: set[str] = set()
     counts = {"total": 0, TRUSTED: 0, "untrusted": 0, "unsigned": 0}
     for ct in tombstones:
-        t = ct.tombstone
         counts["total"] += 1
         counts[ct.trust] += 1
-        d = t.derived
-        ids = [t.target_id, *d.sentence_ids, *d.fact_ids, *d.edge_ids, *d.entity_ids,
-               *d.chunk_ids]
-        covered.update(ids)
-        if ct.trust != TRUSTED:
-            plan.untrusted.append(t.id)
-        for i in ids:
-            plan.erase.append(("any", namespaced(ref, i)[0], t.id))
-        plan.record_lines.append((TOMBSTONE_KIND, ct.raw))
-        if t.target_kind not in NOT_RECORDS:
-            plan.record_erase.append((t.target_kind, t.target_id, t.id))
-            plan.record_placeholders.append((t.target_kind, t.target_id, t.id))
-        for attr, rkind in DERIVED_KINDS.items():
-            for i in getattr(d, attr):
-                plan.record_erase.append((rkind, i, t.id))
-        kind = _tombstone_kind(t)
-        if kind is not None:
-            target = namespaced(ref, t.target_id)[0]
-            plan.placeholders.append((kind, target, placeholder(kind, ref, target, None),
-                                      t.id))
+        covered.update(_plan_tombstone(plan, ct))
     plan.tombstones = counts
     if counts["untrusted"] + counts["unsigned"]:
         plan.warnings.append(
             f"{counts['untrusted'] + counts['unsigned']} tombstone(s) are unsigned or signed "
             "by a key not given with --trust: they stop their items from being created, but "
             "erase nothing already in the ledger unless --apply-untrusted-tombstones")
+    return covered
 
+
+def _plan_tombstone(plan: Plan, ct: CheckedTombstone) -> list[str]:
+    """One tombstone's erasures, records and placeholder; returns the ids it covers."""
+    ref = plan.subject_ref
+    t = ct.tombstone
+    d = t.derived
+    ids = [t.target_id, *d.sentence_ids, *d.fact_ids, *d.edge_ids, *d.entity_ids,
+           *d.chunk_ids]
+    if ct.trust != TRUSTED:
+        plan.untrusted.append(t.id)
+    for i in ids:
+        plan.erase.append(("any", namespaced(ref, i)[0], t.id))
+    plan.record_lines.append((TOMBSTONE_KIND, ct.raw))
+    if t.target_kind not in NOT_RECORDS:
+        plan.record_erase.append((t.target_kind, t.target_id, t.id))
+        plan.record_placeholders.append((t.target_kind, t.target_id, t.id))
+    for attr, rkind in DERIVED_KINDS.items():
+        for i in getattr(d, attr):
+            plan.record_erase.append((rkind, i, t.id))
+    kind = _tombstone_kind(t)
+    if kind is not None:
+        target = namespaced(ref, t.target_id)[0]
+        plan.placeholders.append((kind, target, placeholder(kind, ref, target, None), t.id))
+    return ids
+
+
+def _plan_other_records(plan: Plan, streams: dict[str, list[dict[str, Any]]]) -> None:
+    """The portable records of other kinds (ADR 0017) are kept, unless a tombstone
+    covers them."""
     covered_records = {(k, i) for k, i, _ in plan.record_erase}
     for kind, lines in sorted(streams.items()):
         if kind in ("episode", SUBJECT_KIND, "tombstone"):
@@ -294,8 +318,12 @@ def plan_records(plan: Plan, streams: dict[str, list[dict[str, Any]]],
                                             "covered by a tombstone"))
             else:
                 plan.record_lines.append((kind, line))
-    episodes = streams.get("episode", [])
-    artifacts_here: dict[str, str] = {}
+
+
+def _plan_artifacts(plan: Plan, episodes: list[dict[str, Any]], citations: Citations
+                    ) -> list[tuple[str, dict[str, Any], dict[str, Any] | None]]:
+    """Plan the episodes that are artifacts; return the others (where, episode, wire),
+    atoms to plan once every artifact of the bundle is known."""
     atom_lines: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = []
     for n, ep in enumerate(episodes, 1):
         where = f"episode {ep['id']!r} (items/episode.jsonl line {n})"
@@ -303,64 +331,49 @@ def plan_records(plan: Plan, streams: dict[str, list[dict[str, Any]]],
         if wire is not None and not isinstance(wire, dict):
             raise InputError(f"{where}: {WIRE} must be an object")
         is_artifact = isinstance(wire, dict) and wire.get("record") == "artifact"
-        if ep["id"] in covered:
+        if ep["id"] in citations.covered:
             plan.refused.append(Refusal("artifact" if is_artifact else "atom", ep["id"],
                                         "covered by a tombstone"))
             continue
         if is_artifact:
             assert wire is not None
-            art = decode_artifact(ep, wire, ref, where)
+            art = decode_artifact(ep, wire, plan.subject_ref, where)
             plan.artifacts.append(art)
-            artifacts_here[ep["id"]] = art["ref"]
+            citations.here[ep["id"]] = art["ref"]
         else:
             atom_lines.append((where, ep, wire))
+    return atom_lines
 
-    def resolve(local: str) -> str | None:
-        if local in covered and local not in artifacts_here:
-            return None
-        if local in artifacts_here:
-            return artifacts_here[local]
-        candidate, _ = namespaced(ref, local)
-        return candidate if artifact_exists(candidate) else None
 
-    sourceless = False
-    for where, ep, wire in atom_lines:
-        foreign_origin = wire is None
-        if foreign_origin:
-            problem = _foreign_fit(ep)
-            if problem:
-                if not skip_unsupported:
-                    raise InputError(f"{where}: {problem}; nothing was imported",
-                                     hint="pass --skip-unsupported to import the rest")
-                plan.refused.append(Refusal("atom", ep["id"], problem))
-                continue
-        rec = decode_episode(ep, foreign_origin)
-        rec = apply_wire(rec, {k: v for k, v in (wire or {}).items() if k != "record"},
-                         PROTECTED, where)
-        why = withheld(rec)
-        if why:
-            plan.refused.append(Refusal("atom", str(rec["id"]), why))
-            continue
-        if rec.get("derivation") is None:
-            rec.update(derivation="inferred", extractor=IMPORT_EXTRACTOR, cited=[source])
-            artifacts_here.setdefault(source, namespaced(ref, source)[0])
-            sourceless = True
-        data, unresolved = to_inputs(rec, ref, resolve, where)
-        if rec["derivation"] in ("inferred", "observed") and not data["artifact_ids"]:
-            plan.refused.append(Refusal("atom", ep["id"], "every source it cites is "
-                                        "tombstoned or missing"))
-            continue
-        if unresolved:
-            plan.warnings.append(f"{where} cites artifacts not in this bundle "
-                                 f"({first(unresolved)}); kept as unresolved citations")
-        plan.atoms.append(data)
-    if sourceless and not any(a["ref"] == artifacts_here[source] for a in plan.artifacts):
-        plan.artifacts.append({"subject": ref, "ref": artifacts_here[source],
-                               "kind": "document", "source": f"{plan.format}-import",
-                               "private": True})
-        plan.warnings.append("records from other tools were imported as atoms inferred by an "
-                             f"unknown extractor, citing the artifact {source!r}")
-    return plan
+def _plan_atom(plan: Plan, where: str, ep: dict[str, Any], wire: dict[str, Any] | None,
+               citations: Citations, skip_unsupported: bool, source: str) -> None:
+    """Plan one episode that is an atom: ours (it has our wire) or a foreign one that
+    fits an atom; refused when it does not fit (with ``skip_unsupported``), is withheld
+    at the source, or cites only tombstoned or missing sources."""
+    foreign_origin = wire is None
+    if foreign_origin:
+        problem = _foreign_fit(ep)
+        if problem:
+            if not skip_unsupported:
+                raise InputError(f"{where}: {problem}; nothing was imported",
+                                 hint="pass --skip-unsupported to import the rest")
+            plan.refused.append(Refusal("atom", ep["id"], problem))
+            return
+    rec = decode_episode(ep, foreign_origin)
+    rec = apply_wire(rec, {k: v for k, v in (wire or {}).items() if k != "record"},
+                     PROTECTED, where)
+    planned = atom_input(plan, rec, where, citations, source)
+    if planned is None:
+        return
+    data, unresolved = planned
+    if rec["derivation"] in ("inferred", "observed") and not data["artifact_ids"]:
+        plan.refused.append(Refusal("atom", ep["id"], "every source it cites is "
+                                    "tombstoned or missing"))
+        return
+    if unresolved:
+        plan.warnings.append(f"{where} cites artifacts not in this bundle "
+                             f"({first(unresolved)}); kept as unresolved citations")
+    plan.atoms.append(data)
 
 
 def _foreign_fit(ep: dict[str, Any]) -> str | None:
@@ -512,18 +525,7 @@ def export(view: SubjectView, out: Path, *, include_private: bool, key: Portable
         episodes.append(_episode(native))
         ext[v.local_id] = canonical_json(extra)
         stats["atoms"] += 1
-    records: dict[str, list[dict[str, Any]]] = {}
-    for r in view.records:
-        if r.content is not None:
-            records.setdefault(r.kind, []).append(r.content)
-    # received tombstones are kept (sealed) as records and go out verbatim; the ledger's
-    # own tombstone for the same target (a placeholder's) is then not written twice
-    kept = records.get(TOMBSTONE_KIND, [])
-    seen_tombs = {str(t.get("id")) for t in kept}
-    seen_targets = {(str(t.get("targetKind")), str(t.get("targetID"))) for t in kept}
-    tombstones = [t for t in tombstones if t.id not in seen_tombs
-                  and (t.target_kind, t.target_id) not in seen_targets]
-    tombstones += [_Line(t) for t in records.pop(TOMBSTONE_KIND, [])]
+    records, tombstones = _records(view, tombstones)
     stats["records"] = sum(len(x) for x in records.values())
     ids = [e.id for e in episodes]
     if len(set(ids)) != len(ids):
@@ -539,6 +541,24 @@ def export(view: SubjectView, out: Path, *, include_private: bool, key: Portable
         store, tmp, level=ConformanceLevel.L3 if sign_manifest else ConformanceLevel.L2,
         signing_key=key if sign_manifest else None))
     return stats
+
+
+def _records(view: SubjectView, tombstones: list[Any]
+             ) -> tuple[dict[str, list[dict[str, Any]]], list[Any]]:
+    """The subject's portable records by kind, and the bundle's tombstones: received
+    tombstones are kept (sealed) as records and go out verbatim; the ledger's own
+    tombstone for the same target (a placeholder's) is then not written twice."""
+    records: dict[str, list[dict[str, Any]]] = {}
+    for r in view.records:
+        if r.content is not None:
+            records.setdefault(r.kind, []).append(r.content)
+    kept = records.get(TOMBSTONE_KIND, [])
+    seen_tombs = {str(t.get("id")) for t in kept}
+    seen_targets = {(str(t.get("targetKind")), str(t.get("targetID"))) for t in kept}
+    tombstones = [t for t in tombstones if t.id not in seen_tombs
+                  and (t.target_kind, t.target_id) not in seen_targets]
+    tombstones += [_Line(t) for t in records.pop(TOMBSTONE_KIND, [])]
+    return records, tombstones
 
 
 def _write_new_dir(out: Path, write: Any) -> None:

@@ -14,24 +14,25 @@ absent, so that equal records have equal canonical bytes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from datetime import datetime
 from typing import Any
 
 from ledger.domain import ATOM_FIELDS
 from ledger.errors import InputError
-from ledger.inputs import ATOM_KINDS, SENSITIVITIES
-from ledger.portability.common import (
+from ledger.inputs import ATOM_KINDS, SENSITIVITIES, SIDECAR
+from portability.common import (
     FOREIGN,
     RESERVED,
-    SIDECAR,
     WIRE,
+    Plan,
+    Refusal,
     fmt_instant,
     namespaced,
     norm_instant,
     parse_instant,
 )
-from ledger.portability.view import AtomView
+from portability.view import AtomView
 
 DEFAULTS: dict[str, Any] = {
     "gist": None, "details": None, "tags": None, "confidence": None, "valid_from": None,
@@ -169,6 +170,52 @@ def withheld(rec: Record) -> str | None:
     return None
 
 
+class Citations:
+    """The artifacts an import's atoms may cite, by the local ids the input gives them:
+    those the import brings (``here``), then those already in the ledger
+    (``artifact_exists``). A local id a tombstone of the input covers (``covered``)
+    resolves to nothing unless the import brings it."""
+
+    def __init__(self, subject_ref: str, artifact_exists: Callable[[str], bool],
+                 covered: Container[str] = ()) -> None:
+        self.subject_ref = subject_ref
+        self.artifact_exists = artifact_exists
+        self.covered = covered
+        self.here: dict[str, str] = {}
+        #: Some record had no provenance and cites the import's own source artifact.
+        self.sourceless = False
+
+    def resolve(self, local: str) -> str | None:
+        """The ledger ref a cited local id stands for, or None."""
+        if local in self.covered and local not in self.here:
+            return None
+        if local in self.here:
+            return self.here[local]
+        candidate, _ = namespaced(self.subject_ref, local)
+        return candidate if self.artifact_exists(candidate) else None
+
+    def cite_source(self, rec: Record, source: str) -> None:
+        """A record without provenance becomes inferred, by an unknown extractor, from
+        the import's own ``source`` artifact (the caller plans that artifact)."""
+        rec.update(derivation="inferred", extractor=IMPORT_EXTRACTOR, cited=[source])
+        self.here.setdefault(source, namespaced(self.subject_ref, source)[0])
+        self.sourceless = True
+
+
+def atom_input(plan: Plan, rec: Record, where: str, citations: Citations, source: str
+               ) -> tuple[dict[str, Any], list[str]] | None:
+    """A record's atom input and its unresolved citations (:func:`to_inputs`), or None
+    when the source withheld it (refused in the plan). A record without provenance cites
+    the import's ``source`` artifact."""
+    why = withheld(rec)
+    if why:
+        plan.refused.append(Refusal("atom", str(rec["id"]), why))
+        return None
+    if rec.get("derivation") is None:
+        citations.cite_source(rec, source)
+    return to_inputs(rec, citations.subject_ref, citations.resolve, where)
+
+
 def to_inputs(rec: Record, subject_ref: str, resolve: Callable[[str], str | None],
               where: str) -> tuple[dict[str, Any], list[str]]:
     """AtomInput data for a record, and the cited local ids that resolve nowhere.
@@ -176,41 +223,60 @@ def to_inputs(rec: Record, subject_ref: str, resolve: Callable[[str], str | None
     ``resolve`` maps a cited local artifact id to a ledger ref (in this import or
     already in the ledger), or None. The caller decides what unresolved citations mean.
     """
+    _check_keys(rec, where)
+    local = str(rec["id"])
+    ref, reversible = namespaced(subject_ref, local)
+    resolved, unresolved = _resolve_cited(rec, resolve)
+    sidecar = _sidecar(rec, where, unresolved)
+    source = _source_data(rec, where, local, reversible)
+    _check_classes(rec, where)
+    data: dict[str, Any] = {
+        "subject": subject_ref, "ref": ref, "kind": rec["kind"], "text": rec["text"],
+        "sensitivity": rec["sensitivity"], "derivation": rec["derivation"],
+        "artifact_ids": resolved, "extensions": {SIDECAR: sidecar},
+    }
+    if source:
+        data["source_data"] = source
+    for key in _OPTIONAL_ATOM_FIELDS:
+        if rec.get(key) is not None:
+            data[key] = rec[key]
+    for key in ("valid_from", "valid_to"):
+        if key in data:
+            data[key] = _instant(data[key], f"{where}: {key}")
+    return data, unresolved
+
+
+def _check_keys(rec: Record, where: str) -> None:
     for k in REQUIRED:
         if rec.get(k) in (None, ""):
             raise InputError(f"{where}: no {k}")
     unknown = set(rec) - KEYS
     if unknown:
         raise InputError(f"{where}: unknown record keys {sorted(unknown)}")
-    local = str(rec["id"])
-    ref, reversible = namespaced(subject_ref, local)
-    cited = [str(c) for c in rec.get("cited") or []]
+
+
+def _resolve_cited(rec: Record, resolve: Callable[[str], str | None]
+                   ) -> tuple[list[str], list[str]]:
+    """(the ledger refs the record's citations resolve to, once each; the local ids that
+    resolve nowhere)."""
     resolved: list[str] = []
     unresolved: list[str] = []
-    for c in cited:
+    for c in (str(c) for c in rec.get("cited") or []):
         r = resolve(c)
         if r is None:
             unresolved.append(c)
         elif r not in resolved:
             resolved.append(r)
-    sidecar: dict[str, Any] = {}
-    # What the source carried is sealed under the atom's data key (``source_data``):
-    # its own id when the ref cannot hold it, provider and foreign fields, its episode
-    # metadata. The plaintext sidecar keeps only the ledger's bookkeeping (times, counts,
-    # a status, a label, unresolved citation ids), which verification and erasure need.
-    source: dict[str, Any] = {}
-    if not reversible or rec.get("source_id"):
-        source["id"] = rec.get("source_id") or local
-    sidecar["created_at"] = _instant(rec["created_at"], f"{where}: created_at")
+    return resolved, unresolved
+
+
+def _sidecar(rec: Record, where: str, unresolved: list[str]) -> dict[str, Any]:
+    """The plaintext sidecar: only the ledger's bookkeeping (times, counts, a status, a
+    label, unresolved citation ids), which verification and erasure need."""
+    sidecar: dict[str, Any] = {"created_at": _instant(rec["created_at"], f"{where}: created_at")}
     if unresolved:
         sidecar["unresolved"] = unresolved
-    count = rec.get("rehearsal_count", 0)
-    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-        raise InputError(f"{where}: rehearsal count {count!r} is not a whole number >= 0")
-    if count > MAX_SIGNED_INT:
-        raise InputError(f"{where}: rehearsal count (accessCount, rehearsalCount) {count} is "
-                         f"above {MAX_SIGNED_INT}, the largest whole number a signed event "
-                         "can hold (RFC 8785)", hint="fix the count in the source file")
+    count = _rehearsal_count(rec, where)
     if count:
         sidecar["rehearsal_count"] = count
     if rec.get("last_rehearsed_at"):
@@ -225,11 +291,32 @@ def to_inputs(rec: Record, subject_ref: str, resolve: Callable[[str], str | None
         if not isinstance(rec["superseded_by"], str):
             raise InputError(f"{where}: superseded_by must be an id")
         sidecar["superseded_by"] = rec["superseded_by"]
-    if rec.get("episode") is not None and not isinstance(rec["episode"], dict):
-        raise InputError(f"{where}: the kept episode fields must be an object")
     if rec.get("source_sensitivity") is not None:
         sidecar["sensitivity"] = rec["source_sensitivity"]
+    return sidecar
+
+
+def _rehearsal_count(rec: Record, where: str) -> int:
+    count = rec.get("rehearsal_count", 0)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise InputError(f"{where}: rehearsal count {count!r} is not a whole number >= 0")
+    if count > MAX_SIGNED_INT:
+        raise InputError(f"{where}: rehearsal count (accessCount, rehearsalCount) {count} is "
+                         f"above {MAX_SIGNED_INT}, the largest whole number a signed event "
+                         "can hold (RFC 8785)", hint="fix the count in the source file")
+    return count
+
+
+def _source_data(rec: Record, where: str, local: str, reversible: bool) -> dict[str, Any]:
+    """What the source carried, sealed under the atom's data key (``source_data``): its
+    own id when the ref cannot hold it, provider and foreign fields, its episode
+    metadata."""
+    source: dict[str, Any] = {}
+    if not reversible or rec.get("source_id"):
+        source["id"] = rec.get("source_id") or local
     if rec.get("episode") is not None:
+        if not isinstance(rec["episode"], dict):
+            raise InputError(f"{where}: the kept episode fields must be an object")
         source["episode"] = rec["episode"]
     provider = rec.get("provider") or {}
     if not isinstance(provider, dict) or any(
@@ -237,31 +324,20 @@ def to_inputs(rec: Record, subject_ref: str, resolve: Callable[[str], str | None
         raise InputError(f"{where}: provider fields must be x- keys other than {RESERVED}")
     if provider:
         source["provider"] = dict(provider)
-    extensions: dict[str, Any] = {SIDECAR: sidecar}
     if rec.get("foreign"):
         if not isinstance(rec["foreign"], dict):
             raise InputError(f"{where}: foreign fields must be an object")
         source[FOREIGN] = rec["foreign"]
-    sensitivity = rec["sensitivity"]
-    if sensitivity not in SENSITIVITIES:
-        raise InputError(f"{where}: sensitivity {sensitivity!r} is not one of "
+    return source
+
+
+def _check_classes(rec: Record, where: str) -> None:
+    """The record's sensitivity and kind are the ledger's."""
+    if rec["sensitivity"] not in SENSITIVITIES:
+        raise InputError(f"{where}: sensitivity {rec['sensitivity']!r} is not one of "
                          f"{', '.join(SENSITIVITIES)}")
     if rec["kind"] not in ATOM_KINDS:
         raise InputError(f"{where}: kind {rec['kind']!r} is not one of {', '.join(ATOM_KINDS)}")
-    data: dict[str, Any] = {
-        "subject": subject_ref, "ref": ref, "kind": rec["kind"], "text": rec["text"],
-        "sensitivity": sensitivity, "derivation": rec["derivation"],
-        "artifact_ids": resolved, "extensions": extensions,
-    }
-    if source:
-        data["source_data"] = source
-    for key in _OPTIONAL_ATOM_FIELDS:
-        if rec.get(key) is not None:
-            data[key] = rec[key]
-    for key in ("valid_from", "valid_to"):
-        if key in data:
-            data[key] = _instant(data[key], f"{where}: {key}")
-    return data, unresolved
 
 
 def _instant(value: Any, where: str) -> str:

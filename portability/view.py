@@ -18,13 +18,14 @@ import structlog
 
 from ledger.domain import ATOM_FIELDS
 from ledger.errors import InputError, NotFound
-from ledger.portability.common import FOREIGN, SIDECAR, WIRE, local_of, norm_instant
+from ledger.inputs import SIDECAR
+from portability.common import FOREIGN, WIRE, local_of, norm_instant
 
 if TYPE_CHECKING:
     from ledger.application import LedgerApp
     from ledger.progress import Steps
 
-log = structlog.get_logger("ledger.portability")
+log = structlog.get_logger("portability")
 
 _TOPICS = ("memory-ledger:subject.", "memory-ledger:artifact.", "memory-ledger:atom.",
            "memory-ledger:record.")

@@ -23,15 +23,15 @@ from keys.files import write_private
 from keys.keyring import read_public_key_file
 from ledger.envelope import pae
 from ledger.errors import InputError, NotFound
-from ledger.inputs import ArtifactInput, AtomInput, SubjectInput, parse
-from ledger.portability.common import SIDECAR, Plan
-from ledger.portability.record import MAX_SIGNED_INT
+from ledger.inputs import SIDECAR, ArtifactInput, AtomInput, SubjectInput, parse
+from portability.common import Plan
+from portability.record import MAX_SIGNED_INT
 
 if TYPE_CHECKING:
     from ledger.application import LedgerApp
     from ledger.progress import Steps
 
-log = structlog.get_logger("ledger.portability")
+log = structlog.get_logger("portability")
 
 PLACEHOLDER_REASON = "tombstone received on import"
 
@@ -79,80 +79,21 @@ def apply_plan(app: LedgerApp, plan: Plan, *, dry_run: bool = False, actor: str 
                ) -> dict[str, Any]:
     """Validate, then write the plan (unless ``dry_run``); return the import report.
     ``progress`` hears the items checked, recorded, then the events written."""
-    subject = plan.subject_ref
-    _check(SubjectInput, plan.subject, f"subject {subject!r}")
-    for a in plan.artifacts:
-        _check(ArtifactInput, a, f"artifact {a.get('ref')!r}")
-    total = len(plan.atoms)
-    for i, m in enumerate(plan.atoms, start=1):
-        if progress is not None and (i % 500 == 0 or i == total):
-            progress("Checking atoms", i, total)
-        _check(AtomInput, m, f"atom {m.get('ref')!r}")
-        for k, v in m.items():
-            if k not in _SEALED:
-                _signable(v, f"atom {m.get('ref')!r}: {k}")
-
-    shred: list[UUID] = []
-    not_applied: list[str] = []
-    for kind, ref, tomb_id, trusted in _erase_entries(plan):
-        found = _exists(app, kind, ref)
-        if found is None:
-            continue
-        if trusted or apply_untrusted:
-            shred.append(found)
-        else:
-            not_applied.append(tomb_id)
-    extra_artifacts: list[dict[str, Any]] = []
-    extra_atoms: list[dict[str, Any]] = []
-    untrusted = set(plan.untrusted)
-    for kind, ref, data, tomb_id in plan.placeholders:
-        if tomb_id in untrusted and not apply_untrusted:
-            continue
-        if _exists(app, kind, ref) is not None:
-            continue
-        _check(ArtifactInput if kind == "artifact" else AtomInput, data, f"{kind} {ref!r}")
-        (extra_artifacts if kind == "artifact" else extra_atoms).append(data)
+    _validate(plan, progress)
+    shred, not_applied = _erasures(app, plan, apply_untrusted)
+    extra_artifacts, extra_atoms = _placeholders(app, plan, apply_untrusted)
     artifacts = plan.artifacts + extra_artifacts
     atoms = plan.atoms + extra_atoms
     rp = _plan_records(app, plan, apply_untrusted)
     shred.extend(rp.shred)
-
-    report: dict[str, Any] = {
-        "format": plan.format, "subject": subject, "dry_run": dry_run,
-        "refused": {"artifacts": sum(r.kind == "artifact" for r in plan.refused),
-                    "atoms": sum(r.kind == "atom" for r in plan.refused),
-                    "other": sum(r.kind not in ("artifact", "atom") for r in plan.refused)},
-        "refusals": [r.as_json() for r in plan.refused],
-        "tombstones": {**plan.tombstones, "placeholders": len(extra_artifacts) +
-                       len(extra_atoms), "erased_existing": len(set(shred)),
-                       "not_applied_untrusted": sorted(set(not_applied))},
-        "warnings": list(plan.warnings),
-    }
-    report["records"] = {"created": sum(c[2] is not None for c in rp.create),
-                         "placeholders": sum(c[2] is None for c in rp.create),
-                         "superseded": len(rp.supersede), "skipped": rp.skipped,
-                         "erased_existing": len(rp.shred),
-                         "by_kind": _by_kind(c[1] for c in rp.create if c[2] is not None)}
-    if plan.manifest_signature is not None:
-        report["manifest_signature"] = plan.manifest_signature
+    report = _report(plan, dry_run, shred, not_applied,
+                     len(extra_artifacts) + len(extra_atoms), rp)
     if dry_run:
-        created = {"subjects": 0, "artifacts": 0, "atoms": 0}
-        skipped = dict(created)
-        if _exists(app, "subject", subject) is None:
-            created["subjects"] = 1
-        else:
-            skipped["subjects"] = 1
-        for key, kind, items in (("artifacts", "artifact", artifacts), ("atoms", "atom", atoms)):
-            for item in items:
-                if _exists(app, kind, item["ref"]) is None:
-                    created[key] += 1
-                else:
-                    skipped[key] += 1
-        skipped["atoms"] += plan.repeats
+        created, skipped = _would_create(app, plan, artifacts, atoms)
         report.update(created=created, skipped=skipped, archived={"atoms": 0, "ids": []})
         return report
 
-    from ledger.portability import records
+    from portability import records
 
     result = app.import_records([plan.subject], artifacts, atoms, actor=actor,
                                 records=lambda sid, at: records.build(app, sid, rp, at),
@@ -178,12 +119,105 @@ def apply_plan(app: LedgerApp, plan: Plan, *, dry_run: bool = False, actor: str 
     return report
 
 
+def _validate(plan: Plan, progress: Steps | None) -> None:
+    """Every item parses as the ledger's input, and no atom holds a number the signed
+    bytes cannot (before anything is written)."""
+    _check(SubjectInput, plan.subject, f"subject {plan.subject_ref!r}")
+    for a in plan.artifacts:
+        _check(ArtifactInput, a, f"artifact {a.get('ref')!r}")
+    total = len(plan.atoms)
+    for i, m in enumerate(plan.atoms, start=1):
+        if progress is not None and (i % 500 == 0 or i == total):
+            progress("Checking atoms", i, total)
+        _check(AtomInput, m, f"atom {m.get('ref')!r}")
+        for k, v in m.items():
+            if k not in _SEALED:
+                _signable(v, f"atom {m.get('ref')!r}: {k}")
+
+
+def _erasures(app: LedgerApp, plan: Plan, apply_untrusted: bool
+              ) -> tuple[list[UUID], list[str]]:
+    """(the existing items the tombstones erase, the untrusted tombstones that erase
+    nothing without ``apply_untrusted``)."""
+    shred: list[UUID] = []
+    not_applied: list[str] = []
+    for kind, ref, tomb_id, trusted in _erase_entries(plan):
+        found = _exists(app, kind, ref)
+        if found is None:
+            continue
+        if trusted or apply_untrusted:
+            shred.append(found)
+        else:
+            not_applied.append(tomb_id)
+    return shred, not_applied
+
+
+def _placeholders(app: LedgerApp, plan: Plan, apply_untrusted: bool
+                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(artifacts, atoms) to create only to shred at once: the ledger's memory of the
+    tombstones that acted on nothing it holds."""
+    extra_artifacts: list[dict[str, Any]] = []
+    extra_atoms: list[dict[str, Any]] = []
+    untrusted = set(plan.untrusted)
+    for kind, ref, data, tomb_id in plan.placeholders:
+        if tomb_id in untrusted and not apply_untrusted:
+            continue
+        if _exists(app, kind, ref) is not None:
+            continue
+        _check(ArtifactInput if kind == "artifact" else AtomInput, data, f"{kind} {ref!r}")
+        (extra_artifacts if kind == "artifact" else extra_atoms).append(data)
+    return extra_artifacts, extra_atoms
+
+
+def _report(plan: Plan, dry_run: bool, shred: list[UUID], not_applied: list[str],
+            placeholders: int, rp: Any) -> dict[str, Any]:
+    """The import report, but for what was created and skipped."""
+    report: dict[str, Any] = {
+        "format": plan.format, "subject": plan.subject_ref, "dry_run": dry_run,
+        "refused": {"artifacts": sum(r.kind == "artifact" for r in plan.refused),
+                    "atoms": sum(r.kind == "atom" for r in plan.refused),
+                    "other": sum(r.kind not in ("artifact", "atom") for r in plan.refused)},
+        "refusals": [r.as_json() for r in plan.refused],
+        "tombstones": {**plan.tombstones, "placeholders": placeholders,
+                       "erased_existing": len(set(shred)),
+                       "not_applied_untrusted": sorted(set(not_applied))},
+        "warnings": list(plan.warnings),
+    }
+    report["records"] = {"created": sum(c[2] is not None for c in rp.create),
+                         "placeholders": sum(c[2] is None for c in rp.create),
+                         "superseded": len(rp.supersede), "skipped": rp.skipped,
+                         "erased_existing": len(rp.shred),
+                         "by_kind": _by_kind(c[1] for c in rp.create if c[2] is not None)}
+    if plan.manifest_signature is not None:
+        report["manifest_signature"] = plan.manifest_signature
+    return report
+
+
+def _would_create(app: LedgerApp, plan: Plan, artifacts: list[dict[str, Any]],
+                  atoms: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, int]]:
+    """A dry run's (created, skipped) counts: what is not in the ledger yet."""
+    created = {"subjects": 0, "artifacts": 0, "atoms": 0}
+    skipped = dict(created)
+    if _exists(app, "subject", plan.subject_ref) is None:
+        created["subjects"] = 1
+    else:
+        skipped["subjects"] = 1
+    for key, kind, items in (("artifacts", "artifact", artifacts), ("atoms", "atom", atoms)):
+        for item in items:
+            if _exists(app, kind, item["ref"]) is None:
+                created[key] += 1
+            else:
+                skipped[key] += 1
+    skipped["atoms"] += plan.repeats
+    return created, skipped
+
+
 def _restore_statuses(app: LedgerApp, plan: Plan, ids: dict[str, dict[str, str]],
                       actor: str | None) -> int:
     """Corrections and expiries survive a round trip (issue 19 item 7): an atom the
     source recorded as superseded or expired gets that status here too, by its own
     signed event, after the atoms exist (a re-run of the import finishes it)."""
-    from ledger.portability.common import namespaced
+    from portability.common import namespaced
 
     items: list[tuple[UUID, str, UUID | None, str | None]] = []
     for m in plan.atoms:
@@ -204,7 +238,7 @@ def _restore_statuses(app: LedgerApp, plan: Plan, ids: dict[str, dict[str, str]]
 
 def _plan_records(app: LedgerApp, plan: Plan, apply_untrusted: bool) -> Any:
     """Portable records (ADR 0017): what to create, supersede, skip and shred."""
-    from ledger.portability import records
+    from portability import records
 
     untrusted = set(plan.untrusted)
 
@@ -288,7 +322,7 @@ def plan_file(app: LedgerApp, path: Path, fmt: str, *, subject: str | None,
 def _plan_file(app: LedgerApp, path: Path, fmt: str, *, subject: str | None,
                trusted: Sequence[bytes], max_bytes: int | None,
                skip_unsupported: bool) -> Plan:
-    from ledger.portability import formats
+    from portability import formats
 
     def artifact_exists(ref: str) -> bool:
         return _exists(app, "artifact", ref) is not None
@@ -302,7 +336,7 @@ def _plan_file(app: LedgerApp, path: Path, fmt: str, *, subject: str | None,
 
 def _source_ids(app: LedgerApp, subject_ref: str) -> set[str]:
     """The sealed source ids of a subject's atoms (empty for a new subject)."""
-    from ledger.portability import view
+    from portability import view
 
     if _exists(app, "subject", subject_ref) is None:
         return set()

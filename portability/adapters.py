@@ -26,7 +26,7 @@ from portable_memory.adapters import (
 
 from ledger.errors import InputError
 from ledger.inputs import MAX_BODY
-from ledger.portability.common import (
+from portability.common import (
     MAX_DOCUMENT_BYTES,
     Plan,
     Refusal,
@@ -35,8 +35,8 @@ from ledger.portability.common import (
     namespaced,
     read_capped,
 )
-from ledger.portability.mem import plan_records
-from ledger.portability.membundle import check_record, compile_spec
+from portability.mem import plan_records
+from portability.membundle import check_record, compile_spec
 
 _EPISODE = compile_spec(PortableEpisode)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -99,7 +99,7 @@ def episodes_from(fmt: str, path: Path, limit: int | None) -> list[dict[str, Any
 def plan_import(fmt: str, path: Path, *, subject: str | None, max_bytes: int | None,
                 artifact_exists: Callable[[str], bool], skip_unsupported: bool,
                 known_source_ids: Callable[[str], set[str]] | None = None) -> Plan:
-    """Plan an import from one of the ``ingest`` formats of :mod:`ledger.portability.formats`;
+    """Plan an import from one of the ``ingest`` formats of :mod:`portability.formats`;
     nothing is written.
 
     ``known_source_ids(subject)``: the source ids already kept (sealed) for the

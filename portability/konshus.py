@@ -25,7 +25,8 @@ from jsonschema import Draft202012Validator, ValidationError
 
 from ledger import json_schemas
 from ledger.errors import InputError
-from ledger.portability.common import (
+from ledger.progress import Steps, report
+from portability.common import (
     WIRE,
     Plan,
     Refusal,
@@ -38,7 +39,7 @@ from ledger.portability.common import (
     norm_instant,
     provider_extensions,
 )
-from ledger.portability.record import (
+from portability.record import (
     Record,
     apply_wire,
     clean,
@@ -47,8 +48,7 @@ from ledger.portability.record import (
     wire_of,
     withheld,
 )
-from ledger.portability.view import ArtifactView, SubjectView, encoding
-from ledger.progress import Steps, report
+from portability.view import ArtifactView, SubjectView, encoding
 
 SCHEMA = "konshus-v0.1.json"
 VERSION = "0.1.0"

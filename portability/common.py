@@ -18,12 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from ledger.errors import InputError
-from ledger.inputs import REF_PATTERN
+from ledger.inputs import REF_PATTERN, SIDECAR
 
 #: Our provider namespace in exported records (Konshus atom, .mem episode, Persona atom).
 WIRE = "x-memory-ledger"
-#: Key in ``Atom.extensions`` for what an import kept that has no field of its own.
-SIDECAR = "x-memory-ledger-source"
 #: Key in ``Atom.extensions`` for foreign ``.mem`` episode fields that are not ``x-`` keys.
 FOREIGN = "x-mem-fields"
 RESERVED = (WIRE, SIDECAR, FOREIGN)
