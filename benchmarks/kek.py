@@ -51,7 +51,7 @@ from append import ATOM_CREATED, RawLimit, atom  # type: ignore[import-not-found
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from keys.aead import new_data_key
-from keys.kek import NONCE_BYTES, WRAP_VERSION, wrap_aad
+from keys.wrapped import NONCE_BYTES, WRAP_VERSION, wrap_aad
 from ledger import clock
 from ledger.application import LedgerApp
 from ledger.epochs import rotate_kek

@@ -30,6 +30,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from governance.batch_events import erasure_rows
 from ledger import clock, envelope, policy_rules
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ READ_MODEL_COPIES = "read-model-copies"
 OUTSIDE_THE_LEDGER = "outside-the-ledger"
 
 __all__ = ["NOT_COVERED_WORDS", "PENDING", "UNBOUNDED", "UNRECOVERABLE", "CopiesInvalid",
-           "Fact", "check_statement", "copies_line", "day", "erasure_rows", "evidence_rows",
+           "Fact", "check_statement", "copies_line", "day", "evidence_rows",
            "fact_of", "facts_of", "group_words", "keystore_words", "overall_words",
            "resting_rows", "shared_rows", "statement", "statement_for_batch",
            "subject_words", "summary"]
@@ -640,19 +641,6 @@ def evidence_rows(app: LedgerApp, erasure_rows: Sequence[Any],
         if k not in have:
             out[k] = r
     return sorted(out.values(), key=lambda r: fact_of(r.state).seq)
-
-
-def erasure_rows(app: LedgerApp, batch: Any, request: Any) -> list[Any]:
-    """The batch's events, its request's, and every event the batch lists (the events of
-    an Evidence Pack besides the roster's)."""
-    from governance.pack import batch_event_rows
-
-    ids = [f"{batch.id}/{v}" for v in range(1, batch.version + 1)]
-    if request is not None:
-        ids += [f"{request.id}/{v}" for v in range(1, request.version + 1)]
-    ids += list(batch.event_ids)
-    return list({(str(r.originator_id), r.originator_version): r
-                 for r in batch_event_rows(app, ids)}.values())
 
 
 def resting_rows(erasure: Sequence[Any], evidence: Sequence[Any], batch_id: str

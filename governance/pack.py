@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from governance.batch_events import erasure_rows
 from governance.copies import evidence_rows, fact_of
 from governance.copies import statement as copies_statement
 from governance.dsse import PREDICATE_TYPE, STATEMENT_TYPE, add_signature, sign_envelope
@@ -69,22 +70,6 @@ if TYPE_CHECKING:
 from governance.pack_layout import PARTIAL, partial_outcomes, predicate_problems, sha256_hex
 from governance.pack_render import render_report
 from governance.pack_verify import verify_pack
-
-
-def batch_event_rows(app: LedgerApp, event_ids: list[str], progress: Steps | None = None
-                     ) -> list[Any]:
-    """The stored events a batch names (``"<originator>/<version>"``), in its order; a
-    missing one is :class:`NotFound` (used by the pack and the receipt)."""
-    rows = []
-    for i, eid in enumerate(event_ids, start=1):
-        if i % 500 == 0 or i == len(event_ids):
-            report(progress, "Reading the batch's events", i, len(event_ids))
-        oid, version = eid.rsplit("/", 1)
-        found = app.reader.stored_events(UUID(oid), gt=int(version) - 1, lte=int(version))
-        if not found:
-            raise NotFound(f"event {eid} named by the batch is not in the log")
-        rows.append(found[0])
-    return rows
 
 
 def build_pack(app: LedgerApp, batch_id: str, out: Path, make_zip: bool = False,
@@ -162,12 +147,8 @@ def _pack_rows(app: LedgerApp, batch: RedactionBatch, request: Any, progress: St
     opened, and the keys in log order."""
     roster_rows = app.reader.notifications(start=1, limit=10**9,
                                     topics=sorted(ROSTER_TOPICS))
-    ids = [f"{batch.id}/{v}" for v in range(1, batch.version + 1)]
-    if request is not None:
-        ids += [f"{request.id}/{v}" for v in range(1, request.version + 1)]
-    ids += list(batch.event_ids)
     rows = {(str(r.originator_id), r.originator_version): r for r in roster_rows}
-    for r in batch_event_rows(app, ids, progress):
+    for r in erasure_rows(app, batch, request, progress):
         rows[(str(r.originator_id), r.originator_version)] = r
     for r in evidence_rows(app, list(rows.values())):
         rows[(str(r.originator_id), r.originator_version)] = r
@@ -330,4 +311,4 @@ def countersign(folder: Path, signer: Any) -> None:
 
 
 
-__all__ = ["batch_event_rows", "build_pack", "countersign", "zip_pack"]
+__all__ = ["build_pack", "countersign", "zip_pack"]

@@ -70,7 +70,7 @@ def build_receipt(app: LedgerApp, request_id: str, operator: str = "operator",
     ``locale``: the language of the page for the person (en, es); default: the subject's
     own locale, else the ledger's ``[controller] locale``. It is recorded in the signed
     document as a presentation hint only: no verification step reads it."""
-    from governance.pack import batch_event_rows
+    from governance.batch_events import batch_event_rows
     from ledger.witness.cosign import check_cosignatures, parse_witness_vkey
 
     req, batch = _completed_request(app, request_id)
@@ -129,8 +129,9 @@ def _resting_copies(app: LedgerApp, batch: RedactionBatch, req: ErasureRequest
                     ) -> tuple[list[Any], dict[str, Any]]:
     """The signed events the copies statement rests on, and the statement."""
     from governance import copies
+    from governance.batch_events import erasure_rows
 
-    erasure = copies.erasure_rows(app, batch, req)
+    erasure = erasure_rows(app, batch, req)
     resting = copies.resting_rows(erasure, copies.evidence_rows(app, erasure), str(batch.id))
     stated = copies.statement(copies.facts_of(r.state for r in resting), str(batch.id))
     if not any(g["state"] == copies.PENDING for g in stated["older_copies"]):

@@ -13,10 +13,10 @@ A cloud KMS or a Vault transit engine fits the same five operations (``create`` 
 key version, ``wrap``/``unwrap`` are its encrypt/decrypt with the key id as context,
 ``destroy`` schedules the version's destruction); docs/deploy.md says how.
 
-The wrapped form is ``0x01 || nonce(12) || AES-256-GCM(kek, data key, aad)`` with
-``aad = "memory-ledger/wrapped-key/v1" 0x00 key_id 0x00 epoch``: a wrapped key moved to
-another key id or epoch fails to unwrap. Epoch 0 is the ledgers made before wrapping:
-their rows hold the data key as it is, until the first rotation wraps them.
+The wrapped form is ``0x01 || nonce(12) || AES-256-GCM(kek, data key, aad)``, the same
+for every store (:mod:`keys.wrapped`, which both stores import). Epoch 0 is the ledgers
+made before wrapping: their rows hold the data key as it is, until the first rotation
+wraps them.
 """
 
 from __future__ import annotations
@@ -30,20 +30,11 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from keys.errors import KekUnavailable, KeystoreError
+from keys.wrapped import AAD_PREFIX, NONCE_BYTES, WRAP_VERSION, WRAPPED_BYTES, check_form
 
-WRAP_VERSION = b"\x01"
-NONCE_BYTES = 12
 KEK_BYTES = 32
-WRAPPED_BYTES = 1 + NONCE_BYTES + 32 + 16
 UNWRAPPED_EPOCH = 0
 """Rows of a ledger made before wrapping: the data key as it is."""
-
-
-AAD_PREFIX = b"memory-ledger/wrapped-key/v1\x00"
-
-
-def wrap_aad(key_id: str, epoch: int) -> bytes:
-    return AAD_PREFIX + key_id.encode() + b"\x00" + str(epoch).encode()
 
 
 @runtime_checkable
@@ -160,7 +151,7 @@ class FileKekStore:
         out = []
         for key_id, wrapped in items:
             if len(wrapped) != WRAPPED_BYTES or wrapped[0] != 1:
-                _check_form(key_id, wrapped)
+                check_form(key_id, wrapped)
             try:
                 out.append(dec(wrapped[1:13], wrapped[13:],
                                AAD_PREFIX + key_id.encode() + suffix))
@@ -180,7 +171,7 @@ class FileKekStore:
         out = []
         for i, (key_id, wrapped) in enumerate(items):
             if len(wrapped) != WRAPPED_BYTES or wrapped[0] != 1:
-                _check_form(key_id, wrapped)
+                check_form(key_id, wrapped)
             kid = AAD_PREFIX + key_id.encode()
             try:
                 dek = dec(wrapped[1:13], wrapped[13:], kid + was)
@@ -210,12 +201,6 @@ class FileKekStore:
 
     def close(self) -> None:
         self._ciphers.clear()
-
-
-def _check_form(key_id: str, wrapped: bytes) -> None:
-    if len(wrapped) != WRAPPED_BYTES or wrapped[:1] != WRAP_VERSION:
-        raise KeystoreError(f"the keystore row of data key {key_id} is not a wrapped key "
-                            f"({len(wrapped)} bytes)")
 
 
 def _fsync_dir(folder: Path) -> None:

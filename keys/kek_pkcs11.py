@@ -4,7 +4,7 @@ The KEK of an epoch is an AES-256 secret key generated inside the token (C_Gener
 stored on it (CKA_TOKEN), private, sensitive and never extractable, labelled
 ``OBJECT/epoch-NNNNNN``. Its bytes never leave the token: wrapping and unwrapping are
 AES-GCM run by the token (CKM_AES_GCM), with a 12-byte nonce this process draws and the
-AAD of :func:`keys.kek.wrap_aad`, so a wrapped key has the very bytes a
+AAD of :func:`keys.wrapped.wrap_aad`, so a wrapped key has the very bytes a
 :class:`keys.kek.FileKekStore` would write (``0x01 || nonce || ciphertext+tag``) and the
 two stores are interchangeable row for row. Destroying an epoch is C_DestroyObject.
 
@@ -40,7 +40,7 @@ from pkcs11 import Attribute, GCMParams, KeyType, Mechanism, ObjectClass
 from pkcs11 import exceptions as pe
 
 from keys.errors import KekUnavailable, KeystoreError
-from keys.kek import NONCE_BYTES, WRAP_VERSION, WRAPPED_BYTES, _check_form, wrap_aad
+from keys.wrapped import NONCE_BYTES, WRAP_VERSION, WRAPPED_BYTES, check_form, wrap_aad
 
 if TYPE_CHECKING:
     from pkcs11.types import DecryptMixin, EncryptMixin, Session, Token
@@ -296,7 +296,7 @@ class Pkcs11KekStore:
 
     def unwrap(self, epoch: int, items: list[tuple[str, bytes]]) -> list[bytes]:
         for key_id, wrapped in items:
-            _check_form(key_id, wrapped)
+            check_form(key_id, wrapped)
 
         def run(session: Session) -> list[bytes]:
             key = self._key(session, epoch)

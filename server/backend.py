@@ -41,9 +41,10 @@ from typing import Any, NamedTuple, NoReturn, TypeVar
 
 import structlog
 
-from ledger.errors import EnvironmentProblem, LedgerError
+from ledger.errors import EnvironmentProblem
 from ledger.tracing import carry
 from server import metrics
+from server.problems import Overloaded
 from server.telemetry import memory_span
 from service.caller import Caller
 from service.facade import MemoryService
@@ -67,10 +68,6 @@ class Added(NamedTuple):
     @classmethod
     def of(cls, added: AtomAdded) -> Added:
         return cls(added.model_dump_json().encode(), added.outcome, added.atom_id)
-
-
-class Overloaded(LedgerError):
-    """Too many writes are waiting; try again shortly (HTTP 503)."""
 
 
 @dataclass

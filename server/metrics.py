@@ -18,17 +18,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram
 
 if TYPE_CHECKING:
-    from server.backend import Backend
     from service.facade import MemoryService
+
+T = TypeVar("T")
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 SWITCH_ENV = "LEDGER_METRICS"  # "off": no counting, no /metrics (ledger serve --no-metrics)
@@ -124,7 +125,14 @@ class _State:
 
 
 # ----------------------------------------------------------------------------- the route
-def add_route(api: FastAPI, backend: Backend) -> None:
+class Reads(Protocol):
+    """What the route needs of :class:`server.backend.Backend`: a read on the reader's
+    service (a Protocol, so that the backend, which counts here, is not imported back)."""
+
+    async def read(self, fn: Callable[[MemoryService], T]) -> T: ...
+
+
+def add_route(api: FastAPI, backend: Reads) -> None:
     """``GET /metrics`` (outside the OpenAPI document) and, in multiprocess mode, this
     process's gauges marked dead when it stops."""
     from ledger.errors import LedgerError

@@ -28,10 +28,15 @@ PROBLEM_JSON = "application/problem+json"
 BASE = "https://memory-ledger.invalid/problems/"
 
 
+class Overloaded(LedgerError):
+    """Too many writes are waiting; try again shortly (HTTP 503). Raised by the server
+    itself (:class:`server.backend.Backend`'s bounded queue), so it is defined here, beside
+    the table that answers it, and the backend imports it."""
+
+
 def status_of(e: LedgerError) -> tuple[int, str]:
     """(HTTP status, problem type slug) of a ledger error."""
     from credentials.auth import AuthError
-    from server.backend import Overloaded
     from service.facade import Forbidden
 
     if isinstance(e, AuthError):

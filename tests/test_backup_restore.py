@@ -23,7 +23,7 @@ import pytest
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from keys.kek import wrap_aad
+from keys.wrapped import wrap_aad
 from ledger import envelope
 from ledger.application import LedgerApp
 from ledger.home import Config

@@ -60,7 +60,8 @@ from ahocorasick_rs import BytesAhoCorasick
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from keys.kek import KEK_BYTES, NONCE_BYTES, WRAP_VERSION, wrap_aad
+from keys.kek import KEK_BYTES
+from keys.wrapped import NONCE_BYTES, WRAP_VERSION, wrap_aad
 from ledger.application import LedgerApp
 from ledger.home import Config, StorageURL
 from projections.store import content_digest

@@ -18,15 +18,9 @@ from pkcs11 import exceptions as pe
 from pkcs11.types import Session, WrapMixin
 
 from keys.errors import KekUnavailable, KeystoreError
-from keys.kek import (
-    NONCE_BYTES,
-    WRAP_VERSION,
-    WRAPPED_BYTES,
-    FileKekStore,
-    KekStore,
-    open_kek_store,
-)
+from keys.kek import FileKekStore, KekStore, open_kek_store
 from keys.kek_pkcs11 import PIN_ENV, Pkcs11KekStore, parse_uri
+from keys.wrapped import NONCE_BYTES, WRAP_VERSION, WRAPPED_BYTES
 
 from .softhsm import MODULE, OTHER_TOKEN, PIN, TOKEN, SoftHsm, pkcs11_uri, softhsm
 

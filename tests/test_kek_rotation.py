@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from keys.kek import FileKekStore, wrap_aad
+from keys.kek import FileKekStore
+from keys.wrapped import wrap_aad
 from ledger.application import LedgerApp
 from ledger.domain import KekEpochs
 from ledger.epochs import STEPS, epochs_id
