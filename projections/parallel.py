@@ -149,16 +149,18 @@ class ParallelDecoder:
         for i in range(0, len(notifications), self.chunk):
             part = notifications[i:i + self.chunk]
             mine = {str(n.originator_id) for n in part if n.topic in SEALED_TOPICS}
-            futures.append(self.pool.submit(
-                decode_chunk, self.reader.ledger_id, self.public_keys,
-                {k: keys[k] for k in mine if k in keys}, part))
+            try:
+                futures.append(self.pool.submit(
+                    decode_chunk, self.reader.ledger_id, self.public_keys,
+                    {k: keys[k] for k in mine if k in keys}, part))
+            except BrokenProcessPool as e:  # a worker died before this batch was handed out
+                raise _worker_died() from e
         return futures
 
     @staticmethod
     def result(futures: Sequence[Future[Any]]) -> list[LogEntry]:
         """The entries of a submitted batch; raises the first chunk's verification
         failure (the runner then applies nothing of the batch)."""
-        from ledger.errors import EnvironmentProblem
         from ledger.mapper import EventIntegrityError
 
         out: list[LogEntry] = []
@@ -166,10 +168,7 @@ class ParallelDecoder:
             try:
                 got = future.result()
             except BrokenProcessPool as e:
-                raise EnvironmentProblem(
-                    "a worker process that verifies events ended abruptly (out of memory?)",
-                    hint=f"run it again, or with {WORKERS_ENV}=0 to verify in this "
-                         "process") from e
+                raise _worker_died() from e
             if isinstance(got, tuple):
                 message, hint = got
                 raise EventIntegrityError(message, hint=hint)
@@ -178,3 +177,13 @@ class ParallelDecoder:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _worker_died() -> Exception:
+    """What the rebuild says when a worker process ended abruptly: when its batch was
+    handed out or when its result was awaited, the same words."""
+    from ledger.errors import EnvironmentProblem
+
+    return EnvironmentProblem(
+        "a worker process that verifies events ended abruptly (out of memory?)",
+        hint=f"run it again, or with {WORKERS_ENV}=0 to verify in this process")
