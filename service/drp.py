@@ -38,7 +38,7 @@ from datetime import datetime, timedelta
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 import structlog
@@ -51,8 +51,11 @@ from service.core import FacadeCore
 from service.models import ErasureRequestIn, RequestRejectIn
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from datetime import datetime
+
     from ledger.home import Config
-    from service.facade import MemoryService
+    from service.models import ExportFormat, ExportOut, PackWritten, RequestStatus
 
 log = structlog.get_logger("service")
 
@@ -348,9 +351,23 @@ class DrpCases(FacadeCore):
 
     _drp_store: DrpStore | None = None
 
-    def _cases(self) -> MemoryService:
-        """This facade with the use cases the DRP acts through (service/facade.py)."""
-        return cast("MemoryService", self)
+    if TYPE_CHECKING:  # the use cases the DRP acts through, joined beside this in
+        # MemoryService (service/facade.py): service/erasure_cases.py, memory_cases.py
+        def file_request(self, caller: Caller, data: ErasureRequestIn) -> RequestStatus: ...
+
+        def reject_request(self, caller: Caller, request: str, data: RequestRejectIn
+                           ) -> RequestStatus: ...
+
+        def request_status(self, caller: Caller, request: str,
+                           now: datetime | None = None) -> RequestStatus: ...
+
+        def write_pack(self, caller: Caller, batch_id: str, out: Path, *,
+                       make_zip: bool = False,
+                       progress: Callable[[str, int, int], None] | None = None
+                       ) -> PackWritten: ...
+
+        def export(self, caller: Caller, subject: str, fmt: ExportFormat,
+                   include_private: bool = False) -> ExportOut: ...
 
     def _drp(self) -> DrpStore:
         if self._drp_store is None:
@@ -427,7 +444,7 @@ class DrpCases(FacadeCore):
             return self.drp_status(caller, rid, at)
         claims = [doc[k] for k in ("name", "email", "phone_number") if doc.get(k)]
         regime = doc.get("regime")
-        filed = self._cases().file_request(self._as(caller, "assistant"), ErasureRequestIn(
+        filed = self.file_request(self._as(caller, "assistant"), ErasureRequestIn(
             subject=sid, reason=f"Data Rights Protocol deletion request from agent {agent}",
             legal_basis="CCPA (DRP regime ccpa)" if regime == "ccpa"
             else "voluntary (DRP request without a regime)",
@@ -437,7 +454,7 @@ class DrpCases(FacadeCore):
             self._drp().insert(**row)
         except Exception:  # the filed request must not stay without its DRP record
             log.error("drp.record_failed", erasure_request_id=filed.request_id)
-            self._cases().reject_request(self._as(caller, "operator"), filed.request_id,
+            self.reject_request(self._as(caller, "operator"), filed.request_id,
                                 RequestRejectIn(code="other", reason="the Data Rights "
                                                 "Protocol record could not be written"))
             raise
@@ -452,7 +469,7 @@ class DrpCases(FacadeCore):
         at = now or clock.now()
         status = None
         if row["erasure_request_id"] is not None:
-            status = self._cases().request_status(self._as(caller, "auditor"),
+            status = self.request_status(self._as(caller, "auditor"),
                                          row["erasure_request_id"], at).model_dump()
         out: dict[str, Any] = {"request_id": row["request_id"]}
         if row["agent_request_id"] is not None:
@@ -482,7 +499,7 @@ class DrpCases(FacadeCore):
         from governance.pack_verify import read_pack_zip
 
         with tempfile.TemporaryDirectory(prefix="ledger-drp-pack-") as tmp:
-            written = self._cases().write_pack(self._as(caller, "auditor"), str(status["batch_id"]),
+            written = self.write_pack(self._as(caller, "auditor"), str(status["batch_id"]),
                                       Path(tmp) / "pack", make_zip=True)
             content = Path(str(written.zip)).read_bytes()
         digest = pack_digest(read_pack_zip(content))
@@ -509,7 +526,7 @@ class DrpCases(FacadeCore):
         if row["state"] != "filed":
             raise DrpRefused(409, "this request is final; it cannot be revoked")
         try:
-            self._cases().reject_request(self._as(caller, "operator"), row["erasure_request_id"],
+            self.reject_request(self._as(caller, "operator"), row["erasure_request_id"],
                                 RequestRejectIn(code="withdrawn", reason=REVOKED_REASON))
         except ConflictError as e:
             raise DrpRefused(409, "the erasure of this request has started or is done; it "
@@ -530,7 +547,7 @@ class DrpCases(FacadeCore):
             raise DrpRefused(404, "the results of this request have expired")
         row = self._row(caller, request_id)
         if row["state"] == "access":
-            out = self._cases().export(self._as(caller, "auditor"), row["subject_id"], "konshus")
+            out = self.export(self._as(caller, "auditor"), row["subject_id"], "konshus")
             return out.media_type, out.content
         return "application/zip", bytes(row["pack_zip"])
 

@@ -9,7 +9,7 @@ svc.request_detail(caller, rid))``); resolving a flag and sweeping are the facad
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from ledger import clock
@@ -19,7 +19,9 @@ from service.core import FacadeCore
 from service.models import ErasurePlanOut, FlagOut, RequestStatus
 
 if TYPE_CHECKING:
-    from service.facade import MemoryService
+    from datetime import datetime
+
+    from service.models import AtomOut, CheckpointOut, RosterEntry
 
 REVEAL_REASON_PREFIX = "revealed:"
 """Reason of the signed ``atom.rehearsed.v1`` event a reveal writes: ``revealed:`` and the
@@ -50,19 +52,32 @@ class Revealed:
 class OversightCases(FacadeCore):
     """What an operator or auditor looks at in the console, scoped like every use case."""
 
-    def _cases(self) -> MemoryService:
-        return cast("MemoryService", self)
+    if TYPE_CHECKING:  # the use cases the pages show, joined beside this in MemoryService
+        # (service/facade.py): service/erasure_cases.py, memory_cases.py, ledger_cases.py
+        def request_status(self, caller: Caller, request: str,
+                           now: datetime | None = None) -> RequestStatus: ...
+
+        def plan_request(self, caller: Caller, request: str) -> ErasurePlanOut: ...
+
+        def list_flags(self, caller: Caller) -> list[FlagOut]: ...
+
+        def get_atom(self, caller: Caller, atom: str) -> AtomOut: ...
+
+        def checkpoint(self, caller: Caller) -> CheckpointOut: ...
+
+        def roster(self, caller: Caller) -> list[RosterEntry]: ...
+
+        def policy(self, caller: Caller) -> dict[str, Any] | None: ...
 
     # ------------------------------------------------------------------ requests
     def request_detail(self, caller: Caller, request: str) -> RequestDetail:
         """An erasure request with its plan (while open), its batch and its copies."""
         self._require(caller, "operator", "auditor")
-        svc = self._cases()
-        st = svc.request_status(caller, request)
+        st = self.request_status(caller, request)
         plan = None
         batch = None
         if st.completed_at is None and st.batch_id is None and st.status != "rejected":
-            plan = svc.plan_request(caller, request)
+            plan = self.plan_request(caller, request)
         if st.batch_id is not None:
             batch = self._batch(st.batch_id)
         ref = st.model_dump().get("subject_ref")
@@ -75,7 +90,7 @@ class OversightCases(FacadeCore):
 
     def request_batch(self, caller: Caller, request: str) -> dict[str, Any]:
         """The batch that executed a request the caller may see."""
-        st = self._cases().request_status(caller, request)
+        st = self.request_status(caller, request)
         if st.batch_id is None:
             raise ConflictError("this request has not been executed: it has no batch yet",
                                 hint="approve and execute it first")
@@ -121,7 +136,7 @@ class OversightCases(FacadeCore):
 
     # ------------------------------------------------------------------ review
     def _flagged(self, caller: Caller, atom: str) -> FlagOut:
-        for f in self._cases().list_flags(caller):
+        for f in self.list_flags(caller):
             if f.atom_id == atom:
                 return f
         raise InputError(f"atom {atom} has no open review flag",
@@ -134,7 +149,7 @@ class OversightCases(FacadeCore):
         content. No event, no content: an atom that is no longer active is refused."""
         self._require(caller, "operator")
         self._flagged(caller, atom)
-        found = self._cases().get_atom(caller, atom)
+        found = self.get_atom(caller, atom)
         if found.content_erased or found.status != "active":
             raise ConflictError(f"atom {atom} is {found.status}"
                                 + (" and its content was erased" if found.content_erased
@@ -152,9 +167,8 @@ class OversightCases(FacadeCore):
     def integrity(self, caller: Caller) -> dict[str, Any]:
         """The latest checkpoint, its witness cosignatures, the key roster."""
         self._require(caller, "operator", "auditor")
-        svc = self._cases()
-        cp = svc.checkpoint(caller)
-        roster = svc.roster(caller)
+        cp = self.checkpoint(caller)
+        roster = self.roster(caller)
         cosigned = []
         for line, vkey in self.app.reader.cosignature_rows(cp.size):
             name = line.lstrip("\u2014 ").split(" ", 1)[0]
@@ -170,7 +184,7 @@ class OversightCases(FacadeCore):
         from governance.audit import policy_history
         from governance.policy_check import check_policy
 
-        return {"in_force": self._cases().policy(caller), "history": policy_history(self.app),
+        return {"in_force": self.policy(caller), "history": policy_history(self.app),
                 "check": check_policy(self.app, self.proj)}
 
     def erasure_routes(self, caller: Caller) -> list[str]:
