@@ -321,6 +321,10 @@ def test_unknown_request_and_bad_filter_answer_plainly(served: Served) -> None:
     assert r.status_code == 404 and "no erasure request" in r.text
     r = c.get("/console/requests?status=lost")
     assert r.status_code == 400 and "unknown status" in r.text
+    # a page the console does not have: its own page, not a bare "Not Found"
+    r = c.get("/console/memories")
+    assert r.status_code == 404 and "there is no such page in the console" in r.text
+    assert "<h1>Not found</h1>" in r.text and r.headers["cache-control"] == "no-store"
 
 
 def test_reveal_only_for_a_flagged_memory_and_nothing_written_otherwise(

@@ -742,7 +742,12 @@ def console_app(backend: BackendLike, token_store: TokenAuthenticator, *,
         Route("/policy/sweep", sweep, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    app = Starlette(routes=routes)
+
+    async def no_such_page(request: Request, exc: Exception) -> Response:
+        # the console's own page (its layout, no session: nothing about the caller)
+        return c.refusal(request, Refused(404, "there is no such page in the console"))
+
+    app = Starlette(routes=routes, exception_handlers={404: no_such_page})
     app.add_middleware(SecurityHeaders)
     app.state.console = c
     return app
