@@ -41,6 +41,7 @@ import sqlalchemy as sa
 import structlog
 from sqlalchemy.engine import Connection
 
+from ledger.inputs import SIDECAR  # where an import keeps the source's own times
 from projections.memory import profile_of
 from projections.routes import ProbeHit, ProbeResult
 
@@ -54,8 +55,6 @@ The first six come from the atom's state (:func:`static_reason` gives their inde
 the last two from the time asked and the ``since``/``until`` window."""
 NOT_VALID = OMISSIONS.index("not-valid-at-time") + 1
 OUTSIDE = OMISSIONS.index("outside-since-until") + 1
-_SIDECAR = "x-memory-ledger-source"
-"""``ledger.inputs.SIDECAR``: where an import keeps the source's own times."""
 
 
 def static_reason(status: str, erased: bool, superseded_by: str | None,
@@ -83,10 +82,10 @@ def said_at(valid_from: str | None, extensions: Any, created_at: str) -> str:
         return valid_from
     if extensions:
         if isinstance(extensions, str):
-            if _SIDECAR not in extensions:
+            if SIDECAR not in extensions:
                 return created_at
             extensions = json.loads(extensions)
-        side = extensions.get(_SIDECAR) if isinstance(extensions, dict) else None
+        side = extensions.get(SIDECAR) if isinstance(extensions, dict) else None
         if isinstance(side, dict) and isinstance(side.get("created_at"), str):
             return str(side["created_at"])
     return created_at
