@@ -23,6 +23,7 @@ models) happen inside the functions that use them: the CLI imports this module a
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -212,18 +213,7 @@ class WordLlamaEmbedder:
     @property
     def model(self) -> Any:
         if self._model is None:
-            try:
-                with _root_logging_kept():
-                    import wordllama
-                    from wordllama import WordLlama
-            except ImportError as e:
-                raise EnvironmentProblem(
-                    "the wordllama embedder is configured but not installed",
-                    hint="pip install 'memory-ledger[semantic]', or configure "
-                         "embedder = \"hashing\"") from e
-            self._model = WordLlama.load(config="l2_supercat", dim=256,
-                                         cache_dir=Path(wordllama.__file__).parent,
-                                         disable_download=True)
+            self._model = _wordllama_model()
         return self._model
 
     def embed_array(self, texts: Sequence[str]) -> Any:
@@ -232,6 +222,24 @@ class WordLlamaEmbedder:
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         return embed_matrix(self, texts).tolist()  # type: ignore[no-any-return]
+
+
+@functools.cache
+def _wordllama_model() -> Any:
+    """The one loaded model of this process (0.1-0.2 s to load, ~40 MB): every ledger a
+    process opens (a fleet's tenants, a test's commands) embeds with the same read-only
+    weights and tokenizer instead of loading its own copy."""
+    try:
+        with _root_logging_kept():
+            import wordllama
+            from wordllama import WordLlama
+    except ImportError as e:
+        raise EnvironmentProblem(
+            "the wordllama embedder is configured but not installed",
+            hint="pip install 'memory-ledger[semantic]', or configure "
+                 "embedder = \"hashing\"") from e
+    return WordLlama.load(config="l2_supercat", dim=256,
+                          cache_dir=Path(wordllama.__file__).parent, disable_download=True)
 
 
 @contextlib.contextmanager
