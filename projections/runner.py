@@ -172,11 +172,16 @@ def _in_sequence(decoded: Iterator[Batch]) -> Iterator[Batch]:
         yield notes, entries
 
 
+def _tables(model: ReadModel) -> list[sa.Table]:
+    """The tables a model declares (its attributes; a table it makes in raw SQL, such as
+    SQLite's FTS5 index, is made with them by its ``create``)."""
+    return [v for v in vars(model).values() if isinstance(v, sa.Table)]
+
+
 def _indexes(model: ReadModel) -> list[sa.Index]:
     """The secondary indexes of a model's tables (primary keys and unique constraints
     are part of the tables themselves and stay)."""
-    tables = [v for v in vars(model).values() if isinstance(v, sa.Table)]
-    return [ix for t in tables for ix in sorted(t.indexes, key=lambda i: str(i.name))]
+    return [ix for t in _tables(model) for ix in sorted(t.indexes, key=lambda i: str(i.name))]
 
 
 class Runner:
@@ -220,6 +225,7 @@ class Runner:
         with self.store.engine.begin() as conn:
             self.store.lock(conn)  # one process at a time creates or resets tables
             self.tracking.create(conn, checkfirst=True)
+            present: tuple[set[str], set[str]] | None = None
             for model in self.models.values():
                 row = self._lock(conn, model.name)
                 if row is None:
@@ -240,12 +246,25 @@ class Runner:
                     log.info("projections.model_reset", model=model.name,
                              reason="version changed", old_position=int(row.position))
                     self._reset(conn, model)
-                else:
-                    model.create(conn)
+                else:  # the common case, every open: what is missing, in one look
+                    present = present or self._present(conn)
+                    tables, indexes = present
+                    if any(t.name not in tables for t in _tables(model)):
+                        model.create(conn)
                     for index in _indexes(model):  # after a rebuild cut short (below)
-                        index.create(conn, checkfirst=True)
+                        if index.name not in indexes:
+                            index.create(conn, checkfirst=True)
             self._statistics_off(conn)
         self._ready = True
+
+    def _present(self, conn: Connection) -> tuple[set[str], set[str]]:
+        """The names of the store's tables and of their indexes: two catalog queries on
+        PostgreSQL, where asking for each table and index apart took ~70 ms an open."""
+        inspector = sa.inspect(conn)
+        schema = self.store.schema
+        return (set(inspector.get_table_names(schema=schema)),
+                {str(ix["name"]) for found in inspector.get_multi_indexes(schema=schema).values()
+                 for ix in found})
 
     def _statistics_off(self, conn: Connection) -> None:
         """No planner statistics on content columns (Store.statistics_off): tables made
