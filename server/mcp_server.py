@@ -5,7 +5,7 @@ over the same :class:`server.backend.Backend` as the HTTP API, so a tool call is
 facade call the HTTP route makes, scoped by the same :class:`service.caller.Caller`.
 Two transports:
 
-* streamable HTTP at ``/mcp`` on the ``ledger serve`` app (:func:`mount_mcp`), stateless
+* streamable HTTP at ``/mcp`` on the ``ledger serve`` app (``server/mounts.py``), stateless
   and answering in JSON, behind the same bearer authentication as ``/v1``: the server's
   auth middleware puts the request's caller in the ASGI scope (``state["caller"]``);
 * stdio (``ledger mcp``, :func:`run_stdio`) for desktop clients, authenticated by a token
@@ -596,17 +596,6 @@ def mcp_asgi_app(backend: Backend, caller_of: CallerOf = caller_from_request) ->
             yield
 
     return MCPMount(app=StreamableHTTPASGIApp(manager), lifespan=lifespan, server=mcp)
-
-
-def mount_mcp(api: Any, backend: Backend) -> MCPMount:
-    """Serve MCP at ``/mcp`` on the server's app (FastAPI/Starlette) and run its session
-    manager in the app's lifespan (``api.state.lifespans``, server/app.py)."""
-    from starlette.routing import Route
-
-    mount = mcp_asgi_app(backend)
-    api.router.routes.append(Route("/mcp", endpoint=mount.app, include_in_schema=False))
-    api.state.lifespans.append(mount.lifespan)
-    return mount
 
 
 # ----------------------------------------------------------------------------- stdio
