@@ -27,12 +27,15 @@ from ledger.home import Config
 from rawfiles.bytescan import ByteMatcher
 from tests.conftest import run_cli
 
-ATOMS = 300
+ATOMS = 120
+SQLITE_CHUNK = 40
 # (step, expected kill): every boundary of governance/erasure.py STEPS; key:N and
-# tombstone:N stop after the commit (100 items each) that reached the Nth item
-SQLITE_POINTS = ["start", "after-receipt", "after-approval", "key:1", "key:150",
+# tombstone:N stop after the commit (SQLITE_CHUNK items each instead of
+# erasure_steps.CHUNK, 100: the same three commits of a phase at less than half the
+# cost) that reached the Nth item
+SQLITE_POINTS = ["start", "after-receipt", "after-approval", "key:1", "key:60",
                  "keys-deleted", "subject-key", "after-purge", "probes", "scan",
-                 "tombstone:1", "tombstone:150", f"tombstone:{ATOMS + 1}", "after-execute",
+                 "tombstone:1", "tombstone:60", f"tombstone:{ATOMS + 1}", "after-execute",
                  "after-close"]
 # PostgreSQL: every one of the 15 points applies (the same steps, the keystore, event
 # store and read models in the database; the raw scan reads the home's own files). A
@@ -215,13 +218,19 @@ def check_resumed(tmp: Path, home: Path, point: str, atoms: int, known: dict[str
 
 @pytest.mark.slow
 def test_crash_matrix_sqlite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """15 kill points on SQLite, a subject with 300 atoms and an artifact."""
+    """15 kill points on SQLite, a subject with 120 atoms and an artifact, committed 40
+    items at a time (in the killed run and in the resumed one)."""
+    from governance import erasure_steps as erasure
+
     monkeypatch.delenv("LEDGER_NOW", raising=False)
+    monkeypatch.setattr(erasure, "CHUNK", SQLITE_CHUNK)
     template = tmp_path / "template"
     build(template, None, ATOMS)
     resumed = 0
     for point in SQLITE_POINTS:
-        data = check_point(tmp_path, template, point, None, ATOMS, monkeypatch)
+        data = check_point(tmp_path, template, point, None, ATOMS, monkeypatch,
+                           chunk=SQLITE_CHUNK, destroyed={"key:1": SQLITE_CHUNK,
+                                                          "key:60": 2 * SQLITE_CHUNK}.get(point))
         if point == "after-close":  # everything was recorded: the re-run has nothing to do
             assert data["status"] == "already-completed" and data["no_op"]
         elif point != "start":

@@ -22,6 +22,9 @@ from ledger.application import LedgerApp
 from ledger.domain import KekEpochs
 from ledger.epochs import STEPS, epochs_id
 from ledger.home import Config
+from service.caller import local_operator
+from service.models import AtomIn, SubjectIn
+from service.root import opened_service
 
 from .conftest import run_cli
 from .softhsm import PIN, SoftHsm, softhsm
@@ -34,12 +37,15 @@ CHILD = ("import sys, keys.datakeys as d; d.REWRAP_BATCH = 4; from cli.main impo
 
 @pytest.fixture
 def filled(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A home with a subject and a dozen atoms (a dozen and one data keys)."""
+    """A home with a subject and a dozen atoms (a dozen and one data keys), added as
+    `ledger subject add` and `ledger atom add` add them, through the facade opened once."""
     monkeypatch.setenv("LEDGER_HOME", str(home))
-    assert run_cli("subject", "add", "s1", "--name", "Ada Lovelace").code == 0
-    for i in range(12):
-        assert run_cli("atom", "add", "--subject", "s1", "--ref", f"a{i}",
-                       "--text", f"fact number {i} about tea").code == 0
+    with opened_service(home, lazy=True) as svc:
+        caller = local_operator()
+        svc.register_subject(caller, SubjectIn(ref="s1", display_name="Ada Lovelace"))
+        for i in range(12):
+            svc.add_atom(caller, AtomIn(subject="s1", ref=f"a{i}",
+                                        text=f"fact number {i} about tea"))
     yield home
 
 
