@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,16 +24,24 @@ CONFIG = "config.toml"
 ENV_HOME = "LEDGER_HOME"
 
 
-def find_home(explicit: Path | None = None) -> Path:
+def named_or_found(explicit: Path | None, holds: Callable[[Path], bool]) -> Path | None:
+    """The home named by ``--home``, else by ``LEDGER_HOME`` (the caller checks it), else
+    the first ``.ledger/`` from the working directory upward that ``holds`` accepts, else
+    None."""
     if explicit is not None:
-        path = explicit
-    elif os.environ.get(ENV_HOME):
-        path = Path(os.environ[ENV_HOME])
-    else:
-        here = Path.cwd().resolve()
-        for folder in (here, *here.parents):
-            if (folder / HOME_DIRNAME / CONFIG).is_file():
-                return folder / HOME_DIRNAME
+        return explicit
+    if os.environ.get(ENV_HOME):
+        return Path(os.environ[ENV_HOME])
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if holds(folder / HOME_DIRNAME):
+            return folder / HOME_DIRNAME
+    return None
+
+
+def find_home(explicit: Path | None = None) -> Path:
+    path = named_or_found(explicit, lambda home: (home / CONFIG).is_file())
+    if path is None:
         raise EnvironmentProblem(
             "no ledger home found here or in any parent folder",
             hint="run `ledger init`, or pass --home DIR, or set LEDGER_HOME")

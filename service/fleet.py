@@ -38,7 +38,7 @@ import structlog
 
 from ledger import clock
 from ledger.errors import ConflictError, EnvironmentProblem, InputError, NotFound
-from ledger.home import ENV_HOME, HOME_DIRNAME, StorageURL, validate_db_url
+from ledger.home import StorageURL, named_or_found, validate_db_url
 
 log = structlog.get_logger("ledger")
 
@@ -57,15 +57,8 @@ def is_fleet(path: Path) -> bool:
 def find_fleet(explicit: Path | None = None) -> Path:
     """The fleet home: ``--home``, else ``LEDGER_HOME``, else the first ``.ledger/`` from
     the working directory upward that holds ``fleet.toml``."""
-    if explicit is not None:
-        path = explicit
-    elif os.environ.get(ENV_HOME):
-        path = Path(os.environ[ENV_HOME])
-    else:
-        here = Path.cwd().resolve()
-        for folder in (here, *here.parents):
-            if is_fleet(folder / HOME_DIRNAME):
-                return folder / HOME_DIRNAME
+    path = named_or_found(explicit, is_fleet)
+    if path is None:
         raise EnvironmentProblem("no fleet home found here or in any parent folder",
                                  hint="run `ledger tenants init --home DIR`, or pass --home")
     if not is_fleet(path):
