@@ -314,19 +314,8 @@ def main() -> None:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
         import pgserver
 
-        throwaway = None
-        url = args.pg
-        if url is None:
-            binaries = pgserver.find_binaries()
-            if binaries is None:
-                raise SystemExit("no PostgreSQL binaries: install the dev extra, or --pg URL")
-            throwaway = pgserver.start(binaries)
-            url = throwaway.url
-        try:
+        with pgserver.given_or_throwaway(args.pg) as url:
             one_backend(backend, args, url)
-        finally:
-            if throwaway is not None:
-                throwaway.stop()
 
 
 if __name__ == "__main__":

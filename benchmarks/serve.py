@@ -661,20 +661,9 @@ def main() -> None:
             sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
             import pgserver
 
-            throwaway = None
-            url = args.pg
-            if url is None:  # its own server: the shared one carries other work's load
-                binaries = pgserver.find_binaries()
-                if binaries is None:
-                    raise SystemExit("no PostgreSQL binaries: install the dev extra, or "
-                                     "pass --pg URL")
-                throwaway = pgserver.start(binaries)
-                url = throwaway.url
-            try:
+            # its own server unless --pg: the shared one carries other work's load
+            with pgserver.given_or_throwaway(args.pg) as url:
                 one_backend(backend, args, url)
-            finally:
-                if throwaway is not None:
-                    throwaway.stop()
         else:
             raise SystemExit(f"unknown backend {backend!r}: sqlite or postgresql")
 

@@ -21,6 +21,8 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,3 +175,20 @@ def session_url() -> tuple[str, Throwaway | None]:
     server = start(binaries)
     return server.url, server
 
+
+
+@contextmanager
+def given_or_throwaway(url: str | None) -> Iterator[str]:
+    """``url`` when given, else the URL of a throwaway server of its own for the ``with``
+    block, removed after it (the benchmarks: a shared server carries other work's load)."""
+    if url is not None:
+        yield url
+        return
+    binaries = find_binaries()
+    if binaries is None:
+        raise SystemExit("no PostgreSQL binaries: install the dev extra, or pass --pg URL")
+    server = start(binaries)
+    try:
+        yield server.url
+    finally:
+        server.stop()
