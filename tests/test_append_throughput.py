@@ -145,7 +145,11 @@ def test_failed_event_insert_discards_the_stored_keys(app: LedgerApp,
     assert run_cli("--home", str(app.config.home), "verify").code == 0
 
 
-def test_pooled_keystore_shreds_and_a_blocked_checkpoint_still_fails(tmp_path: Path) -> None:
+def test_pooled_keystore_shreds_and_a_blocked_checkpoint_still_fails(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from keys import datakeys
+
+    monkeypatch.setattr(datakeys, "BUSY_TIMEOUT_S", 1)  # the wait that fails, shorter
     path = tmp_path / "keystore.sqlite"
     store = DataKeyStore(make_engine(f"sqlite:///{path}", pooled=True))
     keys = store.create_many([f"k{i}" for i in range(300)], T0)

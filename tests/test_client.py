@@ -163,6 +163,8 @@ def test_next_link_reads_rel_next() -> None:
 
 
 # ----------------------------------------------------------------------------- a real server
+# the client is the unit: the routes on PostgreSQL are test_server.py's
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_memory_flow_with_the_sync_client(home: Path) -> None:
     """One subject's token: the subject may be left out (issue 29: it means the token's
     only subject); typed answers, pages as an iterator, problems as typed exceptions."""
@@ -225,6 +227,8 @@ def _atom(text: str) -> Any:
     return AtomIn(text=text)
 
 
+# the client is the unit: the routes on PostgreSQL are test_server.py's
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_erasure_flow_with_the_async_client(home: Path, tmp_path: Path) -> None:
     """File (assistant), plan (auditor), a stale approval refused leaving every file of the
     home byte-identical (issue 29: it bumped projections.sqlite), execute, pack (operator)."""
@@ -332,6 +336,7 @@ def test_health_is_in_the_openapi_document_and_a_fresh_verification_says_nothing
     assert "/v1/health" in committed["paths"]
 
 
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # the client is the unit
 def test_typed_exceptions_carry_the_problem(home: Path) -> None:
     _, tok = issue(home, "a", "assistant", ["u1"])
     with serving(home) as server:

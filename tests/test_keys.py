@@ -93,11 +93,15 @@ def test_destroyed_key_bytes_are_in_no_keystore_file(tmp_path: Path) -> None:
     store.close()
 
 
-def test_blocked_shred_fails_loudly_and_a_retry_completes(tmp_path: Path) -> None:
+def test_blocked_shred_fails_loudly_and_a_retry_completes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A reader holding the WAL blocks truncation: the erasure must fail, not pretend."""
     import sqlite3
 
+    from keys import datakeys
     from keys.errors import KeystoreError
+
+    monkeypatch.setattr(datakeys, "BUSY_TIMEOUT_S", 1)  # the wait that fails, shorter
 
     path = tmp_path / "keystore.sqlite"
     store = DataKeyStore(make_engine(f"sqlite:///{path}"))

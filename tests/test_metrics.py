@@ -117,6 +117,7 @@ def test_two_workers_report_one_view_of_the_traffic(home: Path, tmp_path: Path) 
         == len(views) - 1
 
 
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # a route not mounted
 def test_no_metrics_serves_no_metrics_route(home: Path, tmp_path: Path) -> None:
     _, op = issue(home, "operator-1", "operator")
     private_tmp = tmp_path / "tmp"

@@ -191,6 +191,7 @@ def test_every_endpoint_answers_like_the_cli(home: Path, tmp_path: Path) -> None
     assert run_cli("--home", h, "verify").code == 0
 
 
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # a document of the routes
 def test_openapi_document_is_committed_and_current(home: Path) -> None:
     _, _tok = issue(home, "a", "assistant", ["x"])
     with serving(home) as server:
@@ -204,6 +205,7 @@ def test_openapi_document_is_committed_and_current(home: Path) -> None:
         assert "deprecated" not in served["paths"][f"{path}/deletions"]["post"]
 
 
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # refused before any store
 def test_server_refuses_to_start_without_a_credential(home: Path) -> None:
     from .serving import home_digest
 
