@@ -172,17 +172,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if f"{item.path.name}::{getattr(item, 'originalname', item.name)}" in SLOW:
             item.add_marker(pytest.mark.slow)
-    # the longest files first: `-n 2 --dist loadfile` hands out files in this order, so
-    # they start early instead of one of them running alone at the end while the other
-    # worker waits (each file's own order is kept; the rest follow in collection order)
-    items.sort(key=lambda item: LONGEST.get(item.path.name, len(LONGEST)))
-
-
-LONGEST = {name: n for n, name in enumerate((
-    "test_erasure_crash.py", "test_webhooks.py", "test_mcp.py", "test_server_load.py",
-    "test_kek_rotation.py", "test_erasure_readers.py", "test_readme.py", "test_client.py",
-    "test_extraction.py", "test_metrics.py", "test_server.py", "test_tenants.py"))}
-"""The files that took longest in `pytest --durations` (a stale list costs balance only)."""
 
 
 def pytest_report_header(config: pytest.Config) -> str:
