@@ -105,7 +105,9 @@ def serve(home: Path | None, host: str, port: int, workers: int, jwks: Path | No
             sys.stderr.flush()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if stopped_by:
+    if stopped_by:  # at its default: a server started with SIGINT ignored (a background
+        # job) that a SIGINT stopped all the same exits saying so, not with 0
+        signal.signal(stopped_by[0], signal.SIG_DFL)
         signal.raise_signal(stopped_by[0])
 
 

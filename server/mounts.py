@@ -64,12 +64,10 @@ class LazyMCP:
     async def _built(self) -> ASGIApp:
         async with self._lock:
             if self._app is None:
-                from server.mcp_server import mcp_asgi_app
-
                 if self._tasks is None:
                     raise RuntimeError("the MCP endpoint was called outside the app's lifespan")
                 started = time.perf_counter()
-                mount = await anyio.to_thread.run_sync(mcp_asgi_app, self.backend)
+                mount = await anyio.to_thread.run_sync(_build, self.backend)
                 await self._tasks.start(self._run, mount.lifespan)
                 self._app = mount.app
                 log.info("mcp.ready", ms=round((time.perf_counter() - started) * 1000, 1))
@@ -80,3 +78,11 @@ class LazyMCP:
         async with lifespan():
             task_status.started()
             await anyio.sleep_forever()
+
+
+def _build(backend: Backend) -> Any:
+    """The SDK imported and the endpoint built (in a worker thread: the import is most of
+    the cost, and the event loop must not wait on it)."""
+    from server.mcp_server import mcp_asgi_app
+
+    return mcp_asgi_app(backend)

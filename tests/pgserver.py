@@ -176,7 +176,6 @@ def session_url() -> tuple[str, Throwaway | None]:
     return server.url, server
 
 
-
 @contextmanager
 def given_or_throwaway(url: str | None) -> Iterator[str]:
     """``url`` when given, else the URL of a throwaway server of its own for the ``with``

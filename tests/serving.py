@@ -72,14 +72,6 @@ class Server:
         return self.log.read_text(errors="replace")
 
 
-def _as_at_a_terminal() -> None:
-    """The server starts with SIGINT at its default, as at a terminal: a test run started
-    in the background (`make test &`, a CI job) hands its children SIGINT ignored, and a
-    server that then stops on Ctrl-C's signal exits 0 instead of saying it was
-    interrupted (the signal it raises again on the way out is ignored)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 @contextmanager
 def serving(home: Path, *extra: str, env: dict[str, str] | None = None,
             startup: float = 60.0) -> Iterator[Server]:
@@ -89,8 +81,7 @@ def serving(home: Path, *extra: str, env: dict[str, str] | None = None,
     full_env = {**os.environ, **(env or {}), "LEDGER_LOG_LEVEL": "info"}
     with log.open("wb") as out:
         proc = subprocess.Popen([LEDGER, "--home", str(home), "serve", "--port", str(port),
-                                 *extra], stdout=out, stderr=subprocess.STDOUT, env=full_env,
-                                preexec_fn=_as_at_a_terminal)
+                                 *extra], stdout=out, stderr=subprocess.STDOUT, env=full_env)
     server = Server(proc, f"http://127.0.0.1:{port}", log)
     deadline = time.monotonic() + startup
     try:
