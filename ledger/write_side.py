@@ -73,16 +73,23 @@ class WriteSide(Application[UUID]):
         self.config = config
         self.ledger_id = config.ledger_id
         try:
-            if config.events.is_postgres:
-                _ensure_schema(config.events)
             # Aggregates are cached per process and fast-forwarded from the log on every
             # get, so a cached copy is never stale; commands get deep copies.
             # SQLite: the library's recorder with one executemany per command (ADR 0008),
             # chosen through the library's own setting.
             recorder = ({} if config.events.is_postgres
                         else {"APPLICATION_RECORDER_TOPIC": sqlite_recorder.TOPIC})
-            super().__init__(env={**config.events.eventsourcing_env(), **recorder,
-                                  "AGGREGATE_CACHE_MAXSIZE": "5000"})
+            env = {**config.events.eventsourcing_env(), **recorder,
+                   "AGGREGATE_CACHE_MAXSIZE": "5000"}
+            if config.events.is_postgres:
+                # the library replaces its insert function at every open (CREATE OR
+                # REPLACE FUNCTION), which two sessions at once refuse ("tuple
+                # concurrently updated"): the opens of one ledger take turns
+                with locks.held(config, "open"):
+                    _ensure_schema(config.events)
+                    super().__init__(env=env)
+            else:
+                super().__init__(env=env)
         except Exception as e:
             raise EnvironmentProblem(
                 f"cannot open the event store: {_first_line(e)}",
