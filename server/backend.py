@@ -27,25 +27,22 @@ encoded once, as the JSON the HTTP API sends. While adds are known to be on thei
 from __future__ import annotations
 
 import asyncio
-import os
-import pickle
 import queue
-import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import structlog
 
-from ledger.errors import EnvironmentProblem
 from ledger.tracing import carry
 from server import metrics
 from server.problems import Overloaded
 from server.telemetry import memory_span
+from server.writer_process import Added, WriterProcess, adds, bulk
 from service.caller import Caller
 from service.facade import MemoryService
 from service.models import AtomAdded, AtomIn, AtomsAdded, RecallIn, RecallOut
@@ -56,18 +53,6 @@ log = structlog.get_logger("ledger.server")
 
 MAX_GROUP = 256
 LINGER = 0.002  # seconds a group waits, at most, for adds whose requests are being read
-
-
-class Added(NamedTuple):
-    """An add's answer, encoded once: the JSON body the API sends, and what it did."""
-
-    json: bytes
-    outcome: str  # AtomAdded.outcome: added, rehearsed, superseded
-    atom_id: str
-
-    @classmethod
-    def of(cls, added: AtomAdded) -> Added:
-        return cls(added.model_dump_json().encode(), added.outcome, added.atom_id)
 
 
 @dataclass
@@ -102,150 +87,6 @@ def _settle(outcomes: list[tuple[asyncio.Future[Any], Any]]) -> None:
             waiter.set_result(outcome)
 
 
-def _portable(e: BaseException) -> BaseException:
-    """``e`` as it can cross to the server process: class, arguments and attributes,
-    rebuilt there without calling its ``__init__`` (whose signature may differ from its
-    ``args``); an exception that cannot is replaced by one that names its class only."""
-    try:
-        pickle.loads(pickle.dumps(_Carried(e)))  # noqa: S301  # our own bytes, just made
-    except Exception:
-        return EnvironmentProblem(f"the writer process failed ({type(e).__name__})",
-                                  hint="retry; the server's log names the error")
-    return e
-
-
-class _Carried:
-    """Pickles an exception by class, ``args`` and ``__dict__`` (see :func:`_portable`)."""
-
-    def __init__(self, e: BaseException) -> None:
-        self.e = e
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuilt, (type(self.e), self.e.args, dict(vars(self.e))))
-
-
-def _rebuilt(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]
-             ) -> BaseException:
-    e = cls.__new__(cls)
-    BaseException.__init__(e, *args)
-    e.__dict__.update(state)
-    return e
-
-
-def _outcome(result: AtomAdded | BaseException) -> Added | BaseException:
-    return result if isinstance(result, BaseException) else Added.of(result)
-
-
-def _adds(svc: MemoryService, items: Sequence[tuple[Caller, AtomIn]]
-          ) -> list[Added | BaseException]:
-    """One group commit; a failure of the whole call (the database gone, say) is every
-    item's answer, and nothing of it was acknowledged."""
-    try:
-        return [_outcome(r) for r in svc.add_atoms_grouped(items)]
-    except Exception as e:
-        return [e] * len(items)
-
-
-def _bulk(svc: MemoryService, caller: Caller, items: list[AtomIn]) -> bytes:
-    return svc.add_atoms(caller, items).model_dump_json().encode()
-
-
-def _writer_main(home: str, conn: Any, log_level: str | None) -> None:
-    """The writer process (ADR 0062): opens the home's service, then answers each
-    ``("adds", [(caller, AtomIn)])`` or ``("bulk", (caller, [AtomIn]))`` from the server
-    process in order, until ``None`` or the end of the pipe. Signals are the server's
-    business: it stops this process by closing the pipe once every queued write ran."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    from ledger import logs
-
-    logs.configure(log_level)
-    try:
-        svc = open_service(Path(home))
-    except BaseException as e:
-        conn.send(("failed", _Carried(_portable(e))))
-        return
-    conn.send(("ready", None))
-    try:
-        while True:
-            try:
-                msg = conn.recv()
-            except EOFError:
-                break
-            if msg is None:
-                break
-            kind, payload = msg
-            out: Any
-            if kind == "adds":
-                out = [r if not isinstance(r, BaseException) else _Carried(_portable(r))
-                       for r in _adds(svc, payload)]
-            else:
-                try:
-                    out = _bulk(svc, *payload)
-                except Exception as e:
-                    out = _Carried(_portable(e))
-            conn.send(out)
-    finally:
-        close_service(svc)
-
-
-class _WriterProcess:
-    """The server process's end of the writer process: one call at a time, from the
-    writer thread only."""
-
-    def __init__(self, home: Path) -> None:
-        import multiprocessing
-
-        ctx = multiprocessing.get_context("spawn")  # never fork a process with threads
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_writer_main, name="ledger-writer-process",
-                                args=(str(home), child, os.environ.get("LEDGER_LOG_LEVEL")),
-                                # not daemonic: a large catch-up of the read models for the
-                                # similar search starts worker processes of its own; it ends
-                                # when the pipe closes (the server stopped, or died)
-                                daemon=False)
-        self.proc.start()
-        child.close()
-        self.broken = False  # the pipe failed: the process is replaced before its next use
-
-    def wait_ready(self) -> None:
-        status, error = self._recv()
-        if status != "ready":
-            self.proc.join(10)
-            raise error
-
-    def call(self, kind: str, payload: Any) -> Any:
-        try:
-            self.conn.send((kind, payload))
-        except OSError:
-            self._stopped()
-        return self._recv()
-
-    def _recv(self) -> Any:
-        try:
-            return self.conn.recv()
-        except (EOFError, OSError):
-            self._stopped()
-
-    def _stopped(self) -> NoReturn:
-        self.broken = True
-        raise EnvironmentProblem(
-            "the server's writer process stopped; this write's outcome is unknown",
-            hint="check the server's log, then list the memories before sending it "
-                 "again") from None
-
-    def close(self) -> None:
-        try:
-            self.conn.send(None)
-        except OSError:
-            pass
-        self.proc.join(60)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join()
-        self.conn.close()
-
-
 class _Worker(threading.Thread):
     """A thread that owns one MemoryService and runs jobs from its queue; the writer's
     adds may be committed by a writer process instead (ADR 0062)."""
@@ -258,7 +99,7 @@ class _Worker(threading.Thread):
         self.max_queue = max_queue
         self.group = group
         self.process = process
-        self.child: _WriterProcess | None = None
+        self.child: WriterProcess | None = None
         self.arriving = 0  # adds whose requests are being read (set on the event loop)
         self.ready: Future[None] = Future()
         self.groups = 0
@@ -279,7 +120,7 @@ class _Worker(threading.Thread):
     def run(self) -> None:
         try:
             if self.process:  # started first: it opens the ledger while this thread does
-                self.child = _WriterProcess(self.home)
+                self.child = WriterProcess.for_home(self.home)
             svc = open_service(self.home)
         except BaseException as e:  # reported to whoever waits for start-up
             self.ready.set_exception(e)
@@ -349,10 +190,10 @@ class _Worker(threading.Thread):
         outcome: Any
         try:
             if job.add is not None:
-                outcome = _adds(svc, [job.add])[0]
+                outcome = adds(svc, [job.add])[0]
             elif job.bulk is not None:
                 outcome = self._child().call("bulk", job.bulk) if self.child is not None \
-                    else _bulk(svc, *job.bulk)
+                    else bulk(svc, *job.bulk)
             else:
                 assert job.fn is not None
                 outcome = job.fn(svc)
@@ -362,14 +203,14 @@ class _Worker(threading.Thread):
             outcome = e
         self._deliver([(job, outcome)])
 
-    def _child(self) -> _WriterProcess:
+    def _child(self) -> WriterProcess:
         """The writer process; one that stopped (its adds were answered as failed, their
         outcome unknown) is started again for the next write."""
         assert self.child is not None
         if self.child.broken or not self.child.proc.is_alive():
             log.warning("writer_process.restarted", exit_code=self.child.proc.exitcode)
             self.child.close()
-            self.child = _WriterProcess(self.home)
+            self.child = WriterProcess(self.home)
             self.child.wait_ready()
         return self.child
 
@@ -385,7 +226,7 @@ class _Worker(threading.Thread):
             except Exception as e:  # the process, or starting a new one, failed
                 results = [e] * len(items)
         else:
-            results = _adds(svc, items)
+            results = adds(svc, items)
         self.groups += 1
         self.grouped_items += len(live)
         if self.counted:
@@ -423,10 +264,17 @@ class Backend:
         self.reader = _Worker("ledger-reader", home, max_queue, group=False)
 
     def start(self) -> None:
+        """Open the writer's and the reader's services side by side (the writer process
+        opens its own meanwhile); if either fails, the other is stopped and the error
+        raised."""
         self.writer.start()
-        self.writer.ready.result()
         self.reader.start()
-        self.reader.ready.result()
+        try:
+            self.writer.ready.result()
+            self.reader.ready.result()
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
         """Finish every queued job, then close the ledger (graceful shutdown)."""

@@ -74,6 +74,10 @@ def serve(home: Path | None, host: str, port: int, workers: int, jwks: Path | No
         os.environ.pop(MULTIPROC_ENV, None)
     auth = f"OAuth access tokens (audience {audience})" if jwks is not None \
         else "bearer tokens"
+    from server import writer_process
+
+    if workers == 1 and not fleet:  # its start-up overlaps this process's (ADR 0073)
+        writer_process.start_early(home)
     ready = _Ready(host, port, auth, workers)
     ready.start()
     # uvicorn re-raises the signal that stopped it once it shut down gracefully: caught
@@ -98,6 +102,7 @@ def serve(home: Path | None, host: str, port: int, workers: int, jwks: Path | No
         pass
     finally:
         ready.stop()
+        writer_process.stop_unclaimed()
         if counted is not None:
             shutil.rmtree(counted, ignore_errors=True)
         if ready.said:

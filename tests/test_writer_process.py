@@ -17,9 +17,11 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+import pytest
 
 from ledger.application import LedgerApp
 from ledger.domain import Atom
+from server import writer_process
 
 from .conftest import RawStore, run_cli
 from .serving import issue, serving
@@ -177,3 +179,21 @@ def test_the_writer_process_may_start_processes_of_its_own(tmp_path: Path) -> No
         backend.close()
     assert not child.proc.is_alive()
     assert _created(home)[atom_id.replace("-", "")] == 1
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_writer_process_started_early_is_taken_over_or_stopped(home: Path) -> None:
+    """`ledger serve` starts the writer process before it builds its app (ADR 0073): the
+    writer thread takes that one over; one nobody took over is stopped when the server
+    stops, so the interpreter does not wait on it at exit."""
+    assert run_cli("--home", str(home), "subject", "add", "u1").code == 0
+    writer_process.start_early(home)
+    early = writer_process._early[home]
+    taken = writer_process.WriterProcess.for_home(home)
+    assert taken is early and writer_process._early == {}
+    taken.wait_ready()
+    taken.close()
+    writer_process.start_early(home)
+    left = writer_process._early[home].proc
+    writer_process.stop_unclaimed()
+    assert writer_process._early == {} and not left.is_alive() and left.exitcode == 0
