@@ -1,11 +1,12 @@
 """`ledger sweep`: retention per privacy class, decay, tombstone records (governance/sweep.py,
-ADR 0014). Time moves forward with LEDGER_NOW; every storage test runs on both backends."""
+ADR 0014). Time moves forward with LEDGER_NOW; every storage test runs on both backends.
+The acts go through the facade as the local operator (the ``ledger`` command's caller) or
+through the command; the lock is tested as the unit it is."""
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,11 +15,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from governance.sweep import plan_sweep, sweep, sweep_lock
+from governance.sweep import sweep_lock
 from ledger import clock
-from ledger.application import LedgerApp
 from ledger.errors import ConflictError
-from projections.service import Projections
+from service.caller import local_operator
+from service.facade import MemoryService
+from service.models import AtomIn, RecallIn, SubjectIn
 
 from .conftest import RawStore, files_under, run_cli
 
@@ -33,13 +35,7 @@ POLICY = {"memoryPolicy": {
     "retentionPolicy": {"defaultRetentionDays": DEFAULT_DAYS, "perPrivacyClass": RETENTION},
     "rightToBeForgottenSla": {"acknowledgmentHours": 24, "completionHours": 720,
                               "tombstoneRetentionDays": 5}}}
-
-
-@pytest.fixture
-def proj(app: LedgerApp) -> Iterator[Projections]:
-    p = Projections(app)
-    yield p
-    p.close()
+OP = local_operator()
 
 
 @pytest.fixture
@@ -54,55 +50,72 @@ def _marker() -> str:
     return f"zq{uuid.uuid4().hex[:12]}"
 
 
-def _atom(cls: str | None, text: str, **kw: Any) -> dict[str, Any]:
+def _atom(cls: str | None, text: str, **kw: Any) -> AtomIn:
     # valence 0.6: a salience floor of 0.18, so decay never archives these atoms
-    data = {"subject": "u1", "text": text, "emotional_valence": 0.6, **kw}
+    data: dict[str, Any] = {"subject": "u1", "text": text, "emotional_valence": 0.6,
+                            "on_similar": None, **kw}
     if cls is not None:
         data["privacy_class"] = cls
     if cls in BASIS:
         data["consent_basis"] = BASIS[cls]
-    return data
+    return AtomIn(**data)
 
 
-def _setup(app: LedgerApp, doc: dict[str, Any] = POLICY) -> None:
-    app.set_policy(doc)
-    app.register_subject({"ref": "u1"})
+def _setup(svc: MemoryService, doc: dict[str, Any] = POLICY) -> None:
+    svc.set_policy(OP, doc)
+    svc.register_subject(OP, SubjectIn(ref="u1"))
+
+
+def _add(svc: MemoryService, *atoms: AtomIn) -> list[str]:
+    """The atoms added in one signed command (all or none); their ids, in order."""
+    return svc.add_atoms(OP, atoms).atom_ids
+
+
+def _recalled(svc: MemoryService, query: str) -> list[str]:
+    """`ledger recall QUERY --subject u1 --no-rehearse`: the recalled atoms' ids."""
+    got = svc.recall(OP, RecallIn(query=query, subject="u1", k=5, rehearse=False))
+    return [item.atom_id for item in got.items]
+
+
+def _listed(svc: MemoryService) -> set[str]:
+    """`ledger memory list --subject u1`: the listed atoms' ids."""
+    return {r.atom_id for r in svc.list_memories(OP, "u1")}
 
 
 @pytest.mark.parametrize("cls", [*RETENTION, None])
 def test_each_class_expires_exactly_on_its_day_and_not_before(
-        app: LedgerApp, proj: Projections, home: Path, clock_at: Any, cls: str | None) -> None:
-    _setup(app)
+        svc: MemoryService, home: Path, clock_at: Any, cls: str | None) -> None:
+    _setup(svc)
     marker = _marker()
-    atom = str(app.add_atom(_atom(cls, f"memory of class {cls} {marker}")))
+    atom = svc.add_atom(OP, _atom(cls, f"memory of class {cls} {marker}")).atom_id
     days = RETENTION.get(cls or "", DEFAULT_DAYS)
     archive = cls in ("non-pii", "aggregate")
     clock_at(T0 + timedelta(days=days) - timedelta(seconds=1))  # day N-1, 23:59:59
     rows = RawStore(home).rows()
-    early = sweep(app, proj)
-    assert early["status"] == "nothing-due" and early["due"] == []
-    assert app.reader.get_atom(atom).status == "active" and RawStore(home).rows() == rows
+    early = svc.sweep(OP)
+    assert early.status == "nothing-due" and early.due == []
+    assert svc.get_atom(OP, atom).status == "active" and RawStore(home).rows() == rows
     clock_at(T0 + timedelta(days=days))  # day N, 00:00:00
-    done = sweep(app, proj)
-    assert done["status"] == "swept"
-    (due,) = done["due"]
+    done = svc.sweep(OP)
+    assert done.status == "swept"
+    (due,) = done.due
     assert due["atom_id"] == atom and due["rule"] == "retention"
     assert due["due_at"] == clock.format_instant(T0 + timedelta(days=days))
-    got = app.reader.get_atom(atom)
+    got = svc.get_atom(OP, atom)
     if archive:
-        assert done["archived"]["atom_ids"] == [atom] and done["erased"]["count"] == 0
+        assert done.archived["atom_ids"] == [atom] and done.erased["count"] == 0
         assert got.status == "archived" and not got.content_erased
     else:
-        assert done["erased"]["atom_ids"] == [atom] and done["erased"]["batch_id"]
+        assert done.erased["atom_ids"] == [atom] and done.erased["batch_id"]
         assert got.status == "deleted" and got.content_erased
         assert not [p for p in files_under(home) if marker.encode() in p.read_bytes()]
 
 
-def test_a_sweep_run_twice_does_the_work_once(app: LedgerApp, proj: Projections, home: Path,
+def test_a_sweep_run_twice_does_the_work_once(svc: MemoryService, home: Path,
                                               clock_at: Any) -> None:
-    _setup(app)
-    app.add_atoms([_atom(c, f"fact {c}") for c in ("non-pii", "sensitive-pii", "guest-pii")]
-                  + [_atom("sensitive-pii", f"more {i}") for i in range(3)])
+    _setup(svc)
+    _add(svc, *[_atom(c, f"fact {c}") for c in ("non-pii", "sensitive-pii", "guest-pii")],
+         *[_atom("sensitive-pii", f"more {i}") for i in range(3)])
     clock_at(T0 + timedelta(days=40))
     h = ("--home", str(home))
     first = run_cli(*h, "sweep", "--json")
@@ -118,75 +131,75 @@ def test_a_sweep_run_twice_does_the_work_once(app: LedgerApp, proj: Projections,
     assert run_cli(*h, "verify").code == 0
 
 
-def test_a_hard_swept_atom_is_not_recalled_and_in_no_file(app: LedgerApp, proj: Projections,
-                                                          home: Path, clock_at: Any) -> None:
-    _setup(app)
+def test_a_hard_swept_atom_is_not_recalled_and_in_no_file(svc: MemoryService, home: Path,
+                                                          clock_at: Any) -> None:
+    _setup(svc)
     marker = _marker()
-    atom = str(app.add_atom(_atom("sensitive-pii", f"Takes lithium daily {marker}",
-                                  gist=f"medication {marker}")))
-    app.add_atom(_atom("non-pii", "Likes green tea"))
-    assert atom in proj.recall(marker, "u1", 5).atom_ids
+    atom = svc.add_atom(OP, _atom("sensitive-pii", f"Takes lithium daily {marker}",
+                                  gist=f"medication {marker}")).atom_id
+    svc.add_atom(OP, _atom("non-pii", "Likes green tea"))
+    assert atom in _recalled(svc, marker)
     clock_at(T0 + timedelta(days=30))
-    result = sweep(app, proj)
-    assert result["erased"]["atom_ids"] == [atom]
-    assert atom not in proj.recall(marker, "u1", 5).atom_ids
-    assert atom not in proj.recall("Takes lithium daily", "u1", 5).atom_ids
+    result = svc.sweep(OP)
+    assert result.erased["atom_ids"] == [atom]
+    assert atom not in _recalled(svc, marker)
+    assert atom not in _recalled(svc, "Takes lithium daily")
     assert [str(p) for p in files_under(home) if marker.encode() in p.read_bytes()] == []
     hist = run_cli("--home", str(home), "atom", "history", atom, "--json")
     assert "memory-ledger:atom.redacted.v1" in hist.out and marker not in hist.out
 
 
-def test_dry_run_changes_nothing(app: LedgerApp, proj: Projections, home: Path,
-                                 clock_at: Any) -> None:
-    _setup(app)
-    atom = str(app.add_atom(_atom("sensitive-pii", "dry run target")))
+def test_dry_run_changes_nothing(svc: MemoryService, home: Path, clock_at: Any) -> None:
+    _setup(svc)
+    atom = svc.add_atom(OP, _atom("sensitive-pii", "dry run target")).atom_id
     clock_at(T0 + timedelta(days=31))
-    rows, keys = RawStore(home).rows(), app.datakeys.count()
+    rows, keys = RawStore(home).rows(), svc.app.datakeys.count()
     r = run_cli("--home", str(home), "sweep", "--dry-run")
     assert r.code == 0 and "dry run: would archive 0, erase 1" in r.err
     assert r.out.startswith(f"erase  {atom}  retention")
-    assert RawStore(home).rows() == rows and app.datakeys.count() == keys
+    assert RawStore(home).rows() == rows and svc.app.datakeys.count() == keys
 
 
-def test_decay_below_minimum_salience_is_archived_on_time(app: LedgerApp, proj: Projections,
+def test_decay_below_minimum_salience_is_archived_on_time(svc: MemoryService,
                                                           clock_at: Any) -> None:
-    app.set_policy({"memoryPolicy": {"enabled": True}})  # no retention: decay only
-    app.register_subject({"ref": "u1"})
-    # ADR 0050: only an atom with a decay profile decays (here the Persona defaults)
-    atom = str(app.add_atom({"subject": "u1", "text": "fading memory", "salience": 0.5,
-                             "decay_profile": {"halfLifeDays": 14}}))
-    still = str(app.add_atom({"subject": "u1", "text": "lasting fact", "salience": 0.5}))
+    _setup(svc, {"memoryPolicy": {"enabled": True}})  # no retention: decay only
+    # ADR 0050: only an atom with a decay profile decays (here the Persona defaults).
+    # arrange: an atom's own decay profile is taken by the application and the importers,
+    # not by the facade's AtomIn
+    atom = str(svc.app.add_atom({"subject": "u1", "text": "fading memory", "salience": 0.5,
+                                 "decay_profile": {"halfLifeDays": 14}}))
+    still = svc.add_atom(OP, AtomIn(subject="u1", text="lasting fact", salience=0.5,
+                                    on_similar=None)).atom_id
     # 0.5 * 2**(-t/14) < 0.05  <=>  t > 14 * log2(10) = 46.507 days
     clock_at(T0 + timedelta(days=46.5))
-    assert sweep(app, proj)["status"] == "nothing-due"
+    assert svc.sweep(OP).status == "nothing-due"
     clock_at(T0 + timedelta(days=46.51))
-    done = sweep(app, proj)
-    assert done["archived"]["atom_ids"] == [atom] and done["due"][0]["rule"] == "decay"
-    assert done["archived"]["by_rule"] == {"retention": 0, "decay": 1}
-    assert app.reader.get_atom(atom).status == "archived"
-    assert app.reader.get_atom(still).status == "active"  # no profile: it does not decay
+    done = svc.sweep(OP)
+    assert done.archived["atom_ids"] == [atom] and done.due[0]["rule"] == "decay"
+    assert done.archived["by_rule"] == {"retention": 0, "decay": 1}
+    assert svc.get_atom(OP, atom).status == "archived"
+    assert svc.get_atom(OP, still).status == "active"  # no profile: it does not decay
 
 
 def test_tombstone_records_are_kept_for_their_retention_then_dropped(
-        app: LedgerApp, proj: Projections, home: Path, clock_at: Any) -> None:
-    _setup(app)
-    atom = str(app.add_atom(_atom("sensitive-pii", "kept thirty days")))
+        svc: MemoryService, home: Path, clock_at: Any) -> None:
+    _setup(svc)
+    atom = svc.add_atom(OP, _atom("sensitive-pii", "kept thirty days")).atom_id
     clock_at(T0 + timedelta(days=30))
-    sweep(app, proj)
+    svc.sweep(OP)
     tombstoned = T0 + timedelta(days=30)
-    listed = {r["atom_id"] for r in proj.memory_list("u1")}
-    assert atom in listed
+    assert atom in _listed(svc)
     clock_at(tombstoned + timedelta(days=5) - timedelta(seconds=1))
-    assert sweep(app, proj)["status"] == "nothing-due"
-    assert atom in {r["atom_id"] for r in proj.memory_list("u1")}
+    assert svc.sweep(OP).status == "nothing-due"
+    assert atom in _listed(svc)
     clock_at(tombstoned + timedelta(days=5))
     rows = RawStore(home).rows()
-    done = sweep(app, proj)
-    assert done["tombstone_records_dropped"] == {"count": 1, "atom_ids": [atom]}
-    assert atom not in {r["atom_id"] for r in proj.memory_list("u1")}
+    done = svc.sweep(OP)
+    assert done.tombstone_records_dropped == {"count": 1, "atom_ids": [atom]}
+    assert atom not in _listed(svc)
     assert RawStore(home).rows() == rows  # the signed tombstone stays in the log
-    assert app.reader.get_atom(atom).status == "deleted"
-    assert sweep(app, proj)["status"] == "nothing-due"
+    assert svc.get_atom(OP, atom).status == "deleted"
+    assert svc.sweep(OP).status == "nothing-due"
     assert run_cli("--home", str(home), "verify").code == 0
 
 
@@ -198,17 +211,20 @@ def test_no_policy_sweeps_nothing(home: Path) -> None:
     assert RawStore(home).rows() == rows
 
 
-def test_a_second_concurrent_sweep_stops_at_once(app: LedgerApp, proj: Projections,
+def test_a_second_concurrent_sweep_stops_at_once(svc: MemoryService, home: Path,
                                                  clock_at: Any) -> None:
-    _setup(app)
-    with sweep_lock(app), pytest.raises(ConflictError, match="another `ledger sweep`"):
-        sweep(app, proj)
+    _setup(svc)
+    rows = RawStore(home).rows()
+    # arrange: the lock a running `ledger sweep` holds, taken as that sweep takes it
+    with sweep_lock(svc.app), pytest.raises(ConflictError, match="another `ledger sweep`"):
+        svc.sweep(OP)
+    assert RawStore(home).rows() == rows
 
 
 def test_unauthorized_sweeper_is_refused_before_anything_is_written(
-        app: LedgerApp, proj: Projections, home: Path, clock_at: Any) -> None:
-    _setup(app)
-    app.add_atom(_atom("sensitive-pii", "due later"))
+        svc: MemoryService, home: Path, clock_at: Any) -> None:
+    _setup(svc)
+    svc.add_atom(OP, _atom("sensitive-pii", "due later"))
     clock_at(T0 + timedelta(days=30))
     rows = RawStore(home).rows()
     r = run_cli("--home", str(home), "sweep", "--as", "writer")
@@ -216,16 +232,14 @@ def test_unauthorized_sweeper_is_refused_before_anything_is_written(
     assert RawStore(home).rows() == rows
 
 
-def test_due_atoms_are_found_by_index_not_by_scan(app: LedgerApp, proj: Projections,
-                                                  backend: str, clock_at: Any) -> None:
-    _setup(app)
-    app.add_atoms([_atom("non-pii", f"n {i}") for i in range(20)])
-    proj.catch_up()
-    policy = app.reader.policy()
-    assert policy is not None
-    assert plan_sweep(proj, policy, T0).empty
+def test_due_atoms_are_found_by_index_not_by_scan(svc: MemoryService, backend: str,
+                                                  clock_at: Any) -> None:
+    _setup(svc)
+    _add(svc, *[_atom("non-pii", f"n {i}") for i in range(20)])
+    assert svc.sweep(OP, dry_run=True).status == "nothing-due"
     if backend != "sqlite":
         return  # the SQLite plan is checked; PostgreSQL picks plans by table statistics
+    proj = svc.proj  # the atom store's table and index, the unit of this check
     a = proj.atoms.atoms
     q = sa.select(a.c.atom_id).where(a.c.privacy_class == "non-pii",
                                      a.c.status.in_(["active", "soft-redacted"]),
@@ -263,17 +277,17 @@ def test_the_write_lock_and_the_sweep_lock_are_one_implementation(
 
 
 def test_a_large_sweep_prints_a_summary_and_v_lists_every_atom(
-        app: LedgerApp, proj: Projections, home: Path, clock_at: Any) -> None:
-    _setup(app)
-    atoms = app.add_atoms([_atom("sensitive-pii", f"sweep target {i}") for i in range(12)])
+        svc: MemoryService, home: Path, clock_at: Any) -> None:
+    _setup(svc)
+    atoms = _add(svc, *[_atom("sensitive-pii", f"sweep target {i}") for i in range(12)])
     clock_at(T0 + timedelta(days=31))
     r = run_cli("--home", str(home), "sweep")
     assert r.code == 0 and "12 erased" in r.err, r.err
     assert r.out.splitlines() == ["erase  12 atoms", "(-v lists them, --json gives them)"]
-    assert not any(str(a) in r.out for a in atoms)
-    more = app.add_atoms([_atom("sensitive-pii", f"second target {i}") for i in range(11)])
+    assert not any(a in r.out for a in atoms)
+    more = _add(svc, *[_atom("sensitive-pii", f"second target {i}") for i in range(11)])
     clock_at(T0 + timedelta(days=62))
     r = run_cli("-v", "--home", str(home), "sweep")
     assert r.code == 0  # -v: a line per atom (the first sweep's tombstone rows go too)
     assert sorted(line.split()[1] for line in r.out.splitlines()
-                  if line.startswith("erase ")) == sorted(str(a) for a in more)
+                  if line.startswith("erase ")) == sorted(more)
