@@ -3,6 +3,9 @@
 Identifiers only flag memories of others (word boundaries, NFKC, case-folded); a real
 run given the dry run's plan digest refuses when the ledger changed; the Evidence Pack
 counts the flags; `ledger review resolve` settles them.
+
+The acts go through the facade as the ``ledger`` command's caller, or through the
+command; the identifier matching is tested as the pure unit it is.
 """
 
 from __future__ import annotations
@@ -15,30 +18,33 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from governance.erasure import plan_user_erasure, redact_user
 from governance.identifiers import (
     BROAD_MATCHES,
     MIN_IDENTIFIER_CHARS,
     compile_identifiers,
     first_matches,
 )
-from governance.pack import build_pack
 from governance.pack_verify import verify_pack
-from governance.sweep import sweep
-from ledger.application import LedgerApp
-from ledger.errors import ConflictError, EnvironmentProblem, InputError
-from ledger.home import Config
-from projections.service import Projections
+from ledger.domain import ERASED
+from ledger.errors import ConflictError, EnvironmentProblem, InputError, NotFound
+from service.caller import local_operator
+from service.facade import MemoryService
+from service.models import ArtifactIn, AtomIn, SubjectIn
+from service.root import opened_service
 
 from .conftest import RawStore, run_cli, snapshot
-from .test_governance import _in_files, _marker
-
-
-@pytest.fixture
-def proj(app: LedgerApp):  # type: ignore[no-untyped-def]
-    p = Projections(app)
-    yield p
-    p.close()
+from .facade_seed import seed
+from .test_governance import (
+    AS_WRITER,
+    OP,
+    _atom,
+    _data_keys,
+    _forget,
+    _in_files,
+    _marker,
+    _pack,
+    _root_key,
+)
 
 
 def _rows_of(raw: RawStore, atom_id: str) -> list[tuple[int, str, int, str, bytes]]:
@@ -46,25 +52,24 @@ def _rows_of(raw: RawStore, atom_id: str) -> list[tuple[int, str, int, str, byte
     return [r for r in raw.rows() if uuid.UUID(r[1]) == want]
 
 
-def _miller_ledger(app: LedgerApp) -> dict[str, str]:
+def _miller_ledger(svc: MemoryService) -> dict[str, str]:
     """user_9f4e is J. Miller; user_7a1c had lunch with him."""
-    app.register_subject({"ref": "user_9f4e", "display_name": "J. Miller"})
-    app.register_subject({"ref": "user_7a1c"})
-    own = str(app.add_atom({"subject": "user_9f4e", "text": "J. Miller prefers green tea"}))
-    own2 = str(app.add_atom({"subject": "user_9f4e", "text": "Works in procurement"}))
-    lunch = str(app.add_atom({"subject": "user_7a1c",
-                              "text": "Had lunch with J. Miller from Acme"}))
-    unrelated = str(app.add_atom({"subject": "user_7a1c", "text": "Millerton is a town"}))
+    svc.register_subject(OP, SubjectIn(ref="user_9f4e", display_name="J. Miller"))
+    svc.register_subject(OP, SubjectIn(ref="user_7a1c"))
+    own, own2, lunch, unrelated = svc.add_atoms(OP, [
+        AtomIn(subject="user_9f4e", text="J. Miller prefers green tea"),
+        AtomIn(subject="user_9f4e", text="Works in procurement"),
+        AtomIn(subject="user_7a1c", text="Had lunch with J. Miller from Acme"),
+        AtomIn(subject="user_7a1c", text="Millerton is a town")]).atom_ids
     return {"own": own, "own2": own2, "lunch": lunch, "unrelated": unrelated}
 
 
 # ----------------------------------------------------------------------------- item 1
 def test_identifier_match_in_other_subject_is_flagged_not_erased(
-        app: LedgerApp, proj: Projections, home: Path, raw: RawStore) -> None:
-    ids = _miller_ledger(app)
-    dry = redact_user(app, proj, "user_9f4e", reason="GDPR Art. 17", operator="operator",
-                      identifiers=["J. Miller"], dry_run=True)
-    other_sid = str(app.reader.resolve_subject("user_7a1c"))
+        svc: MemoryService, home: Path, raw: RawStore) -> None:
+    ids = _miller_ledger(svc)
+    dry = _forget(svc, "user_9f4e", identifiers=["J. Miller"], dry_run=True)
+    other_sid = svc.get_subject(OP, "user_7a1c").subject_id
     sid = dry["subject_id"]
     # In the dry run: a flag, not a target.
     assert sorted(dry["targets"]["atoms"]) == sorted([ids["own"], ids["own2"]])
@@ -79,20 +84,21 @@ def test_identifier_match_in_other_subject_is_flagged_not_erased(
         "matched": {sid: {"atoms": 1, "artifacts": 0}, other_sid: {"atoms": 1, "artifacts": 0}}}]
     before_rows = _rows_of(raw, ids["lunch"])
     with capture_logs() as logs:
-        res = redact_user(app, proj, "user_9f4e", reason="GDPR Art. 17", operator="operator",
-                          identifiers=["J. Miller"], expect_plan=dry["plan_digest"])
+        res = _forget(svc, "user_9f4e", identifiers=["J. Miller"],
+                      expect_plan=dry["plan_digest"])
     assert res["status"] == "completed" and res["flag_for_review"] == [ids["lunch"]]
     # The other subject's memory survives, readable, flagged; its stored events unchanged.
-    lunch = app.reader.get_atom(ids["lunch"])
-    assert lunch.status == "active" and lunch.text == "Had lunch with J. Miller from Acme"
-    assert lunch.flags == ["refers-to-erased"]
+    lunch = _atom(svc, ids["lunch"])
+    assert lunch["status"] == "active" and lunch["text"] == "Had lunch with J. Miller from Acme"
+    assert lunch["flags"] == ["refers-to-erased"]
     assert _rows_of(raw, ids["lunch"])[:len(before_rows)] == before_rows
-    assert app.reader.get_atom(ids["unrelated"]).flags == []
-    listed = {r["atom_id"]: r for r in proj.memory_list("user_7a1c")}
-    assert listed[ids["lunch"]]["text"] == "Had lunch with J. Miller from Acme"
-    assert not listed[ids["lunch"]]["content_erased"]
+    assert _atom(svc, ids["unrelated"])["flags"] == []
+    listed = {r.atom_id: r for r in svc.list_memories(OP, "user_7a1c")}
+    assert listed[ids["lunch"]].text == "Had lunch with J. Miller from Acme"
+    assert not listed[ids["lunch"]].content_erased
     # The subject's own memories are gone; the flag's reason and the logs name no content.
-    assert app.reader.get_atom(ids["own"]).text is None
+    own = _atom(svc, ids["own"])
+    assert own["content_erased"] and own["text"] == ERASED
     assert _in_files(home, "prefers green tea") == []
     flags = json.loads(run_cli("--home", str(home), "review", "list", "--json").out)
     assert [f["atom_id"] for f in flags] == [ids["lunch"]]
@@ -100,74 +106,74 @@ def test_identifier_match_in_other_subject_is_flagged_not_erased(
     assert "Miller" not in repr(logs)
 
 
-def test_identifier_ann_does_not_touch_annual_planning(
-        app: LedgerApp, proj: Projections, raw: RawStore) -> None:
-    app.register_subject({"ref": "user_ann", "display_name": "Ann"})
-    app.register_subject({"ref": "user_bob"})
-    own = str(app.add_atom({"subject": "user_ann", "text": "Ann likes sailing"}))
-    annual = str(app.add_atom({"subject": "user_bob",
-                               "text": "Annual planning meeting is in March"}))
-    lunch = str(app.add_atom({"subject": "user_bob", "text": "Lunch with ANN on Friday."}))
+def test_identifier_ann_does_not_touch_annual_planning(svc: MemoryService,
+                                                       raw: RawStore) -> None:
+    svc.register_subject(OP, SubjectIn(ref="user_ann", display_name="Ann"))
+    svc.register_subject(OP, SubjectIn(ref="user_bob"))
+    own, annual, lunch = svc.add_atoms(OP, [
+        AtomIn(subject="user_ann", text="Ann likes sailing"),
+        AtomIn(subject="user_bob", text="Annual planning meeting is in March"),
+        AtomIn(subject="user_bob", text="Lunch with ANN on Friday.")]).atom_ids
     before = _rows_of(raw, annual)
-    dry = redact_user(app, proj, "user_ann", reason="GDPR Art. 17", operator="operator",
-                      identifiers=["Ann"], dry_run=True)
+    dry = _forget(svc, "user_ann", identifiers=["Ann"], dry_run=True)
     assert dry["targets"]["atoms"] == [own]
     assert dry["flag_for_review"] == [lunch]  # a whole word, any case; "Annual" is not
-    res = redact_user(app, proj, "user_ann", reason="GDPR Art. 17", operator="operator",
-                      identifiers=["Ann"])
+    res = _forget(svc, "user_ann", identifiers=["Ann"])
     assert annual not in res["targets"]["atoms"] and annual not in res["flag_for_review"]
-    kept = app.reader.get_atom(annual)
-    assert kept.text == "Annual planning meeting is in March" and kept.flags == []
+    kept = _atom(svc, annual)
+    assert kept["text"] == "Annual planning meeting is in March" and kept["flags"] == []
     assert _rows_of(raw, annual) == before  # not one event added to it
-    assert app.reader.get_atom(lunch).flags == ["refers-to-erased"]
+    assert _atom(svc, lunch)["flags"] == ["refers-to-erased"]
 
 
 def test_subject_own_memories_matching_identifier_are_erased_as_before(
-        app: LedgerApp, proj: Projections, home: Path) -> None:
+        svc: MemoryService, home: Path) -> None:
     marker = _marker()
-    app.register_subject({"ref": "u1"})
-    app.capture_artifact({"subject": "u1", "ref": "a1", "kind": "chat",
-                          "body": f"Jane Roe wrote {marker}"})
-    mine = [str(app.add_atom({"subject": "u1", "text": f"Jane Roe fact {i} {marker}"}))
-            for i in range(3)]
-    res = redact_user(app, proj, "u1", reason="GDPR Art. 17", operator="operator",
-                      identifiers=["jane roe"])
+    svc.register_subject(OP, SubjectIn(ref="u1"))
+    svc.capture_artifact(OP, ArtifactIn(subject="u1", ref="a1", kind="chat",
+                                        body=f"Jane Roe wrote {marker}"))
+    mine = svc.add_atoms(OP, [AtomIn(subject="u1", text=f"Jane Roe fact {i} {marker}")
+                              for i in range(3)]).atom_ids
+    res = _forget(svc, "u1", identifiers=["jane roe"])
     assert sorted(res["targets"]["atoms"]) == sorted(mine) and len(res["targets"]["artifacts"]) == 1
     assert res["flag_for_review"] == [] and res["identifiers"][0]["of_subject"] == 4
-    assert all(app.reader.get_atom(a).status == "hard-redacted" for a in mine)
+    assert all(_atom(svc, a)["status"] == "hard-redacted" for a in mine)
     assert _in_files(home, marker) == []
 
 
 def test_identifier_match_in_other_subjects_artifact_is_listed_not_erased(
-        app: LedgerApp, proj: Projections) -> None:
-    app.register_subject({"ref": "u1"})
-    app.register_subject({"ref": "u2"})
-    app.add_atom({"subject": "u1", "text": "something of u1"})
-    app.capture_artifact({"subject": "u2", "ref": "chat-u2", "kind": "chat",
-                          "body": "Call with Jane Roe about the offer"})
-    art = str(app.reader.resolve("artifact", "chat-u2"))
-    res = redact_user(app, proj, "u1", reason="GDPR Art. 17", operator="operator",
-                      identifiers=["Jane Roe"])
+        svc: MemoryService) -> None:
+    svc.register_subject(OP, SubjectIn(ref="u1"))
+    svc.register_subject(OP, SubjectIn(ref="u2"))
+    svc.add_atom(OP, AtomIn(subject="u1", text="something of u1", on_similar=None))
+    body = "Call with Jane Roe about the offer"
+    art = svc.capture_artifact(OP, ArtifactIn(subject="u2", ref="chat-u2", kind="chat",
+                                              body=body)).artifact_id
+    res = _forget(svc, "u1", identifiers=["Jane Roe"])
     assert res["targets"]["artifacts"] == [] and res["review_artifacts"] == [art]
     assert res["reach"]["flags"] == {"count": 0, "artifacts_for_review": [art]}
-    with proj.store.engine.connect() as conn:
-        row = next(iter(proj.atoms.artifacts_of(conn, str(app.reader.resolve_subject("u2")))))
-    assert row["body"] == "Call with Jane Roe about the offer" and not row["content_erased"]
+    kept = svc.get_artifact(OP, "chat-u2")
+    assert kept.body == body and not kept.content_erased
+    # The read models still hold it, by id and by its words: nothing of it was purged.
+    store = {r["route"]: r for r in svc.probe_reach(OP, art, body).routes}["atom-store"]
+    assert {h["by"] for h in store["hits"]} >= {"id", "content"}, store
 
 
 def test_session_of_another_subject_is_refused_and_others_in_own_session_flagged(
-        app: LedgerApp, proj: Projections, home: Path, raw: RawStore) -> None:
-    app.register_subject({"ref": "u1"})
-    app.register_subject({"ref": "u2"})
-    app.add_atom({"subject": "u1", "text": "u1 in s1", "session_id": "s1"})
-    theirs = str(app.add_atom({"subject": "u2", "text": "u2 in s1", "session_id": "s1"}))
-    app.add_atom({"subject": "u2", "text": "u2 in s2", "session_id": "s2"})
+        svc: MemoryService, raw: RawStore) -> None:
+    svc.register_subject(OP, SubjectIn(ref="u1"))
+    svc.register_subject(OP, SubjectIn(ref="u2"))
+    _, theirs, _ = svc.add_atoms(OP, [
+        AtomIn(subject="u1", text="u1 in s1", session_id="s1"),
+        AtomIn(subject="u2", text="u2 in s1", session_id="s1"),
+        AtomIn(subject="u2", text="u2 in s2", session_id="s2")]).atom_ids
     rows = raw.rows()
     with pytest.raises(InputError, match="session 's2' holds no memory of subject"):
-        redact_user(app, proj, "u1", reason="x", operator="operator", sessions=["s2"])
+        _forget(svc, "u1", reason="x", sessions=["s2"])
     assert raw.rows() == rows
-    plan = plan_user_erasure(app, proj, "u1", sessions=["s1"])
-    assert theirs not in plan.targets.atoms and plan.flags == {theirs: "session"}
+    plan = _forget(svc, "u1", reason="x", sessions=["s1"], dry_run=True)
+    assert theirs not in plan["targets"]["atoms"]
+    assert [(f["atom_id"], f["why"]) for f in plan["flags"]] == [(theirs, "session")]
 
 
 def test_identifier_matching_is_normalised_and_on_word_boundaries() -> None:
@@ -192,40 +198,36 @@ def test_identifier_matching_is_normalised_and_on_word_boundaries() -> None:
     assert MIN_IDENTIFIER_CHARS == 3
 
 
-def test_identifier_matching_many_memories_of_others_warns(
-        app: LedgerApp, proj: Projections) -> None:
-    app.register_subject({"ref": "u1"})
-    app.register_subject({"ref": "u2"})
-    app.add_atom({"subject": "u1", "text": "mine"})
-    app.add_atoms([{"subject": "u2", "text": f"met Sam at event {i}"}
-                   for i in range(BROAD_MATCHES + 1)])
-    dry = redact_user(app, proj, "u1", reason="x", operator="operator", identifiers=["Sam"],
-                      dry_run=True)
+def test_identifier_matching_many_memories_of_others_warns(svc: MemoryService) -> None:
+    svc.register_subject(OP, SubjectIn(ref="u1"))
+    svc.register_subject(OP, SubjectIn(ref="u2"))
+    svc.add_atoms(OP, [AtomIn(subject="u1", text="mine"),
+                       *(AtomIn(subject="u2", text=f"met Sam at event {i}")
+                         for i in range(BROAD_MATCHES + 1))])
+    dry = _forget(svc, "u1", reason="x", identifiers=["Sam"], dry_run=True)
     assert len(dry["flag_for_review"]) == BROAD_MATCHES + 1
     assert len(dry["warnings"]) == 1 and "identifier #1 matches 21" in dry["warnings"][0]
     assert "Sam" not in dry["warnings"][0]
 
 
 def test_real_run_whose_plan_changed_since_the_dry_run_is_refused(
-        app: LedgerApp, proj: Projections, raw: RawStore) -> None:
-    app.register_subject({"ref": "u1"})
-    app.register_subject({"ref": "u2"})
-    app.add_atom({"subject": "u1", "text": "mine"})
-    dry = redact_user(app, proj, "u1", reason="x", operator="operator",
-                      identifiers=["Jane Roe"], dry_run=True)
-    again = redact_user(app, proj, "u1", reason="x", operator="operator",
-                        identifiers=["Jane Roe"], dry_run=True)
+        svc: MemoryService, raw: RawStore) -> None:
+    svc.register_subject(OP, SubjectIn(ref="u1"))
+    svc.register_subject(OP, SubjectIn(ref="u2"))
+    svc.add_atom(OP, AtomIn(subject="u1", text="mine", on_similar=None))
+    dry = _forget(svc, "u1", reason="x", identifiers=["Jane Roe"], dry_run=True)
+    again = _forget(svc, "u1", reason="x", identifiers=["Jane Roe"], dry_run=True)
     assert dry["plan_digest"] == again["plan_digest"]  # nothing changed: the same plan
-    app.add_atom({"subject": "u2", "text": "Jane Roe called"})  # the ledger changes
+    svc.add_atom(OP, AtomIn(subject="u2", text="Jane Roe called",
+                            on_similar=None))  # the ledger changes
     rows = raw.rows()
     with pytest.raises(ConflictError, match="the ledger changed since the dry run"):
-        redact_user(app, proj, "u1", reason="x", operator="operator",
-                    identifiers=["Jane Roe"], expect_plan=dry["plan_digest"])
+        _forget(svc, "u1", reason="x", identifiers=["Jane Roe"],
+                expect_plan=dry["plan_digest"])
     assert raw.rows() == rows
-    new = redact_user(app, proj, "u1", reason="x", operator="operator",
-                      identifiers=["Jane Roe"], dry_run=True)
-    res = redact_user(app, proj, "u1", reason="x", operator="operator",
-                      identifiers=["Jane Roe"], expect_plan=new["plan_digest"])
+    new = _forget(svc, "u1", reason="x", identifiers=["Jane Roe"], dry_run=True)
+    res = _forget(svc, "u1", reason="x", identifiers=["Jane Roe"],
+                  expect_plan=new["plan_digest"])
     assert res["status"] == "completed" and len(res["flag_for_review"]) == 1
 
 
@@ -253,12 +255,11 @@ def test_redact_user_cli_dry_run_lists_flags_and_real_run_checks_the_plan(home: 
     assert "refers-to-erased" in real.out
 
 
-def test_pack_counts_flags(app: LedgerApp, proj: Projections, tmp_path: Path) -> None:
-    ids = _miller_ledger(app)
-    res = redact_user(app, proj, "user_9f4e", reason="GDPR Art. 17", operator="operator",
-                      identifiers=["J. Miller"])
-    pack = build_pack(app, res["batch_id"], tmp_path / "pack")
-    report = verify_pack(pack, app.root_public_key)
+def test_pack_counts_flags(svc: MemoryService, home: Path, tmp_path: Path) -> None:
+    ids = _miller_ledger(svc)
+    res = _forget(svc, "user_9f4e", identifiers=["J. Miller"])
+    pack = _pack(svc, res["batch_id"], tmp_path / "pack")
+    report = verify_pack(pack, _root_key(home))
     assert report.ok and report.flagged_for_review == 1 and report.artifacts_for_review == 0
     predicate = json.loads(base64.b64decode(
         json.loads((pack / "statement.dsse.json").read_text())["payload"]))["predicate"]
@@ -271,15 +272,13 @@ def test_pack_counts_flags(app: LedgerApp, proj: Projections, tmp_path: Path) ->
     assert r.code == 0 and json.loads(r.out)["flagged_for_review"] == 1
 
 
-def test_review_resolve_settles_identifier_flags(app: LedgerApp, proj: Projections,
-                                                 home: Path) -> None:
-    ids = _miller_ledger(app)
-    extra = str(app.add_atom({"subject": "user_7a1c", "text": "J. Miller owes me a book"}))
-    redact_user(app, proj, "user_9f4e", reason="GDPR Art. 17", operator="operator",
-                identifiers=["J. Miller"])
+def test_review_resolve_settles_identifier_flags(home: Path) -> None:
+    with opened_service(home, lazy=True) as svc:
+        ids = _miller_ledger(svc)
+        extra = svc.add_atom(OP, AtomIn(subject="user_7a1c", text="J. Miller owes me a book",
+                                        on_similar=None)).atom_id
+        _forget(svc, "user_9f4e", identifiers=["J. Miller"])
     h = ["--home", str(home)]
-    proj.close()
-    app.close()
     r = run_cli(*h, "review", "resolve", ids["lunch"], "--action", "reanonymise",
                 "--text", "Had lunch with a contact from Acme", "--json")
     assert r.code == 0, r.err
@@ -287,61 +286,54 @@ def test_review_resolve_settles_identifier_flags(app: LedgerApp, proj: Projectio
     r = run_cli(*h, "review", "resolve", extra, "--action", "redact", "--json")
     assert r.code == 0, r.err
     assert json.loads(run_cli(*h, "review", "list", "--json").out) == []
-    a2 = LedgerApp(Config.load(home))
-    try:
-        assert a2.reader.get_atom(ids["lunch"]).status == "superseded"
-        assert a2.reader.get_atom(new_id).text == "Had lunch with a contact from Acme"
-        erased = a2.reader.get_atom(extra)
-        assert erased.status == "hard-redacted" and erased.text is None
-    finally:
-        a2.close()
+    with opened_service(home, lazy=True) as svc:
+        assert _atom(svc, ids["lunch"])["status"] == "superseded"
+        assert _atom(svc, new_id)["text"] == "Had lunch with a contact from Acme"
+        erased = _atom(svc, extra)
+        assert erased["status"] == "hard-redacted" and erased["content_erased"]
+        assert erased["text"] == ERASED
     assert _in_files(home, "owes me a book") == []
 
 
 @pytest.mark.parametrize("action", ["redact", "reanonymise", "dismiss"])
 def test_review_resolve_of_a_memory_with_no_open_flag_writes_nothing(
-        app: LedgerApp, home: Path, action: str) -> None:
+        home: Path, action: str) -> None:
     """Resolving is for flagged memories: one with no open flag is refused before anything
     is signed (a redact of it erased it, a re-anonymise corrected it, and only then did the
     flag's resolution fail)."""
     from .serving import home_digest
 
-    app.register_subject({"ref": "u1"})
-    kept = str(app.add_atom({"subject": "u1", "text": "Keeps bees on the roof"}))
-    app.close()
+    (kept,) = seed(home, subjects=["u1"], atoms=[{"subject": "u1",
+                                                  "text": "Keeps bees on the roof"}])
     before = home_digest(home)
     extra = ["--text", "Keeps insects"] if action == "reanonymise" else []
     r = run_cli("--home", str(home), "review", "resolve", kept, "--action", action, *extra)
     assert r.code == 2 and "has no open 'refers-to-erased' flag" in r.err
     assert home_digest(home) == before
-    a2 = LedgerApp(Config.load(home))
-    try:
-        assert a2.reader.get_atom(kept).status == "active"
-        assert a2.reader.get_atom(kept).text == "Keeps bees on the roof"
-    finally:
-        a2.close()
+    with opened_service(home, lazy=True) as svc:
+        still = _atom(svc, kept)
+        assert still["status"] == "active" and still["text"] == "Keeps bees on the roof"
 
 
 # ----------------------------------------------------------------------------- item 5
 def test_dry_run_by_a_non_operator_is_refused_like_the_real_run(
-        app: LedgerApp, proj: Projections, home: Path, raw: RawStore) -> None:
-    app.register_subject({"ref": "u1"})
-    app.add_atom({"subject": "u1", "text": "keep me"})
-    proj.catch_up()
-    rows, keys = raw.rows(), app.datakeys.count()
-    with pytest.raises(InputError, match="not an authorized operator"):
-        redact_user(app, proj, "u1", reason="x", operator="writer", dry_run=True)
-    with pytest.raises(EnvironmentProblem):
-        redact_user(app, proj, "u1", reason="x", operator="mallory", dry_run=True)
-    with pytest.raises(Exception, match="no subject 'nobody'"):
-        redact_user(app, proj, "nobody", reason="x", operator="operator", dry_run=True)
-    with pytest.raises(InputError, match="a reason is required"):
-        redact_user(app, proj, "u1", reason=" ", operator="operator", dry_run=True)
-    with pytest.raises(InputError, match="not an authorized operator"):
-        sweep(app, proj, operator="writer", dry_run=True)
-    assert raw.rows() == rows and app.datakeys.count() == keys
-    proj.close()
-    app.close()
+        home: Path, raw: RawStore) -> None:
+    with opened_service(home, lazy=True) as svc:
+        svc.register_subject(OP, SubjectIn(ref="u1"))
+        svc.add_atom(OP, AtomIn(subject="u1", text="keep me", on_similar=None))
+        svc.catch_up_read_models(OP)
+        rows, keys = raw.rows(), _data_keys(svc)
+        with pytest.raises(InputError, match="not an authorized operator"):
+            _forget(svc, "u1", AS_WRITER, reason="x", dry_run=True)
+        with pytest.raises(EnvironmentProblem):
+            _forget(svc, "u1", local_operator("mallory"), reason="x", dry_run=True)
+        with pytest.raises(NotFound, match="no subject 'nobody'"):
+            _forget(svc, "nobody", reason="x", dry_run=True)
+        with pytest.raises(InputError, match="a reason is required"):
+            _forget(svc, "u1", reason=" ", dry_run=True)
+        with pytest.raises(InputError, match="not an authorized operator"):
+            svc.sweep(AS_WRITER, dry_run=True)
+        assert raw.rows() == rows and _data_keys(svc) == keys
     h = ["--home", str(home)]
     assert run_cli(*h, "redact-user", "u1", "--reason", "x", "--operator", "operator",
                    "--dry-run").code == 0
@@ -385,7 +377,12 @@ def test_redact_user_on_a_terminal_asks_and_a_refusal_writes_nothing(
     terminal.isatty = lambda: True  # type: ignore[method-assign]
     monkeypatch.setattr("sys.stdin", terminal)
     asked: list[str] = []
-    monkeypatch.setattr(typer, "confirm", lambda text, **_: asked.append(text) or False)
+
+    def refuse(text: str, **_: object) -> bool:
+        asked.append(text)
+        return False
+
+    monkeypatch.setattr(typer, "confirm", refuse)
     r = run_cli(*h, "redact-user", "u1", "--reason", "x", "--operator", "operator")
     assert r.code == 2 and "not confirmed; nothing was written" in r.err
     assert asked and "erase (subject" in r.err and "plan sha256:" in r.err
