@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import hashlib
 from collections.abc import Iterator
+from typing import Any
 
 from ledger.home import Config
 
@@ -32,9 +33,10 @@ def lock_key(ledger_id: str, name: str) -> int:
 
 
 @contextlib.contextmanager
-def held(config: Config, name: str, busy: Exception | None = None) -> Iterator[None]:
+def held(config: Config, name: str, busy: Exception | None = None) -> Iterator[Any]:
     """Hold the lock ``name`` of this ledger for the block; wait for it, or raise
-    ``busy`` at once when it is given and another process holds the lock."""
+    ``busy`` at once when it is given and another process holds the lock. The block gets
+    the lock's own connection on PostgreSQL (autocommit), ``None`` on SQLite."""
     if config.events.is_postgres:
         import psycopg
 
@@ -51,7 +53,7 @@ def held(config: Config, name: str, busy: Exception | None = None) -> Iterator[N
                 if not row or not row[0]:
                     raise busy
             try:
-                yield
+                yield conn
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
         return
@@ -62,6 +64,6 @@ def held(config: Config, name: str, busy: Exception | None = None) -> Iterator[N
             assert busy is not None  # only a non-blocking flock says so
             raise busy from None
         try:
-            yield
+            yield None
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)

@@ -39,7 +39,7 @@ from ledger.errors import (
     LedgerError,
     VerificationFailed,
 )
-from ledger.home import Config, StorageURL, shared_keystore_file
+from ledger.home import Config, shared_keystore_file
 from ledger.inputs import is_uuid
 from ledger.mapper import SigningMapper
 from ledger.reader import LedgerReader
@@ -82,11 +82,14 @@ class WriteSide(Application[UUID]):
             env = {**config.events.eventsourcing_env(), **recorder,
                    "AGGREGATE_CACHE_MAXSIZE": "5000"}
             if config.events.is_postgres:
+                from psycopg import sql as psycopg_sql
+
                 # the library replaces its insert function at every open (CREATE OR
                 # REPLACE FUNCTION), which two sessions at once refuse ("tuple
                 # concurrently updated"): the opens of one ledger take turns
-                with locks.held(config, "open"):
-                    _ensure_schema(config.events)
+                with locks.held(config, "open") as conn:  # also makes the schema
+                    conn.execute(psycopg_sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
+                        psycopg_sql.Identifier(config.events.schema or "ledger")))
                     super().__init__(env=env)
             else:
                 super().__init__(env=env)
@@ -358,11 +361,6 @@ class WriteSide(Application[UUID]):
 
 def _first_line(e: BaseException) -> str:
     return f"{e.__class__.__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-
-
-def _ensure_schema(url: StorageURL) -> None:
-    engine = make_engine(url.sqlalchemy_url(), url.schema)
-    engine.dispose()
 
 
 class _NoTranscoder(Transcoder):

@@ -76,8 +76,6 @@ def serve(home: Path | None, host: str, port: int, workers: int, jwks: Path | No
         else "bearer tokens"
     from server import writer_process
 
-    if workers == 1 and not fleet:  # its start-up overlaps this process's (ADR 0073)
-        writer_process.start_early(home)
     ready = _Ready(host, port, auth, workers)
     ready.start()
     # uvicorn re-raises the signal that stopped it once it shut down gracefully: caught
@@ -91,6 +89,8 @@ def serve(home: Path | None, host: str, port: int, workers: int, jwks: Path | No
 
     previous = {sig: signal.signal(sig, stop_here) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
+        if workers == 1 and not fleet:  # its start-up overlaps this process's (ADR 0073)
+            writer_process.start_early(home)
         uvicorn.run("server.launch:app_from_env", factory=True, host=host, port=port,
                     workers=workers, log_level="warning", access_log=False,
                     timeout_graceful_shutdown=30, limit_concurrency=512,
