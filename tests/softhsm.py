@@ -35,7 +35,7 @@ import pytest
 MODULE = os.environ.get("LEDGER_SOFTHSM_MODULE", "/usr/lib/softhsm/libsofthsm2.so")
 TOKEN = "ledger-test"
 OTHER_TOKEN = "ledger-test-2"
-PIN = "1234"
+PIN = "token-pin-qx"  # not hex: a random id in config.toml can never contain it by chance
 SO_PIN = "5678"
 
 
