@@ -62,7 +62,7 @@ i18n: $(VENV)/.runtime
 	    --width 88 -i governance/locale/messages.pot -o $$po -l $$(basename $$(dirname $$(dirname $$po))); done
 
 lint: $(VENV)/.dev
-	$(BIN)/ruff check cli ledger portability keys rawfiles projections governance service credentials server tests benchmarks
+	$(BIN)/ruff check cli ledger portability keys rawfiles projections governance service credentials server stores tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

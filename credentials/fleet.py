@@ -2,10 +2,10 @@
 tokens issued against its registry, and the tenant a fleet token reaches.
 
 The registry of tenants and their offboarding are a use case (service/fleet.py); the
-tokens live beside it, in the fleet's own database (the ``auth_tokens`` table of
-credentials/tokens.py). A token's tenant is bound when it is issued. A token without a
-tenant is fleet-wide: an operator's or an auditor's, which names the tenant of each
-request (:func:`tenant_caller`).
+tokens live beside it, in the fleet's own database and on its connections (the
+``auth_tokens`` table, stores/tokens.py). A token's tenant is bound when it is issued. A
+token without a tenant is fleet-wide: an operator's or an auditor's, which names the
+tenant of each request (:func:`tenant_caller`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class FleetWithTokens(Fleet):
 
     def __init__(self, home: Path, fleet_id: str, db: StorageURL) -> None:
         super().__init__(home, fleet_id, db)
-        self.tokens = TokenStore(self.engine, db.schema)
+        self.tokens = TokenStore(self.store.tokens())
 
     def close(self) -> None:
         self.tokens.close()

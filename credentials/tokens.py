@@ -5,10 +5,11 @@ hex>``) names it everywhere (``ledger tokens list``, audit records, log lines); 
 token is shown once, by ``ledger tokens create``, and never stored: the table keeps an
 argon2id hash of it (argon2-cffi, salt and parameters inside the encoded hash).
 
-The table, ``auth_tokens``, lives in the event store's database (the SQLite
-``events.sqlite`` of the home, or the PostgreSQL schema of ``config.toml``): the one
-place every server process of a scaled-out ledger shares. Opening the store needs the
-home's :class:`~ledger.home.Config` only, not the ledger application.
+The table, ``auth_tokens`` (stores/tokens.py, ADR 0075), lives in the event store's
+database (the SQLite ``events.sqlite`` of the home, or the PostgreSQL schema of
+``config.toml``): the one place every server process of a scaled-out ledger shares.
+Opening the store needs the home's :class:`~ledger.home.Config` only, not the ledger
+application.
 
 Checking a token costs an argon2id verification (tens of milliseconds) the first time a
 process sees it; after that a process keeps, in memory, the SHA-256 of the token with
@@ -34,16 +35,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
 import structlog
 from argon2 import PasswordHasher, Type
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
-from sqlalchemy.engine import Engine
 
 from credentials.auth import ExpiredToken, InsufficientScope, InvalidToken, RevokedToken
 from ledger import clock
-from ledger.errors import ConflictError, EnvironmentProblem, InputError, NotFound
+from ledger.errors import ConflictError, InputError, NotFound
 from service.caller import ROLES, TENANT_SEP, Caller, Role
+from stores.tokens import AuthTokenStore
 
 if TYPE_CHECKING:
     from ledger.home import Config
@@ -202,33 +202,16 @@ class TokenStore:
     """Seconds after which every server process refuses a token revoked here (servers
     trust a row for :data:`DEFAULT_TTL`)."""
 
-    def __init__(self, engine: Engine, schema: str | None, *, ttl: float = DEFAULT_TTL,
+    def __init__(self, rows: AuthTokenStore, *, ttl: float = DEFAULT_TTL,
                  now: Callable[[], datetime] = clock.now,
-                 monotonic: Callable[[], float] = time.monotonic,
-                 owns_engine: bool = False) -> None:
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        """``rows``: the table (stores/tokens.py); closing this store closes it."""
         if ttl < 0:
             raise ValueError("ttl must be >= 0")
-        self.engine = engine
+        self.rows = rows
         self.ttl = ttl
         self._now = now
         self._monotonic = monotonic
-        self._owns_engine = owns_engine
-        md = sa.MetaData(schema=schema)
-        self.table = sa.Table(
-            "auth_tokens", md,
-            sa.Column("token_id", sa.String(32), primary_key=True),
-            sa.Column("name", sa.String(64), nullable=False),
-            sa.Column("role", sa.String(16), nullable=False),
-            sa.Column("subjects", sa.Text, nullable=True),  # JSON list; NULL: every subject
-            sa.Column("tenant", sa.String(64), nullable=True),
-            sa.Column("signing_key", sa.String(64), nullable=True),
-            sa.Column("created_at", sa.String(40), nullable=False),
-            sa.Column("expires_at", sa.String(40), nullable=True),
-            sa.Column("revoked_at", sa.String(40), nullable=True),
-            sa.Column("secret_hash", sa.String(200), nullable=False),  # argon2id, encoded
-        )
-        self._md = md
-        self._created = False
         self._hasher = PasswordHasher(time_cost=ARGON2_TIME_COST, memory_cost=ARGON2_MEMORY_KIB,
                                       parallelism=ARGON2_PARALLELISM, hash_len=32,
                                       salt_len=16, type=Type.ID)
@@ -240,22 +223,16 @@ class TokenStore:
 
     @classmethod
     def open(cls, config: Config, *, ttl: float = DEFAULT_TTL,
-             now: Callable[[], datetime] = clock.now) -> TokenStore:
-        """The token store of a ledger home, in its event store's database."""
-        from keys.datakeys import make_engine
-
-        url = config.events
-        try:
-            engine = make_engine(url.sqlalchemy_url(), url.schema, pooled=True)
-        except sa.exc.OperationalError as e:
-            raise _unreachable(e) from e
-        return cls(engine, url.schema, ttl=ttl, now=now, owns_engine=True)
+             now: Callable[[], datetime] = clock.now,
+             monotonic: Callable[[], float] = time.monotonic) -> TokenStore:
+        """The token store of a ledger home, in its event store's database, on an engine of
+        its own."""
+        return cls(AuthTokenStore.open(config.events), ttl=ttl, now=now, monotonic=monotonic)
 
     def close(self) -> None:
         with self._lock:
             self._cache.clear()
-        if self._owns_engine:
-            self.engine.dispose()
+        self.rows.close()
 
     def __enter__(self) -> TokenStore:
         return self
@@ -263,25 +240,7 @@ class TokenStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # ------------------------------------------------------------------ storage
-    def _exists(self) -> bool:
-        if self._created:
-            return True
-        try:
-            found = sa.inspect(self.engine).has_table("auth_tokens", schema=self._md.schema)
-        except sa.exc.OperationalError as e:
-            raise _unreachable(e) from e
-        self._created = found
-        return found
-
-    def _create_table(self) -> None:
-        if not self._exists():
-            try:
-                self._md.create_all(self.engine)
-            except sa.exc.OperationalError as e:
-                raise _unreachable(e) from e
-            self._created = True
-
+    # ------------------------------------------------------------------ records
     def _record(self, row: Any) -> TokenRecord:
         subjects = None if row.subjects is None else tuple(json.loads(row.subjects))
         return TokenRecord(
@@ -290,16 +249,6 @@ class TokenStore:
             created_at=clock.parse_instant(row.created_at),
             expires_at=None if row.expires_at is None else clock.parse_instant(row.expires_at),
             revoked_at=None if row.revoked_at is None else clock.parse_instant(row.revoked_at))
-
-    def _row(self, token_id: str) -> Any:
-        if not self._exists():
-            return None
-        try:
-            with self.engine.connect() as conn:
-                return conn.execute(sa.select(self.table)
-                                    .where(self.table.c.token_id == token_id)).first()
-        except sa.exc.OperationalError as e:
-            raise _unreachable(e) from e
 
     # ------------------------------------------------------------------ commands
     def create(self, name: str, role: str, subjects: Iterable[str] = (),
@@ -310,7 +259,7 @@ class TokenStore:
         now = self._now()
         name, role_, refs, tenant, signing_key = validate_new_token(
             name, role, subjects, tenant, expires_at, signing_key, now)
-        self._create_table()
+        self.rows.make_table()
         for _ in range(8):  # 64-bit random ids: a collision is already unheard of
             hexid = secrets.token_hex(8)
             token = f"{TOKEN_PREFIX}{hexid}_{secrets.token_urlsafe(32)}"
@@ -318,18 +267,13 @@ class TokenStore:
                 token_id=ID_PREFIX + hexid, name=name, role=role_, subjects=refs,
                 tenant=tenant, signing_key=signing_key, created_at=now,
                 expires_at=expires_at, revoked_at=None)
-            try:
-                with self.engine.begin() as conn:
-                    conn.execute(self.table.insert().values(
-                        token_id=record.token_id, name=name, role=role_,
-                        subjects=None if refs is None else json.dumps(list(refs)),
-                        tenant=tenant, signing_key=signing_key,
-                        created_at=clock.format_instant(now), expires_at=_fmt(expires_at),
-                        revoked_at=None, secret_hash=self._hasher.hash(token)))
-            except sa.exc.IntegrityError:
-                continue
-            except sa.exc.OperationalError as e:
-                raise _unreachable(e) from e
+            if not self.rows.add({
+                    "token_id": record.token_id, "name": name, "role": role_,
+                    "subjects": None if refs is None else json.dumps(list(refs)),
+                    "tenant": tenant, "signing_key": signing_key,
+                    "created_at": clock.format_instant(now), "expires_at": _fmt(expires_at),
+                    "revoked_at": None, "secret_hash": self._hasher.hash(token)}):
+                continue  # the id was drawn already
             log.info("auth.token_created", token_id=record.token_id, role=role_,
                      subjects=None if refs is None else len(refs), tenant=tenant is not None)
             return IssuedToken(record, token)
@@ -338,18 +282,10 @@ class TokenStore:
 
     def list(self) -> list[TokenRecord]:
         """Every token ever issued, oldest first (revoked and expired ones too)."""
-        if not self._exists():
-            return []
-        try:
-            with self.engine.connect() as conn:
-                rows = conn.execute(sa.select(self.table).order_by(
-                    self.table.c.created_at, self.table.c.token_id)).all()
-        except sa.exc.OperationalError as e:
-            raise _unreachable(e) from e
-        return [self._record(r) for r in rows]
+        return [self._record(r) for r in self.rows.rows()]
 
     def get(self, token_id: str) -> TokenRecord:
-        row = self._row(token_id) if _TOKEN_ID.fullmatch(token_id) else None
+        row = self.rows.row(token_id) if _TOKEN_ID.fullmatch(token_id) else None
         if row is None:
             raise NotFound(f"no token with id {token_id!r} in this ledger",
                            hint="list the ids with `ledger tokens list`")
@@ -364,17 +300,8 @@ class TokenStore:
                                 f"{clock.format_instant(record.revoked_at)}",
                                 hint="nothing to do; `ledger tokens list` shows its state")
         now = self._now()
-        try:
-            with self.engine.begin() as conn:
-                done = conn.execute(
-                    self.table.update()
-                    .where(self.table.c.token_id == token_id,
-                           self.table.c.revoked_at.is_(None))
-                    .values(revoked_at=clock.format_instant(now))).rowcount
-        except sa.exc.OperationalError as e:
-            raise _unreachable(e) from e
-        if done != 1:  # another process revoked it in between
-            return self.revoke(token_id)
+        if not self.rows.mark_revoked(token_id, clock.format_instant(now)):
+            return self.revoke(token_id)  # another process revoked it in between
         with self._lock:
             for key in [k for k, (r, _) in self._cache.items() if r.token_id == token_id]:
                 del self._cache[key]
@@ -460,7 +387,7 @@ class TokenStore:
         else:
             token_id = ID_PREFIX + m.group(1)
             read_at = self._monotonic()
-            row = self._row(token_id)
+            row = self.rows.row(token_id)
             if row is None:
                 self._forget(digest)
                 raise InvalidToken("the bearer token is not known to this ledger",
@@ -545,9 +472,3 @@ class _Flight:
     def __init__(self) -> None:
         self.done = threading.Event()
         self.error: InvalidToken | None = None
-
-
-def _unreachable(e: Exception) -> EnvironmentProblem:
-    return EnvironmentProblem(
-        f"cannot use the event store's database for tokens: {e.__class__.__name__}",
-        hint="check that the database in config.toml answers (`ledger verify` says more)")

@@ -71,7 +71,7 @@ class StorageURL:
     def schema(self) -> str | None:
         if not self.is_postgres:
             return None
-        return str(make_url(self.raw).query.get("schema") or "ledger")
+        return url_schema(self.raw) or "ledger"
 
     def sqlalchemy_url(self) -> str:
         if not self.is_postgres:
@@ -95,6 +95,18 @@ class StorageURL:
             "POSTGRES_SCHEMA": self.schema or "ledger",
             "POSTGRES_CONNECT_TIMEOUT": "10",
         }
+
+
+def url_schema(url: str) -> str | None:
+    """The schema a PostgreSQL URL names (its ``?schema=``), or None."""
+    named = make_url(url).query.get("schema")
+    return str(named) if named else None
+
+
+def url_with_schema(url: str, schema: str) -> str:
+    """A PostgreSQL URL naming ``schema`` (its ``?schema=`` set), as config files hold it."""
+    return make_url(url).update_query_dict({"schema": schema}).render_as_string(
+        hide_password=False)
 
 
 def validate_db_url(url: str) -> None:

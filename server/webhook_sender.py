@@ -20,7 +20,8 @@ from pathlib import Path
 import structlog
 
 from ledger.home import Config
-from service.webhooks import DeliveryPolicy, SubscriptionProbe, WebhookService
+from service.webhooks import DeliveryPolicy, WebhookService
+from stores.webhooks import SubscriptionProbe
 
 log = structlog.get_logger("ledger.server")
 

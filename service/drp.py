@@ -19,9 +19,10 @@ facade's use cases:
 
 What the protocol keeps about a request that the signed log does not (the agent, its
 ``agent-request-id``, a denial, the pack handed over) is in the table ``drp_requests`` of
-the event store's database, beside ``auth_tokens``: ids, states and the pack; no claim
-of the identity, no memory content. The agents and this business are described by the
-home's ``drp.json`` (schema ``schemas/drp/directory.v0.9.4.json``).
+the event store's database, beside ``auth_tokens`` (stores/drp_requests.py, ADR 0075):
+ids, states and the pack; no claim of the identity, no memory content. The agents and this
+business are described by the home's ``drp.json`` (schema
+``schemas/drp/directory.v0.9.4.json``).
 """
 
 from __future__ import annotations
@@ -40,21 +41,19 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
 import structlog
-from sqlalchemy.engine import Engine
 
 from ledger import clock
 from ledger.errors import ConflictError, LedgerError, NotFound
 from service.caller import Caller
 from service.core import FacadeCore
 from service.models import ErasureRequestIn, RequestRejectIn
+from stores.drp_requests import DrpRequestStore
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from datetime import datetime
 
-    from ledger.home import Config
     from service.models import ExportFormat, ExportOut, PackWritten, RequestStatus
 
 log = structlog.get_logger("service")
@@ -263,84 +262,6 @@ def drp_state(row: Mapping[str, Any], status: Mapping[str, Any] | None
     return {"status": "in_progress", "processing_details": details}
 
 
-# ----------------------------------------------------------------------------- storage
-class DrpStore:
-    """The DRP requests of one ledger (module docstring), in its event store's database."""
-
-    def __init__(self, engine: Engine, schema: str | None, owns_engine: bool = False) -> None:
-        self.engine = engine
-        self._owns_engine = owns_engine
-        md = sa.MetaData(schema=schema)
-        self.table = sa.Table(
-            "drp_requests", md,
-            sa.Column("request_id", sa.String(36), primary_key=True),
-            sa.Column("agent_id", sa.String(64), nullable=False),
-            sa.Column("token_id", sa.String(32), nullable=False),
-            sa.Column("tenant", sa.String(64), nullable=True),
-            sa.Column("agent_request_id", sa.String(200), nullable=True),
-            sa.Column("exercise", sa.String(32), nullable=False),
-            sa.Column("state", sa.String(16), nullable=False),  # filed denied access revoked
-            sa.Column("erasure_request_id", sa.String(36), nullable=True),
-            sa.Column("subject_id", sa.String(36), nullable=True),
-            sa.Column("reason", sa.String(32), nullable=True),
-            sa.Column("details", sa.String(500), nullable=True),
-            sa.Column("received_at", sa.String(40), nullable=False),
-            # SHA-256 of the agent's signature of the request: a replay is refused
-            sa.Column("signature_digest", sa.String(64), nullable=False, unique=True),
-            sa.Column("pack_digest", sa.String(64), nullable=True),
-            sa.Column("pack_zip", sa.LargeBinary, nullable=True),
-        )
-        self._md = md
-        self._created = False
-
-    @classmethod
-    def open(cls, config: Config) -> DrpStore:
-        from keys.datakeys import make_engine
-
-        url = config.events
-        return cls(make_engine(url.sqlalchemy_url(), url.schema, pooled=True), url.schema,
-                   owns_engine=True)
-
-    def close(self) -> None:
-        if self._owns_engine:
-            self.engine.dispose()
-
-    def _exists(self) -> bool:
-        if not self._created:
-            self._created = sa.inspect(self.engine).has_table(
-                "drp_requests", schema=self._md.schema)
-        return self._created
-
-    def insert(self, **values: Any) -> None:
-        if not self._exists():
-            self._md.create_all(self.engine)
-            self._created = True
-        with self.engine.begin() as conn:
-            conn.execute(self.table.insert().values(**values))
-
-    def update(self, request_id: str, **values: Any) -> None:
-        with self.engine.begin() as conn:
-            conn.execute(self.table.update().where(self.table.c.request_id == request_id)
-                         .values(**values))
-
-    def by_signature(self, digest: str) -> str | None:
-        """The id of the request whose signature has this digest, if one was received."""
-        if not self._exists():
-            return None
-        with self.engine.connect() as conn:
-            found = conn.execute(sa.select(self.table.c.request_id).where(
-                self.table.c.signature_digest == digest)).scalar()
-        return None if found is None else str(found)
-
-    def get(self, request_id: str) -> dict[str, Any] | None:
-        if not self._exists():
-            return None
-        with self.engine.connect() as conn:
-            row = conn.execute(sa.select(self.table).where(
-                self.table.c.request_id == request_id)).first()
-        return None if row is None else dict(row._mapping)
-
-
 # ----------------------------------------------------------------------------- use cases
 class DrpCases(FacadeCore):
     """The DRP use cases of the facade, for a ``privacy-agent`` caller only. Each acts
@@ -349,7 +270,7 @@ class DrpCases(FacadeCore):
     request as an operator signs with the home's operator key, reading as an auditor
     reads; the events record the agent's credential."""
 
-    _drp_store: DrpStore | None = None
+    _drp_store: DrpRequestStore | None = None
 
     if TYPE_CHECKING:  # the use cases the DRP acts through, joined beside this in
         # MemoryService (service/facade.py): service/erasure_cases.py, memory_cases.py
@@ -369,9 +290,9 @@ class DrpCases(FacadeCore):
         def export(self, caller: Caller, subject: str, fmt: ExportFormat,
                    include_private: bool = False) -> ExportOut: ...
 
-    def _drp(self) -> DrpStore:
+    def _drp(self) -> DrpRequestStore:
         if self._drp_store is None:
-            self._drp_store = DrpStore.open(self.app.config)
+            self._drp_store = DrpRequestStore.open(self.app.config.events)
         return self._drp_store
 
     def _agent(self, caller: Caller) -> str:
@@ -432,14 +353,14 @@ class DrpCases(FacadeCore):
                        "knows it" if not found else
                        "the identity names more than one person; nothing was done")
             row.update(state="denied", reason="no_match", details=details)
-            self._drp().insert(**row)
+            self._drp().add(row)
             log.info("drp.denied", request_id=rid, agent=agent, reason="no_match",
                      matched=len(found))
             return self.drp_status(caller, rid, at)
         sid = found.pop()
         if doc["exercise"] == "access":
             row.update(state="access", subject_id=sid)
-            self._drp().insert(**row)
+            self._drp().add(row)
             log.info("drp.access", request_id=rid, agent=agent)
             return self.drp_status(caller, rid, at)
         claims = [doc[k] for k in ("name", "email", "phone_number") if doc.get(k)]
@@ -451,7 +372,7 @@ class DrpCases(FacadeCore):
             identifiers=claims))
         row.update(state="filed", subject_id=sid, erasure_request_id=filed.request_id)
         try:
-            self._drp().insert(**row)
+            self._drp().add(row)
         except Exception:  # the filed request must not stay without its DRP record
             log.error("drp.record_failed", erasure_request_id=filed.request_id)
             self.reject_request(self._as(caller, "operator"), filed.request_id,
@@ -503,7 +424,7 @@ class DrpCases(FacadeCore):
                                       Path(tmp) / "pack", make_zip=True)
             content = Path(str(written.zip)).read_bytes()
         digest = pack_digest(read_pack_zip(content))
-        self._drp().update(row["request_id"], pack_digest=digest, pack_zip=content)
+        self._drp().keep_pack(row["request_id"], digest, content)
         log.info("drp.pack_kept", request_id=row["request_id"], digest=digest)
         return digest
 
@@ -531,7 +452,7 @@ class DrpCases(FacadeCore):
         except ConflictError as e:
             raise DrpRefused(409, "the erasure of this request has started or is done; it "
                                   "cannot be revoked") from e
-        self._drp().update(request_id, state="revoked")
+        self._drp().mark_revoked(request_id)
         log.info("drp.revoked", request_id=request_id, agent=agent)
         return self.drp_status(caller, request_id)
 

@@ -9,9 +9,10 @@ another tenant's files or tables.
 
 The fleet's store holds two tables and no memory content: the tenants (name, state,
 ledger id, dates, the digest of the offboarding pack) and the fleet's bearer tokens. This
-module keeps the first; the tokens are credentials (credentials/fleet.py opens the fleet
-with its token store, ADR 0069): a token's tenant is bound when it is issued, and a
-server picks the tenant's ledger from the token (server/tenants.py).
+module keeps the first, through stores/tenants.py (ADR 0075); the tokens are credentials
+(credentials/fleet.py opens the fleet with its token store, ADR 0069): a token's tenant is
+bound when it is issued, and a server picks the tenant's ledger from the token
+(server/tenants.py).
 
 Offboarding a tenant (:meth:`Fleet.offboard`) shuts it out (its credentials revoked, by
 the :class:`TenantAccess` the surface passes in), erases everything it holds in one
@@ -33,12 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, Self
 
-import sqlalchemy as sa
 import structlog
 
 from ledger import clock
 from ledger.errors import ConflictError, EnvironmentProblem, InputError, NotFound
-from ledger.home import StorageURL, named_or_found, validate_db_url
+from ledger.home import StorageURL, named_or_found, url_schema, url_with_schema, validate_db_url
+from stores.tenants import TenantStore
 
 log = structlog.get_logger("ledger")
 
@@ -112,24 +113,10 @@ class Fleet:
     token store: credentials/fleet.py)."""
 
     def __init__(self, home: Path, fleet_id: str, db: StorageURL) -> None:
-        from keys.datakeys import make_engine
-
         self.home = home
         self.fleet_id = fleet_id
         self.db = db
-        self.engine = make_engine(db.sqlalchemy_url(), db.schema, pooled=True)
-        md = sa.MetaData(schema=db.schema)
-        self.table = sa.Table(
-            "fleet_tenants", md,
-            sa.Column("name", sa.String(40), primary_key=True),
-            sa.Column("state", sa.String(16), nullable=False),
-            sa.Column("ledger_id", sa.String(40), nullable=False),
-            sa.Column("created_at", sa.String(40), nullable=False),
-            sa.Column("storage", sa.String(80), nullable=False),
-            sa.Column("offboarded_at", sa.String(40)),
-            sa.Column("evidence", sa.String(80)),
-        )
-        md.create_all(self.engine)
+        self.store = TenantStore(db)  # stores/tenants.py
 
     # ------------------------------------------------------------------ the home
     @classmethod
@@ -143,14 +130,12 @@ class Fleet:
         raw = FLEET_DB
         if db is not None:
             validate_db_url(db)
-            url = sa.engine.make_url(db)
-            schema = str(url.query.get("schema") or DEFAULT_SCHEMA)
+            schema = url_schema(db) or DEFAULT_SCHEMA
             if not _SCHEMA.fullmatch(schema):
                 raise InputError(f"schema {schema!r} cannot name a fleet",
                                  hint="use 1-22 lower-case letters, digits or _, e.g. "
                                       "?schema=fleet")
-            raw = url.update_query_dict({"schema": schema}).render_as_string(
-                hide_password=False)
+            raw = url_with_schema(db, schema)
         created = not home.exists()
         home.mkdir(mode=0o700, parents=True, exist_ok=True)
         fleet_id = str(uuid.uuid4())
@@ -182,16 +167,10 @@ class Fleet:
             raise EnvironmentProblem(f"cannot read {home / FLEET_FILE}: "
                                      f"{e.__class__.__name__}",
                                      hint="restore fleet.toml from a backup") from e
-        try:
-            return cls(home, fleet_id, StorageURL(raw, home))
-        except sa.exc.OperationalError as e:
-            raise EnvironmentProblem(f"cannot open the fleet's database: "
-                                     f"{e.__class__.__name__}",
-                                     hint="check that the database in fleet.toml answers"
-                                     ) from e
+        return cls(home, fleet_id, StorageURL(raw, home))
 
     def close(self) -> None:
-        self.engine.dispose()
+        self.store.close()
 
     def __enter__(self) -> Self:
         return self
@@ -209,9 +188,7 @@ class Fleet:
     def _tenant_db(self, name: str) -> str | None:
         if not self.db.is_postgres:
             return None
-        url = sa.engine.make_url(self.db.raw)
-        return url.update_query_dict({"schema": self._schema_of(name)}).render_as_string(
-            hide_password=False)
+        return url_with_schema(self.db.raw, self._schema_of(name))
 
     def create_tenant(self, name: str, controller: str | None = None,
                       contact: str | None = None) -> Tenant:
@@ -243,8 +220,7 @@ class Fleet:
                      storage=self._schema_of(name) if self.db.is_postgres else "sqlite",
                      offboarded_at=None, evidence=None)
         try:
-            with self.engine.begin() as conn:
-                conn.execute(self.table.insert().values(**row.as_json()))
+            self.store.add(row.as_json())
         except BaseException:
             self._remove_storage(name, home)
             raise
@@ -252,26 +228,17 @@ class Fleet:
         return row
 
     def _row(self, name: str) -> Tenant | None:
-        with self.engine.connect() as conn:
-            r = conn.execute(sa.select(self.table).where(self.table.c.name == name)).first()
-        return None if r is None else Tenant(**r._asdict())
+        r = self.store.row(name)
+        return None if r is None else Tenant(**r)
 
     def tenants(self, every: bool = False) -> list[Tenant]:
         """The tenants, by name; ``every``: the offboarded ones too."""
-        q = sa.select(self.table).order_by(self.table.c.name)
-        if not every:
-            q = q.where(self.table.c.state != "offboarded")
-        with self.engine.connect() as conn:
-            return [Tenant(**r._asdict()) for r in conn.execute(q)]
+        return [Tenant(**r) for r in self.store.rows(every)]
 
     def tenant(self, name: str) -> Tenant:
         """An active tenant, or :class:`NotFound` (unknown, or offboarded); an
         :class:`EnvironmentProblem` (HTTP 503) when the fleet's database does not answer."""
-        try:
-            found = self._row(name) if _NAME.fullmatch(name) else None
-        except sa.exc.OperationalError as e:
-            raise EnvironmentProblem(f"cannot read the fleet's tenants: {type(e).__name__}",
-                                     hint="retry in a moment") from e
+        found = self._row(name) if _NAME.fullmatch(name) else None
         if found is None or found.state != "active":
             raise NotFound(f"no tenant {name!r} in this fleet",
                            hint="see the tenants with `ledger tenants list`")
@@ -298,9 +265,7 @@ class Fleet:
         if not out.parent.is_dir():
             raise InputError(f"{out.parent} is not a folder", hint="create it first")
         started = time.perf_counter()
-        with self.engine.begin() as conn:
-            conn.execute(self.table.update().where(self.table.c.name == name)
-                         .values(state="offboarding"))
+        self.store.mark_offboarding(name)
         revoked = access.revoke_tenant(name)
         time.sleep(access.revocation_bound + 1 if grace is None else grace)
         home = self.tenant_home(name)
@@ -308,10 +273,7 @@ class Fleet:
         keks = erased.pop("keks_destroyed")
         self._remove_storage(name, home)
         digest = erased.get("statement_sha256")
-        with self.engine.begin() as conn:
-            conn.execute(self.table.update().where(self.table.c.name == name).values(
-                state="offboarded", offboarded_at=clock.format_instant(clock.now()),
-                evidence=digest))
+        self.store.mark_offboarded(name, clock.format_instant(clock.now()), digest)
         log.info("fleet.tenant_offboarded", tenant=name, ledger_id=found.ledger_id,
                  tokens_revoked=len(revoked), kek_epochs=len(keks))
         return {"tenant": name, "ledger_id": found.ledger_id, "tokens_revoked": revoked,
@@ -324,9 +286,7 @@ class Fleet:
         """Remove the tenant's schema (PostgreSQL) and its folder, each file overwritten
         before it is unlinked."""
         if self.db.is_postgres:
-            with self.engine.begin() as conn:
-                conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{self._schema_of(name)}" '
-                                     "CASCADE"))
+            self.store.drop_schema(self._schema_of(name))
         if home.exists():
             for path in sorted(home.rglob("*"), reverse=True):
                 if path.is_file() and not path.is_symlink():

@@ -28,11 +28,11 @@ unspecified) unless the subscription was added with ``allow_private``. The check
 checked (DNS rebinding cannot swap it in between). Each attempt is bounded by
 :attr:`DeliveryPolicy.timeout`; the response body is not read.
 
-Tables ``webhook_subscriptions`` and ``webhook_deliveries`` live in the event store's
-database, beside the tokens: every server process of a ledger shares them. A delivery
-being attempted is leased (``lease_until``) so that two processes do not send it at once;
-a process killed mid-delivery leaves the lease, which expires, and the delivery is sent
-again with the same webhook-id.
+Tables ``webhook_subscriptions`` and ``webhook_deliveries`` (stores/webhooks.py, ADR 0075)
+live in the event store's database, beside the tokens: every server process of a ledger
+shares them. A delivery being attempted is leased (``lease_until``) so that two processes
+do not send it at once; a process killed mid-delivery leaves the lease, which expires, and
+the delivery is sent again with the same webhook-id.
 """
 
 from __future__ import annotations
@@ -56,19 +56,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-import sqlalchemy as sa
 import structlog
-from sqlalchemy.engine import Engine
 
 from ledger import clock
 from ledger.errors import ConflictError, EnvironmentProblem, InputError, NotFound
 from service.caller import TENANT_SEP
+from stores.webhooks import WebhookStore
 
 if TYPE_CHECKING:
     import httpx
 
     from ledger.application import LedgerApp
-    from ledger.home import Config
     from projections.runner import Runner
     from projections.store import Store
     from projections.webhooks import WebhookFeed
@@ -79,7 +77,6 @@ __all__ = [
     "DeliveryPolicy",
     "PumpReport",
     "Subscription",
-    "SubscriptionProbe",
     "WebhookService",
     "check_url",
     "sign",
@@ -285,7 +282,6 @@ class WebhookService:
                  verify: ssl.SSLContext | bool = True) -> None:
         """``resolve`` and ``verify`` (the TLS trust: default, the system's CAs) are for
         tests."""
-        from keys.datakeys import make_engine
         from projections.routes import RouteRegistry
         from projections.runner import Runner
         from projections.webhooks import WebhookFeed
@@ -298,43 +294,7 @@ class WebhookService:
         self._owns = owns
         self.feed: WebhookFeed = WebhookFeed(store)
         self.runner: Runner = Runner(app.reader, store, [self.feed], RouteRegistry())
-        url = app.config.events
-        try:
-            self.engine: Engine = make_engine(url.sqlalchemy_url(), url.schema, pooled=True)
-        except sa.exc.OperationalError as e:
-            raise _unreachable(e) from e
-        md = sa.MetaData(schema=url.schema)
-        self.subs = sa.Table(
-            "webhook_subscriptions", md,
-            sa.Column("sub_id", sa.String(32), primary_key=True),
-            sa.Column("url", sa.Text, nullable=False),
-            sa.Column("types", sa.Text, nullable=True),  # JSON list; NULL: every type
-            sa.Column("tenant", sa.String(64), nullable=True),
-            sa.Column("allow_private", sa.Boolean, nullable=False),
-            sa.Column("created_at", sa.String(40), nullable=False),
-            sa.Column("start", sa.BigInteger, nullable=False),  # feed position at add
-            sa.Column("cursor", sa.BigInteger, nullable=False),  # fanned out up to here
-        )
-        self.deliveries = sa.Table(
-            "webhook_deliveries", md,
-            sa.Column("webhook_id", sa.String(120), primary_key=True),
-            sa.Column("sub_id", sa.String(32), nullable=False, index=True),
-            sa.Column("seq", sa.BigInteger, nullable=False),  # log order
-            sa.Column("order_key", sa.String(64), nullable=False),  # the subject, or the type
-            sa.Column("type", sa.String(40), nullable=False),
-            sa.Column("body", sa.Text, nullable=False),
-            sa.Column("status", sa.String(16), nullable=False, index=True),
-            sa.Column("attempts", sa.Integer, nullable=False),
-            sa.Column("next_at", sa.Float, nullable=False),  # epoch seconds
-            sa.Column("lease_until", sa.Float, nullable=True),
-            sa.Column("last_status", sa.Integer, nullable=True),
-            sa.Column("last_error", sa.String(200), nullable=True),
-            sa.Column("created_at", sa.String(40), nullable=False),
-            sa.Column("delivered_at", sa.String(40), nullable=True),
-            sa.Index("webhook_deliveries_queue", "status", "sub_id", "order_key", "seq"),
-        )
-        self._md = md
-        self._ready = False
+        self.tables = WebhookStore(app.config.events)  # subscriptions and deliveries
         self._secrets: dict[str, bytes] = {}
         self._client: httpx.Client | None = None
 
@@ -363,7 +323,7 @@ class WebhookService:
         if self._client is not None:
             self._client.close()
         self._secrets.clear()
-        self.engine.dispose()
+        self.tables.close()
         if self._owns:
             self.store.close()
             self.app.close()
@@ -374,22 +334,7 @@ class WebhookService:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # ------------------------------------------------------------------ storage
-    def _setup(self) -> None:
-        if not self._ready:
-            try:
-                self._md.create_all(self.engine)
-            except sa.exc.OperationalError as e:
-                raise _unreachable(e) from e
-            self._ready = True
-
-    def _has_tables(self) -> bool:
-        if self._ready:
-            return True
-        if sa.inspect(self.engine).has_table("webhook_subscriptions", schema=self._md.schema):
-            self._setup()
-        return self._ready
-
+    # ------------------------------------------------------------------ rows and the feed
     def _subscription(self, row: Any, counts: dict[str, int] | None = None) -> Subscription:
         counts = counts or {}
         return Subscription(
@@ -412,7 +357,7 @@ class WebhookService:
         anything is written."""
         types, clean = validate_subscription(url, events, tenant, allow_private, self.resolve)
         position = self.catch_up()
-        self._setup()
+        self.tables.make_tables()
         raw = secrets.token_bytes(SECRET_BYTES)
         secret = SECRET_PREFIX + base64.b64encode(raw).decode("ascii")
         now = clock.now()
@@ -420,11 +365,11 @@ class WebhookService:
         key_id = _key_id(sub_id)
         self.app.seal_secret(key_id, raw)
         try:
-            with self.engine.begin() as conn:
-                conn.execute(self.subs.insert().values(
-                    sub_id=sub_id, url=clean, types=json.dumps(list(types)) if types else None,
-                    tenant=tenant, allow_private=allow_private,
-                    created_at=clock.format_instant(now), start=position, cursor=position))
+            self.tables.add_subscription({
+                "sub_id": sub_id, "url": clean,
+                "types": json.dumps(list(types)) if types else None, "tenant": tenant,
+                "allow_private": allow_private, "created_at": clock.format_instant(now),
+                "start": position, "cursor": position})
         except BaseException:
             self.app.destroy_secret(key_id)
             raise
@@ -434,16 +379,9 @@ class WebhookService:
         return AddedSubscription(self.get(sub_id), secret)
 
     def subscriptions(self) -> list[Subscription]:
-        if not self._has_tables():
+        if not self.tables.exists():
             return []
-        d = self.deliveries
-        with self.engine.connect() as conn:
-            counts: dict[str, dict[str, int]] = {}
-            for r in conn.execute(sa.select(d.c.sub_id, d.c.status, sa.func.count())
-                                  .group_by(d.c.sub_id, d.c.status)):
-                counts.setdefault(r[0], {})[r[1]] = int(r[2])
-            rows = conn.execute(sa.select(self.subs).order_by(self.subs.c.created_at,
-                                                              self.subs.c.sub_id)).all()
+        rows, counts = self.tables.listing()
         return [self._subscription(r, counts.get(r.sub_id)) for r in rows]
 
     def get(self, sub_id: str) -> Subscription:
@@ -457,9 +395,7 @@ class WebhookService:
         """Remove a subscription, its deliveries (pending and dead) and its secret (the
         keystore key that sealed it is destroyed)."""
         sub = self.get(sub_id)
-        with self.engine.begin() as conn:
-            conn.execute(self.deliveries.delete().where(self.deliveries.c.sub_id == sub_id))
-            conn.execute(self.subs.delete().where(self.subs.c.sub_id == sub_id))
+        self.tables.remove_subscription(sub_id)
         self.app.destroy_secret(_key_id(sub_id))
         self._secrets.pop(sub_id, None)
         log.info("webhooks.subscription_removed", subscription_id=sub_id)
@@ -467,18 +403,14 @@ class WebhookService:
 
     def dead(self, sub_id: str | None = None) -> list[dict[str, Any]]:
         """The dead-letter list: deliveries that failed every attempt, oldest first."""
-        if not self._has_tables():
+        if not self.tables.exists():
             return []
-        d = self.deliveries
-        q = sa.select(d).where(d.c.status == "dead")
         if sub_id is not None:
             self.get(sub_id)
-            q = q.where(d.c.sub_id == sub_id)
-        with self.engine.connect() as conn:
-            rows = conn.execute(q.order_by(d.c.sub_id, d.c.seq, d.c.webhook_id)).all()
         return [{"webhook_id": r.webhook_id, "subscription_id": r.sub_id, "type": r.type,
                  "attempts": int(r.attempts), "last_status": r.last_status,
-                 "last_error": r.last_error, "created_at": r.created_at} for r in rows]
+                 "last_error": r.last_error, "created_at": r.created_at}
+                for r in self.tables.dead(sub_id)]
 
     def retry(self, webhook_ids: Sequence[str] = (), sub_id: str | None = None) -> int:
         """Queue dead deliveries again (these ids, or all of one subscription's, or all):
@@ -489,15 +421,10 @@ class WebhookService:
                                  hint="see `ledger webhooks list --dead`")
         if sub_id is not None:
             self.get(sub_id)
-        if not self._has_tables():
+        if not self.tables.exists():
             return 0
-        d = self.deliveries
-        cond: sa.ColumnElement[bool] = d.c.status == "dead"
         if webhook_ids:
-            with self.engine.connect() as conn:
-                found = {r[0]: r[1] for r in conn.execute(
-                    sa.select(d.c.webhook_id, d.c.status)
-                    .where(d.c.webhook_id.in_(list(webhook_ids))))}
+            found = self.tables.statuses(webhook_ids)
             missing = [w for w in webhook_ids if w not in found]
             if missing:
                 raise NotFound(f"no delivery {', '.join(missing)} in this ledger",
@@ -507,23 +434,17 @@ class WebhookService:
                 raise ConflictError(f"delivery {', '.join(alive)} is not dead "
                                     f"({', '.join(sorted({found[w] for w in alive}))})",
                                     hint="only dead deliveries are retried")
-            cond = sa.and_(cond, d.c.webhook_id.in_(list(webhook_ids)))
-        if sub_id is not None:
-            cond = sa.and_(cond, d.c.sub_id == sub_id)
-        with self.engine.begin() as conn:
-            n = conn.execute(d.update().where(cond).values(
-                status="pending", attempts=0, next_at=time.time(), lease_until=None)).rowcount
+        n = self.tables.requeue_dead(webhook_ids, sub_id, time.time())
         log.info("webhooks.retry_queued", deliveries=n)
-        return int(n)
+        return n
 
     # ------------------------------------------------------------------ the outbox
     def fan_out(self) -> int:
         """Copy new feed rows into deliveries of every subscription that may see them, and
         the requests now overdue; returns how many deliveries were queued."""
-        if not self._has_tables():
+        if not self.tables.exists():
             return 0
-        with self.engine.connect() as conn:
-            subs = [self._subscription(r) for r in conn.execute(sa.select(self.subs))]
+        subs = [self._subscription(r) for r in self.tables.subscriptions()]
         if not subs:
             return 0
         self.catch_up()
@@ -547,14 +468,8 @@ class WebhookService:
                                    "subject_id": r["subject_id"], **json.loads(r["data"])})
                    for r in rows if sub.wants(r["type"], r["subject_ref"])]
             last = int(rows[-1]["position"])
-            with self.engine.begin() as conn:
-                moved = conn.execute(self.subs.update().where(
-                    self.subs.c.sub_id == sub.sub_id, self.subs.c.cursor == cursor)
-                    .values(cursor=last)).rowcount
-                if moved != 1:  # another process fanned this range out, or it was removed
-                    return queued
-                if new:
-                    conn.execute(self.deliveries.insert(), new)
+            if not self.tables.fan_out(sub.sub_id, cursor, last, new):
+                return queued  # another process fanned this range out, or it was removed
             queued += len(new)
             cursor = last
         if sub.types is None or "erasure.overdue" in sub.types:
@@ -568,12 +483,8 @@ class WebhookService:
                                      {"request_id": r["request_id"],
                                       "subject_id": r["subject_id"],
                                       "complete_due": r["complete_due"]})
-                try:
-                    with self.engine.begin() as conn:
-                        conn.execute(self.deliveries.insert(), [row])
+                if self.tables.queue_once(row):  # else said already
                     queued += 1
-                except sa.exc.IntegrityError:
-                    pass  # said already
         if sub.tenant is None and (sub.types is None or "checkpoint.cosigned" in sub.types):
             queued += self._fan_out_cosigned(sub, hexid)
         return queued
@@ -582,11 +493,8 @@ class WebhookService:
         """Queue ``checkpoint.cosigned`` for each witness cosignature recorded for a
         checkpoint of a size past the subscription's start (tenant-scoped subscriptions
         are not told: a checkpoint's size counts every tenant's events)."""
-        d = self.deliveries
-        with self.engine.connect() as conn:
-            done = conn.execute(sa.select(sa.func.max(d.c.seq)).where(
-                d.c.sub_id == sub.sub_id, d.c.type == "checkpoint.cosigned")).scalar()
-        since = int(done) if done is not None else sub.start + 1
+        done = self.tables.last_seq(sub.sub_id, "checkpoint.cosigned")
+        since = done if done is not None else sub.start + 1
         rows = self.app.reader.cosignatures_since(since)
         queued = 0
         for r in rows:
@@ -598,12 +506,8 @@ class WebhookService:
                                  {"size": int(r.size), "witness": witness,
                                   "root_hash": base64.b64encode(bytes(r.root)).decode("ascii"),
                                   "cosigned_at": at})
-            try:
-                with self.engine.begin() as conn:
-                    conn.execute(d.insert(), [row])
+            if self.tables.queue_once(row):  # else said already
                 queued += 1
-            except sa.exc.IntegrityError:
-                pass  # said already
         return queued
 
     def _delivery(self, sub: Subscription, webhook_id: str, seq: int, kind: str,
@@ -640,19 +544,7 @@ class WebhookService:
         """Deliveries to attempt now: the first pending one of each subject of each
         subscription (the later ones wait behind it), when its time has come and no
         process holds it; at most ``limit``, oldest first."""
-        d = self.deliveries
-        now = time.time()
-        heads = (sa.select(d.c.sub_id, d.c.order_key, sa.func.min(d.c.seq).label("seq"))
-                 .where(d.c.status == "pending").group_by(d.c.sub_id, d.c.order_key)
-                 .subquery())
-        q = (sa.select(d).join(heads, sa.and_(d.c.sub_id == heads.c.sub_id,
-                                              d.c.order_key == heads.c.order_key,
-                                              d.c.seq == heads.c.seq))
-             .where(d.c.status == "pending", d.c.next_at <= now,
-                    sa.or_(d.c.lease_until.is_(None), d.c.lease_until < now))
-             .order_by(d.c.seq, d.c.sub_id, d.c.webhook_id).limit(limit))
-        with self.engine.connect() as conn:
-            rows = conn.execute(q).all()
+        rows = self.tables.heads_due(time.time(), limit)
         seen: set[tuple[str, str]] = set()
         out = []
         for r in rows:  # two heads of one subject at the same position: the first only
@@ -665,10 +557,9 @@ class WebhookService:
         """Attempt every due delivery once (a subscription whose endpoint fails is left for
         the next pass after its first failure)."""
         report = report or PumpReport()
-        if not self._has_tables():
+        if not self.tables.exists():
             return report
-        with self.engine.connect() as conn:
-            subs = {r.sub_id: self._subscription(r) for r in conn.execute(sa.select(self.subs))}
+        subs = {r.sub_id: self._subscription(r) for r in self.tables.subscriptions()}
         failing: set[str] = set()
         for r in self.due():
             sub = subs.get(r.sub_id)
@@ -687,10 +578,7 @@ class WebhookService:
                 report.errors[error] = report.errors.get(error, 0) + 1
                 if self._failed(r.webhook_id, int(r.attempts) + 1, status, error):
                     report.dead += 1
-        d = self.deliveries
-        with self.engine.connect() as conn:
-            report.pending = int(conn.execute(sa.select(sa.func.count()).select_from(d)
-                                              .where(d.c.status == "pending")).scalar() or 0)
+        report.pending = self.tables.pending_count()
         return report
 
     def pump(self) -> PumpReport:
@@ -699,14 +587,8 @@ class WebhookService:
         return self.deliver_due(report)
 
     def _lease(self, webhook_id: str) -> bool:
-        d = self.deliveries
         now = time.time()
-        with self.engine.begin() as conn:
-            n = conn.execute(d.update().where(
-                d.c.webhook_id == webhook_id, d.c.status == "pending",
-                sa.or_(d.c.lease_until.is_(None), d.c.lease_until < now))
-                .values(lease_until=now + self.policy.timeout + 5.0)).rowcount
-        return bool(n == 1)
+        return self.tables.lease(webhook_id, now, now + self.policy.timeout + 5.0)
 
     def _attempt(self, sub: Subscription, webhook_id: str, body: bytes
                  ) -> tuple[int | None, str | None]:
@@ -742,23 +624,15 @@ class WebhookService:
         return response.status_code, f"HTTP {response.status_code}"
 
     def _done(self, webhook_id: str, status: int | None) -> None:
-        d = self.deliveries
-        with self.engine.begin() as conn:
-            conn.execute(d.update().where(d.c.webhook_id == webhook_id).values(
-                status="delivered", attempts=d.c.attempts + 1, last_status=status,
-                last_error=None, lease_until=None,
-                delivered_at=clock.format_instant(clock.now())))
+        self.tables.mark_delivered(webhook_id, status, clock.format_instant(clock.now()))
         log.info("webhooks.delivered", webhook_id=webhook_id, status=status)
 
     def _failed(self, webhook_id: str, attempts: int, status: int | None, error: str) -> bool:
         """Record a failed attempt; True when the delivery is now dead."""
-        d = self.deliveries
         dead = attempts >= self.policy.max_attempts
-        with self.engine.begin() as conn:
-            conn.execute(d.update().where(d.c.webhook_id == webhook_id).values(
-                status="dead" if dead else "pending", attempts=attempts,
-                next_at=time.time() + self.policy.backoff(attempts), lease_until=None,
-                last_status=status, last_error=error[:200]))
+        self.tables.mark_failed(webhook_id, dead=dead, attempts=attempts,
+                                next_at=time.time() + self.policy.backoff(attempts),
+                                status=status, error=error)
         log.info("webhooks.attempt_failed", webhook_id=webhook_id, attempts=attempts,
                  status=status, error=error, dead=dead)
         return dead
@@ -788,36 +662,5 @@ def validate_subscription(url: str, events: Iterable[str] = (), tenant: str | No
     return types, clean
 
 
-class SubscriptionProbe:
-    """Whether the ledger has a webhook subscription: one query, on one connection kept
-    open (a server's sender opens the ledger only once there is one; on SQLite, closing
-    the last connection of a database checkpoints its WAL, which a probe every few seconds
-    must not do)."""
-
-    def __init__(self, config: Config) -> None:
-        from keys.datakeys import make_engine
-
-        url = config.events
-        self.schema = url.schema
-        self.engine = make_engine(url.sqlalchemy_url(), url.schema, pooled=True)
-        self.table = sa.table("webhook_subscriptions", sa.column("sub_id"), schema=url.schema)
-
-    def any(self) -> bool:
-        with self.engine.connect() as conn:
-            if not sa.inspect(conn).has_table("webhook_subscriptions", schema=self.schema):
-                return False
-            return conn.execute(sa.select(self.table.c.sub_id).limit(1)).first() is not None
-
-    def close(self) -> None:
-        self.engine.dispose()
-
-
 def _key_id(sub_id: str) -> str:
     return f"webhook:{sub_id}"
-
-
-def _unreachable(e: Exception) -> EnvironmentProblem:
-    return EnvironmentProblem(
-        f"cannot use the event store's database for webhooks: {e.__class__.__name__}",
-        hint="check that the database in config.toml answers (`ledger verify` says more)")
-

@@ -1,7 +1,7 @@
 """The layering rule holds: rawfiles -> keys -> ledger -> portability -> projections ->
-governance -> service -> credentials -> server | witness -> cli, each importing only the
-layers below it, the `ledger` command reaching the ledger through the facade, and the
-witness using only the protocol (.importlinter; docs/architecture.md)."""
+governance | stores -> service -> credentials -> server | witness -> cli, each importing
+only the layers below it, the `ledger` command reaching the ledger through the facade, and
+the witness using only the protocol (.importlinter; docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_no_layer_takes_the_application_as_any() -> None:
 
     found = []
     for package in ("rawfiles", "keys", "ledger", "portability", "projections", "governance",
-                    "service", "server", "cli"):
+                    "stores", "service", "server", "cli"):
         for path in sorted((REPO / package).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.arg):
@@ -90,19 +90,10 @@ SQL_KEPT = {
         "make_url parses a PostgreSQL store's URL to describe it in the manifest; no SQL",
     ("governance/restore.py", ".engine"):
         "the staged keystore's engine (keys/), forgetting its old epochs; not a read model",
-    # the service's own stores: tables of their own, as keys/datakeys.py and
-    # ledger/transparency.py own theirs; no read model's, no application's
-    ("service/drp.py", "sqlalchemy"): "the Data Rights Protocol's requests, its own store",
-    ("service/drp.py", ".engine"): "the Data Rights Protocol's requests, its own store",
-    ("service/webhooks.py", "sqlalchemy"): "subscriptions and deliveries, its own store",
-    ("service/webhooks.py", ".engine"): "subscriptions and deliveries, its own store",
-    ("service/fleet.py", "sqlalchemy"): "the fleet's tenants, its own store",
-    ("service/fleet.py", ".engine"): "the fleet's tenants, its own store",
-    ("credentials/tokens.py", "sqlalchemy"): "the bearer tokens' hashes, its own store",
-    ("credentials/tokens.py", ".engine"): "the bearer tokens' hashes, its own store",
-    ("credentials/fleet.py", ".engine"): "the fleet's tokens, in the fleet's own database",
 }
-"""Known uses that are not a read model's SQL nor the application's stores, with why."""
+"""Known uses that are not a read model's SQL nor the application's stores, with why. The
+service's own stores are in stores/ (ADR 0075), which is not a layer above the read models:
+it is where their SQL lives."""
 
 ABOVE_THE_READ_MODELS = ("governance", "service", "server", "cli", "credentials")
 APPLICATION_STORES = {"recorder", "repository", "datakeys", "mapper", "tlog", "keyring",
@@ -117,8 +108,8 @@ def test_the_layers_above_ask_the_read_models_and_the_ledger_by_name(package: st
     never see their SQL or stores: no module imports ``sqlalchemy``, reaches an
     ``.engine``, names a read model's table (``proj.<model>.<table>``, the member an
     ``sa.Table`` of projections/) or one of the application's stores
-    (``app.recorder``, ``app.datakeys``, ``app.tlog``, ...). A store of the service's own
-    is listed, with why, in :data:`SQL_KEPT`."""
+    (``app.recorder``, ``app.datakeys``, ``app.tlog``, ...). The service's own stores ask
+    stores/ by name (ADR 0075); what is left is listed, with why, in :data:`SQL_KEPT`."""
     import ast
 
     tables = _read_model_tables()
@@ -145,6 +136,32 @@ def test_the_layers_above_ask_the_read_models_and_the_ledger_by_name(package: st
             if (rel, kind) not in SQL_KEPT:
                 found.append(f"{rel}:{getattr(node, 'lineno', 0)}: {kind}: {ast.unparse(node)}")
     assert not found, f"{package}/ reaches SQL or stores below it:\n" + "\n".join(found)
+
+
+SERVICE_TABLES = {"drp_requests", "webhook_subscriptions", "webhook_deliveries",
+                  "fleet_tenants", "auth_tokens"}
+PACKAGES = ("rawfiles", "keys", "ledger", "portability", "projections", "governance",
+            "stores", "service", "credentials", "server", "witness", "cli")
+
+
+def test_the_services_own_tables_are_declared_in_stores_alone() -> None:
+    """Issue 32 (ADR 0075): the tables of the service's own (the DRP's requests, the webhook
+    subscriptions and deliveries, the fleet's tenants, the bearer tokens) are declared in
+    stores/, the room for the SQL the use cases and the credentials may not write, and
+    nowhere else."""
+    import ast
+
+    where: dict[str, set[str]] = {}
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Call) and node.args and \
+                        isinstance(node.args[0], ast.Constant) and \
+                        node.args[0].value in SERVICE_TABLES and \
+                        ast.unparse(node.func) in ("sa.Table", "sa.table", "Table", "table"):
+                    where.setdefault(node.args[0].value, set()).add(
+                        str(path.relative_to(REPO).parent))
+    assert where == {table: {"stores"} for table in SERVICE_TABLES}, where
 
 
 def test_no_cycles_between_the_application_and_its_rules_and_log() -> None:
@@ -180,8 +197,8 @@ def test_no_import_circles() -> None:
     import grimp
 
     graph = grimp.build_graph("rawfiles", "keys", "ledger", "portability", "projections",
-                              "governance", "service", "credentials", "server", "witness",
-                              "cli", "memory_ledger_client",
+                              "governance", "stores", "service", "credentials", "server",
+                              "witness", "cli", "memory_ledger_client",
                               exclude_type_checking_imports=False)
     found = []
     for module in sorted(graph.modules):

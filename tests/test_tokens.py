@@ -59,12 +59,7 @@ def clk() -> Clock:
 
 def open_store(home: Path, clk: Clock, ttl: float = DEFAULT_TTL) -> TokenStore:
     """A store as one server process opens it: its own engine on the home's database."""
-    from keys.datakeys import make_engine
-
-    url = Config.load(home).events
-    engine = make_engine(url.sqlalchemy_url(), url.schema, pooled=True)
-    return TokenStore(engine, url.schema, ttl=ttl, now=clk.now, monotonic=clk.monotonic,
-                      owns_engine=True)
+    return TokenStore.open(Config.load(home), ttl=ttl, now=clk.now, monotonic=clk.monotonic)
 
 
 @pytest.fixture
