@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
+from stores._made import MadeOnFirstWrite
+
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
@@ -43,8 +45,7 @@ class DrpRequestStore:
             sa.Column("pack_digest", sa.String(64), nullable=True),
             sa.Column("pack_zip", sa.LargeBinary, nullable=True),
         )
-        self._md = md
-        self._created = False
+        self._tables = MadeOnFirstWrite(engine, md, "drp_requests")
 
     @classmethod
     def open(cls, url: StorageURL) -> DrpRequestStore:
@@ -59,17 +60,9 @@ class DrpRequestStore:
         if self._owns_engine:
             self.engine.dispose()
 
-    def _exists(self) -> bool:
-        if not self._created:
-            self._created = sa.inspect(self.engine).has_table(
-                "drp_requests", schema=self._md.schema)
-        return self._created
-
     def add(self, row: Mapping[str, Any]) -> None:
         """Record a request received (the table is made with the first)."""
-        if not self._exists():
-            self._md.create_all(self.engine)
-            self._created = True
+        self._tables.make()
         with self.engine.begin() as conn:
             conn.execute(self.table.insert().values(**row))
 
@@ -87,7 +80,7 @@ class DrpRequestStore:
 
     def by_signature(self, digest: str) -> str | None:
         """The id of the request whose signature has this digest, if one was received."""
-        if not self._exists():
+        if not self._tables.exists():
             return None
         with self.engine.connect() as conn:
             found = conn.execute(sa.select(self.table.c.request_id).where(
@@ -95,7 +88,7 @@ class DrpRequestStore:
         return None if found is None else str(found)
 
     def get(self, request_id: str) -> dict[str, Any] | None:
-        if not self._exists():
+        if not self._tables.exists():
             return None
         with self.engine.connect() as conn:
             row = conn.execute(sa.select(self.table).where(

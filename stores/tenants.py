@@ -44,8 +44,9 @@ class TenantStore:
         except sa.exc.OperationalError as e:
             raise EnvironmentProblem(f"cannot open the fleet's database: "
                                      f"{e.__class__.__name__}",
-                                     hint="check that the database in fleet.toml answers"
-                                     ) from e
+                                     hint="check that the fleet's database answers (its URL "
+                                          "is in fleet.toml, or the --db of `ledger "
+                                          "tenants init`)") from e
 
     def close(self) -> None:
         self.engine.dispose()

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from ledger.errors import EnvironmentProblem
+from stores._made import MadeOnFirstWrite
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -40,8 +41,7 @@ class AuthTokenStore:
             sa.Column("revoked_at", sa.String(40), nullable=True),
             sa.Column("secret_hash", sa.String(200), nullable=False),  # argon2id, encoded
         )
-        self._md = md
-        self._created = False
+        self._tables = MadeOnFirstWrite(engine, md, "auth_tokens", unreachable=_unreachable)
 
     @classmethod
     def open(cls, url: StorageURL) -> AuthTokenStore:
@@ -61,23 +61,11 @@ class AuthTokenStore:
 
     def exists(self) -> bool:
         """Whether the table was made (by the first token issued)."""
-        if self._created:
-            return True
-        try:
-            found = sa.inspect(self.engine).has_table("auth_tokens", schema=self._md.schema)
-        except sa.exc.OperationalError as e:
-            raise _unreachable(e) from e
-        self._created = found
-        return found
+        return self._tables.exists()
 
     def make_table(self) -> None:
         """Make the table, unless it is there."""
-        if not self.exists():
-            try:
-                self._md.create_all(self.engine)
-            except sa.exc.OperationalError as e:
-                raise _unreachable(e) from e
-            self._created = True
+        self._tables.make()
 
     def add(self, row: Mapping[str, Any]) -> bool:
         """Insert a token's row; False when its id is taken (nothing written)."""

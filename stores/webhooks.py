@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from ledger.errors import EnvironmentProblem
+from stores._made import MadeOnFirstWrite
 
 if TYPE_CHECKING:
     from ledger.home import Config, StorageURL
@@ -63,8 +64,8 @@ class WebhookStore:
             sa.Column("delivered_at", sa.String(40), nullable=True),
             sa.Index("webhook_deliveries_queue", "status", "sub_id", "order_key", "seq"),
         )
-        self._md = md
-        self._ready = False
+        self._tables = MadeOnFirstWrite(self.engine, md, "webhook_subscriptions",
+                                        complete=True, unreachable=_unreachable)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -72,20 +73,11 @@ class WebhookStore:
     # ------------------------------------------------------------------ the tables
     def make_tables(self) -> None:
         """Make the tables and their indexes, unless this store did already."""
-        if not self._ready:
-            try:
-                self._md.create_all(self.engine)
-            except sa.exc.OperationalError as e:
-                raise _unreachable(e) from e
-            self._ready = True
+        self._tables.make()
 
     def exists(self) -> bool:
-        """Whether a subscription was ever added (the tables are there)."""
-        if self._ready:
-            return True
-        if sa.inspect(self.engine).has_table("webhook_subscriptions", schema=self._md.schema):
-            self.make_tables()
-        return self._ready
+        """Whether a subscription was ever added (the tables are there, and completed)."""
+        return self._tables.exists()
 
     # ------------------------------------------------------------------ subscriptions
     def add_subscription(self, row: Mapping[str, Any]) -> None:
