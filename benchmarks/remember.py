@@ -9,6 +9,10 @@ at growing sizes of one subject, and the search's share is split into its parts 
 up, the search) by timing them alone. Texts share words, as a busy subject's do, so the
 keyword index matches many rows.
 
+The nearest vectors of a group's texts are then timed both ways on the subject's recall
+index, interleaved: all the texts in one matrix product (``vectors_top``, what the search
+does) and one text at a time (``vector_top``, what it did before).
+
 Run: python benchmarks/remember.py [--sizes 1000,10000] [--groups 30] [--group 4]
 """
 
@@ -74,6 +78,7 @@ def main() -> None:
                     svc.similar_memories(me, "bench", [f"memory probe {g}-{j} about topic "
                                                        f"{j}" for j in range(args.group)])
                     times["search"].append((time.perf_counter() - t0) / args.group)
+                times.update(nearest_both_ways(svc, args.group, args.groups))
             finally:
                 close_service(svc)
         finally:
@@ -83,6 +88,35 @@ def main() -> None:
               f"{med['add']:.2f} ms ({med['add'] / med['none']:.1f}x); the search alone "
               f"{med['search']:.2f} ms per text once current; catching the read models up "
               f"with one group's {args.group} atoms {med['catch-up']:.2f} ms)", flush=True)
+        print(f"{'':>8}   nearest vectors of {args.group} texts: all at once "
+              f"{med['batched']:.2f} ms, one at a time {med['one by one']:.2f} ms "
+              f"({med['one by one'] / med['batched']:.1f}x)", flush=True)
+
+
+def nearest_both_ways(svc: object, group: int, rounds: int) -> dict[str, list[float]]:
+    """Seconds per call of the two ways to find the :data:`projections.similar.POOL`
+    nearest vectors of ``group`` texts in the subject's recall index, interleaved."""
+    import numpy as np
+
+    from projections.similar import POOL, _unit
+    from service.caller import Caller
+
+    proj = svc.proj  # type: ignore[attr-defined]
+    sid = svc.subject_id(Caller(credential_id="bench", role="operator"), "bench")  # type: ignore[attr-defined]
+    with proj.store.engine.connect() as conn:
+        entry = proj.index.get(conn, sid, proj._positions(conn))
+    qs = _unit(np.asarray(proj.vectors.embedder.embed(
+        [f"memory probe {j} about topic {j}" for j in range(group)]))).astype(np.float32)
+    out: dict[str, list[float]] = {"batched": [], "one by one": []}
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        entry.vectors_top(qs, POOL)
+        out["batched"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        for q in qs:
+            entry.vector_top(q, POOL)
+        out["one by one"].append(time.perf_counter() - t0)
+    return out
 
 
 if __name__ == "__main__":

@@ -200,12 +200,12 @@ def find_similar(proj: Projections, subject_id: str, texts: Sequence[str], *,
     with proj.store.engine.connect() as conn:
         nearest, docs = _nearest(proj, conn, subject_id)
         pools = []
-        for text, q in zip(texts, qm, strict=True):
+        for text, near in zip(texts, nearest(qm), strict=True):
             # bounded as recall's is (KeywordIndex.plan): for a subject of many atoms, the
             # terms most of them hold are dropped, so the cost follows the rare terms
             kw = [a for a, _ in proj.keyword.search(conn, subject_id, text, POOL,
                                                     subject_docs=docs)]
-            pools.append(list(dict.fromkeys([*nearest(q), *kw])))
+            pools.append(list(dict.fromkeys([*near, *kw])))
         wanted = list(dict.fromkeys(a for p in pools for a in p))
         rows = {r["atom_id"]: r for r in proj.atoms.atoms_by_id(conn, wanted)}
     live = {a: r for a, r in rows.items()
@@ -232,21 +232,21 @@ def find_similar(proj: Projections, subject_id: str, texts: Sequence[str], *,
 
 
 def _nearest(proj: Projections, conn: sa.Connection, subject_id: str
-             ) -> tuple[Callable[[Any], list[str]], int]:
-    """A search of the subject's :data:`POOL` atoms nearest to a unit query vector in
-    the vector index, its vectors read once; and how many vectors the subject has."""
-    import numpy as np
-
+             ) -> tuple[Callable[[Any], list[list[str]]], int]:
+    """A search of the subject's :data:`POOL` atoms nearest to each of some unit query
+    vectors in the vector index, its vectors read once (a dense embedder's, from the
+    recall index: all the queries in one matrix product, ``vectors_top``); and how many
+    vectors the subject has."""
     if proj.index.usable():
         t = proj.runner.tracking
         got = dict(conn.execute(sa.select(t.c.name, t.c.position).where(
             t.c.name.in_([proj.atoms.name, proj.vectors.name]))).all())
         entry = proj.index.get(conn, subject_id, (int(got.get(proj.atoms.name, 0)),
                                                   int(got.get(proj.vectors.name, 0))))
-        return (lambda q: [a for a, _ in entry.vector_top(np.asarray(q, dtype=np.float32),
-                                                           POOL)]), len(entry.ids)
+        return (lambda qs: [[a for a, _ in top] for top in entry.vectors_top(qs, POOL)]
+                ), len(entry.ids)
     vectors = proj.vectors
     rows = vectors._rows(conn, subject_id)  # once for every text (sparse vectors)
     count = sum(len(r.ids) for r in rows) // ID_WIDTH
-    return (lambda q: [a for a, _ in vectors._top(rows, [float(x) for x in q], POOL, {ON},
-                                                  None)]), count
+    return (lambda qs: [[a for a, _ in vectors._top(rows, [float(x) for x in q], POOL, {ON},
+                                                    None)] for q in qs]), count

@@ -111,3 +111,54 @@ def test_sign_bit_shortlist_finds_the_exact_best_and_forgets_erased(
         q = np.asarray(p.vectors.embed_query(texts[17]), dtype=np.float32)
         assert ids[17] not in [a for a, _ in entry.vector_top(q, 60)]
         assert len(entry.live()) == 59
+
+
+def test_several_queries_at_once_answer_as_each_alone(
+        app: LedgerApp, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The similar-memory search of a group of adds asks the index once for all its texts
+    (``vectors_top``: matrix products on one BLAS thread); each text gets what the exact
+    search of that text alone gives, erased and redacted atoms left out, and above
+    BATCH_EXACT_LIMIT the same answers come one query at a time."""
+    rng = np.random.default_rng(30)
+    app.register_subject({"ref": "u1"})
+    words = ["nurse", "clinic", "cat", "peanuts", "sailing", "Oslo", "garden", "violin",
+             "train", "coffee", "marathon", "chess", "kitchen", "umbrella", "printer"]
+    texts = [" ".join(rng.choice(words, 4)) + f" {i}" for i in range(80)]
+    ids = [str(a) for a in app.add_atoms([{"subject": "u1", "text": t} for t in texts])]
+    app.destroy_data_key(uuid.UUID(ids[5]), "test")
+    app.redact(ids[6], "soft", "test")
+    monkeypatch.setattr(recall_module, "QUERY_BLOCK", 7)  # several blocks
+    with projections(app, embedder=WordLlamaEmbedder()) as p:
+        p.catch_up()
+        sid = str(app.reader.resolve_subject("u1"))
+        with p.store.engine.connect() as conn:
+            entry = p.index.get(conn, sid, p._positions(conn))
+        qs = np.asarray([p.vectors.embed_query(t) for t in texts[:40]], dtype=np.float32)
+        batched = entry.vectors_top(qs, 10)
+        assert len(batched) == 40
+        for q, got in zip(qs, batched, strict=True):
+            alone = entry.vector_top(q, 10)  # exact: 78 live vectors
+            assert [a for a, _ in got] == [a for a, _ in alone]
+            assert [s for _, s in got] == pytest.approx([s for _, s in alone], abs=1e-5)
+        assert batched[0][0][0] == ids[0]
+        for gone in (5, 6):
+            assert all(ids[gone] not in [a for a, _ in top] for top in batched)
+        monkeypatch.setattr(recall_module, "BATCH_EXACT_LIMIT", 10)
+        assert entry.vectors_top(qs, 10) == [entry.vector_top(q, 10) for q in qs]
+
+
+def test_the_best_of_many_scores_are_those_a_full_sort_puts_first() -> None:
+    """``_best``'s floor from the blocks' largest scores keeps every one of the best n,
+    with erased or redacted slots (-inf) among them and scores in any order."""
+    rng = np.random.default_rng(64)
+    for size in (50, 3000, 20_011, 100_000):
+        for trial in range(12):
+            scores = rng.standard_normal(size).astype(np.float32)
+            if trial % 3 == 0:
+                scores[rng.choice(size, size // 3, replace=False)] = -np.inf
+            if trial % 3 == 1:
+                scores = np.sort(scores)  # the best all in the last blocks
+            n = min((1, 20, 160)[trial % 3], int(np.isfinite(scores).sum()) - 1)
+            got = recall_module._best(scores, n)
+            assert len(got) == n
+            assert set(got.tolist()) == set(np.argsort(-scores, kind="stable")[:n].tolist())
