@@ -72,6 +72,7 @@ class WriteSide(Application[UUID]):
                      "keystore.sqlite)")
         self.config = config
         self.ledger_id = config.ledger_id
+        self._lock_session = locks.LockSession()
         try:
             # Aggregates are cached per process and fast-forwarded from the log on every
             # get, so a cached copy is never stale; commands get deep copies.
@@ -159,10 +160,12 @@ class WriteSide(Application[UUID]):
         super().close()
         self.datakeys.close()
         self.tlog.close()
+        self._lock_session.close()
 
     def _write_lock(self) -> contextlib.AbstractContextManager[None]:
-        """The ledger's write lock (``ledger/locks.py``)."""
-        return locks.held(self.config, "write")
+        """The ledger's write lock (``ledger/locks.py``), its connection on PostgreSQL
+        kept for the next command."""
+        return locks.held(self.config, "write", session=self._lock_session)
 
     def root_signer(self) -> Signer:
         """The home's ``root`` key, checked (by key id) to be this ledger's root before
