@@ -83,16 +83,23 @@ def test_bounded_keyword_search_of_a_large_subject(
                                         subject_docs=len(ids))) == len(ids)
 
 
+def _random_memories(app: LedgerApp, count: int, seed: int) -> tuple[list[str], list[str]]:
+    """``count`` memories of a new subject u1, four words drawn from a few each: (texts,
+    atom ids)."""
+    rng = np.random.default_rng(seed)
+    app.register_subject({"ref": "u1"})
+    words = ["nurse", "clinic", "cat", "peanuts", "sailing", "Oslo", "garden", "violin",
+             "train", "coffee", "marathon", "chess", "kitchen", "umbrella", "printer"]
+    texts = [" ".join(rng.choice(words, 4)) + f" {i}" for i in range(count)]
+    ids = [str(a) for a in app.add_atoms([{"subject": "u1", "text": t} for t in texts])]
+    return texts, ids
+
+
 def test_sign_bit_shortlist_finds_the_exact_best_and_forgets_erased(
         app: LedgerApp, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(recall_module, "EXACT_LIMIT", 8)
     monkeypatch.setattr(recall_module, "SHORTLIST", 8)
-    rng = np.random.default_rng(16)
-    app.register_subject({"ref": "u1"})
-    words = ["nurse", "clinic", "cat", "peanuts", "sailing", "Oslo", "garden", "violin",
-             "train", "coffee", "marathon", "chess", "kitchen", "umbrella", "printer"]
-    texts = [" ".join(rng.choice(words, 4)) + f" {i}" for i in range(60)]
-    ids = [str(a) for a in app.add_atoms([{"subject": "u1", "text": t} for t in texts])]
+    texts, ids = _random_memories(app, 60, seed=16)
     with projections(app, embedder=WordLlamaEmbedder()) as p:
         p.catch_up()
         sid = str(app.reader.resolve_subject("u1"))
@@ -119,12 +126,7 @@ def test_several_queries_at_once_answer_as_each_alone(
     (``vectors_top``: matrix products on one BLAS thread); each text gets what the exact
     search of that text alone gives, erased and redacted atoms left out, and above
     BATCH_EXACT_LIMIT the same answers come one query at a time."""
-    rng = np.random.default_rng(30)
-    app.register_subject({"ref": "u1"})
-    words = ["nurse", "clinic", "cat", "peanuts", "sailing", "Oslo", "garden", "violin",
-             "train", "coffee", "marathon", "chess", "kitchen", "umbrella", "printer"]
-    texts = [" ".join(rng.choice(words, 4)) + f" {i}" for i in range(80)]
-    ids = [str(a) for a in app.add_atoms([{"subject": "u1", "text": t} for t in texts])]
+    texts, ids = _random_memories(app, 80, seed=30)
     app.destroy_data_key(uuid.UUID(ids[5]), "test")
     app.redact(ids[6], "soft", "test")
     monkeypatch.setattr(recall_module, "QUERY_BLOCK", 7)  # several blocks
