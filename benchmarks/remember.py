@@ -98,6 +98,7 @@ def nearest_both_ways(svc: object, group: int, rounds: int) -> dict[str, list[fl
     nearest vectors of ``group`` texts in the subject's recall index, interleaved."""
     import numpy as np
 
+    from projections.embedder import embed_matrix
     from projections.similar import POOL, _unit
     from service.caller import Caller
 
@@ -105,8 +106,8 @@ def nearest_both_ways(svc: object, group: int, rounds: int) -> dict[str, list[fl
     sid = svc.subject_id(Caller(credential_id="bench", role="operator"), "bench")  # type: ignore[attr-defined]
     with proj.store.engine.connect() as conn:
         entry = proj.index.get(conn, sid, proj._positions(conn))
-    qs = _unit(np.asarray(proj.vectors.embedder.embed(
-        [f"memory probe {j} about topic {j}" for j in range(group)]))).astype(np.float32)
+    qs = _unit(embed_matrix(proj.vectors.embedder, [  # as find_similar embeds its texts
+        f"memory probe {j} about topic {j}" for j in range(group)])).astype(np.float32)
     out: dict[str, list[float]] = {"batched": [], "one by one": []}
     for _ in range(rounds):
         t0 = time.perf_counter()

@@ -98,6 +98,7 @@ def in_process(home: Path, atoms: int, queries: list[str]) -> dict[str, float]:
                                                    **extra))
                                        for i in range(32)])
             out[f"group32_{mode}"] = groups * 32 / (time.perf_counter() - t0)
+        out["added"] = atoms + 2 * groups * 32
         svc.recall(op, RecallIn(subject="bench", query="warm up", rehearse=False))
         lat = []
         for q in queries:
@@ -591,8 +592,8 @@ def one_backend(backend: str, args: argparse.Namespace, pg_url: str | None) -> N
         # subject now holds every atom the loads added, as the HTTP bulk's did, and
         # each command's search for similar memories reads all of them
         print(f"[{backend}] in process bulk, after the loads ...", file=sys.stderr)
-        held = args.atoms + 2 * 32 * max(4, args.atoms // 128) + int(
-            sum(r["ok"] for r in [many_add, one, bulk, *runs["process"], *runs["thread"]]))
+        held = int(inproc["added"] + sum(
+            r["ok"] for r in [many_add, one, bulk, *runs["process"], *runs["thread"]]))
         with opened_service(home) as svc:
             # what the server's processes left behind of the read models' catching up
             # is not this bulk's to pay: it is timed on current read models

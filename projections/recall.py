@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import math
 import os
@@ -138,7 +139,6 @@ def _epochs(values: Sequence[str | None], default: float) -> Any:
     return out
 
 
-_BLAS: Any = None
 _BLOCK = 64
 
 
@@ -164,16 +164,18 @@ def _best(scores: Any, n: int) -> Any:
     return near[np.argpartition(-scores[near], n - 1)[:n]]
 
 
+@functools.cache
+def _blas() -> Any:
+    """The process's one ``threadpoolctl`` controller (about 2 ms to make)."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
 def _one_blas_thread() -> Any:
     """A context in which BLAS (numpy's matrix products) runs on this thread alone: its
-    own threads on a busy 2-core host cost 10x (ADR 0021). The controller is made once
-    per process (about 2 ms)."""
-    global _BLAS
-    if _BLAS is None:
-        from threadpoolctl import ThreadpoolController
-
-        _BLAS = ThreadpoolController()
-    return _BLAS.limit(limits=1, user_api="blas")
+    own threads on a busy 2-core host cost 10x (ADR 0021)."""
+    return _blas().limit(limits=1, user_api="blas")
 
 
 def _matvec(matrix: Any, q: Any) -> Any:
@@ -771,6 +773,12 @@ class SubjectIndex:
         if len(idx) > n:
             part = np.argpartition(-scores, n - 1)[:n]
             idx, scores = idx[part], scores[part]
+        return self._ranked(idx, scores)
+
+    def _ranked(self, idx: Any, scores: Any) -> list[tuple[str, float]]:
+        """(atom id, score) of the slots ``idx``, best first, ties by slot."""
+        import numpy as np
+
         order = np.lexsort((idx, -scores))
         return [(self.slot_ids[i] or "", float(s))
                 for i, s in zip(idx[order].tolist(), scores[order].tolist(), strict=True)]
@@ -781,8 +789,7 @@ class SubjectIndex:
         :data:`BATCH_EXACT_LIMIT` live vectors; above it, one query at a time."""
         import numpy as np
 
-        live = self.live() if len(self.flags) else np.zeros(0, dtype=np.int64)
-        if n <= 0 or not len(live):
+        if n <= 0 or not len(self.flags) or not len(live := self.live()):
             return [[] for _ in range(len(qs))]
         if len(live) > BATCH_EXACT_LIMIT or len(qs) == 1:
             return [self.vector_top(np.asarray(q, dtype=np.float32), n) for q in qs]
@@ -796,10 +803,7 @@ class SubjectIndex:
             scores[:, dead] = -np.inf  # never among the best: n < the live slots below
             for got in scores:
                 idx = _best(got, n) if len(live) > n else live
-                top = got[idx]
-                order = np.lexsort((idx, -top))
-                out.append([(self.slot_ids[i] or "", float(v)) for i, v in
-                            zip(idx[order].tolist(), top[order].tolist(), strict=True)])
+                out.append(self._ranked(idx, got[idx]))
         return out
 
     def cosines(self, q: Any, atom_ids: Sequence[str]) -> dict[str, float]:
