@@ -6,14 +6,19 @@ The server's writer adds atoms in groups (``MemoryService.add_atoms_grouped``). 
 subject's memories for each text (the read models it reads caught up first). Both are
 timed on the same ledger, groups interleaved,
 at growing sizes of one subject, and the search's share is split into its parts (catching
-up, the search) by timing them alone. Texts share words, as a busy subject's do, so the
-keyword index matches many rows.
+up, the search) by timing them alone. Two kinds of texts, each on a ledger of its own:
+``crowded`` texts share most of their words, as a busy subject's do, so many memories are
+near every new one and the keyword index matches many rows; ``varied`` texts are eight
+words drawn from the project's own documentation, so few memories are near a new one
+(the search then reads only the few above the threshold and skips the keyword index,
+ADR 0077).
 
 The nearest vectors of a group's texts are then timed both ways on the subject's recall
 index, interleaved: all the texts in one matrix product (``vectors_top``, what the search
 does) and one text at a time (``vector_top``, what it did before).
 
 Run: python benchmarks/remember.py [--sizes 1000,10000] [--groups 30] [--group 4]
+                                   [--texts crowded,varied]
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000,10000")
     ap.add_argument("--groups", type=int, default=30)
     ap.add_argument("--group", type=int, default=4)
+    ap.add_argument("--texts", default="crowded,varied")
     args = ap.parse_args()
     os.environ.setdefault("LEDGER_LOG_LEVEL", "warning")
     from ledger.application import LedgerApp
@@ -47,7 +53,9 @@ def main() -> None:
     me = Caller(credential_id="bench", role="assistant", subjects=frozenset({"bench"}))
     print(f"one subject; groups of {args.group} adds; {args.groups} groups per mode, "
           f"interleaved; load {os.getloadavg()[0]:.2f}")
-    for size in (int(s) for s in args.sizes.split(",")):
+    runs = [(kind, int(s)) for kind in args.texts.split(",") for s in args.sizes.split(",")]
+    for kind, size in runs:
+        text = TEXTS[kind]
         folder = Path(tempfile.mkdtemp(prefix="remember-bench-"))
         try:
             LedgerApp.initialize(folder / "home")
@@ -56,15 +64,14 @@ def main() -> None:
                 svc.register_subject(me, SubjectIn(ref="bench"))
                 for start in range(0, size, 5000):
                     svc.add_atoms(me, [AtomIn(subject="bench",
-                                              text=f"memory {i} about topic {i % 97}")
+                                              text=text(i, "m"))
                                        for i in range(start, min(size, start + 5000))])
                 svc.proj.catch_up()
                 times: dict[str, list[float]] = {"none": [], "add": [], "catch-up": [],
                                                  "search": []}
                 for g in range(args.groups):
                     for mode in ("none", "add"):
-                        items = [(me, AtomIn(subject="bench", text=f"memory {mode} {g}-{j} "
-                                             f"about topic {j}",
+                        items = [(me, AtomIn(subject="bench", text=text(j, f"{mode}{g}"),
                                              on_similar=None if mode == "none" else "add"))
                                  for j in range(args.group)]
                         t0 = time.perf_counter()
@@ -75,8 +82,8 @@ def main() -> None:
                     times["catch-up"].append(time.perf_counter() - t0)
                     svc.proj.catch_up()  # the other read models, as the reader would
                     t0 = time.perf_counter()
-                    svc.similar_memories(me, "bench", [f"memory probe {g}-{j} about topic "
-                                                       f"{j}" for j in range(args.group)])
+                    svc.similar_memories(me, "bench", [text(j, f"probe{g}")
+                                                       for j in range(args.group)])
                     times["search"].append((time.perf_counter() - t0) / args.group)
                 times.update(nearest_both_ways(svc, args.group, args.groups))
             finally:
@@ -84,13 +91,37 @@ def main() -> None:
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         med = {k: statistics.median(v) * 1000 for k, v in times.items()}
-        print(f"{size:>8,} atoms: per add, without looking {med['none']:.2f} ms, looking "
+        print(f"{kind:>8} {size:>8,} atoms: per add, without looking {med['none']:.2f} ms, looking "
               f"{med['add']:.2f} ms ({med['add'] / med['none']:.1f}x); the search alone "
               f"{med['search']:.2f} ms per text once current; catching the read models up "
               f"with one group's {args.group} atoms {med['catch-up']:.2f} ms)", flush=True)
-        print(f"{'':>8}   nearest vectors of {args.group} texts: all at once "
+        print(f"{'':>17}   nearest vectors of {args.group} texts: all at once "
               f"{med['batched']:.2f} ms, one at a time {med['one by one']:.2f} ms "
               f"({med['one by one'] / med['batched']:.1f}x)", flush=True)
+
+
+def _crowded(i: int, salt: str) -> str:
+    return f"memory {salt} {i} about topic {i % 97}"
+
+
+_VOCABULARY: list[str] = []
+
+
+def _varied(i: int, salt: str) -> str:
+    """Eight words of the project's documentation, drawn by a seed of ``salt`` and ``i``."""
+    import random
+    import re
+
+    if not _VOCABULARY:
+        docs = Path(__file__).resolve().parents[1] / "docs"
+        words = {w.lower() for f in sorted(docs.rglob("*.md"))
+                 for w in re.findall(r"[A-Za-z]{4,}", f.read_text(encoding="utf-8"))}
+        _VOCABULARY.extend(sorted(words))
+    rng = random.Random(f"{salt}/{i}")
+    return " ".join(rng.sample(_VOCABULARY, 8))
+
+
+TEXTS = {"crowded": _crowded, "varied": _varied}
 
 
 def nearest_both_ways(svc: object, group: int, rounds: int) -> dict[str, list[float]]:

@@ -806,6 +806,12 @@ class SubjectIndex:
                 out.append(self._ranked(idx, got[idx]))
         return out
 
+    def exact(self, queries: int) -> bool:
+        """Whether :meth:`vectors_top` of ``queries`` queries scores every retrievable
+        slot, so that a slot it leaves out scores no more than the last one it gives."""
+        live = len(self.live())
+        return live <= EXACT_LIMIT or (queries > 1 and live <= BATCH_EXACT_LIMIT)
+
     def cosines(self, q: Any, atom_ids: Sequence[str]) -> dict[str, float]:
         """The exact cosine of each of ``atom_ids`` that holds a vector here (recall scores
         the keyword index's proposals on the vector signal too: ADR 0051)."""

@@ -62,6 +62,11 @@ MIN_JACCARD = 0.6
 POOL = 20
 """Candidates each index proposes per text."""
 
+MARGIN = 1e-3
+"""How far below the threshold a cosine read from the recall index (float32 rows) may be
+and its atom still be read and compared: the decision is taken on the two texts'
+embeddings, which can differ from the index's in the last digits."""
+
 _WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)?", re.UNICODE)
 _STOP = frozenset("""
 a an the of to in on at by for from with and or but as is are be been being
@@ -189,8 +194,12 @@ def find_similar(proj: Projections, subject_id: str, texts: Sequence[str], *,
     first if it needs the newest writes.
 
     The subject's vectors are read once for all the texts (a dense embedder's from the
-    in-process recall index); candidates pass the keyword check before their texts are
-    embedded beside the proposal (most fail it, and it costs far less)."""
+    in-process recall index). With that index, a proposal whose cosine there is below
+    the threshold (less :data:`MARGIN`) is dropped before its row is read, and a text's
+    keyword search is skipped when the exact vector search shows that every atom at or
+    above the threshold is among its nearest (ADR 0077). The candidates left pass the
+    keyword check before their texts are embedded beside the proposal, and the cosine
+    of those two embeddings decides."""
     if not texts:
         return []
     at = clock.format_instant(now or clock.now())
@@ -198,14 +207,9 @@ def find_similar(proj: Projections, subject_id: str, texts: Sequence[str], *,
     limit = threshold_for(embedder) if threshold is None else threshold
     qm = _unit(embed_matrix(embedder, list(texts)))
     with proj.store.engine.connect() as conn:
-        nearest, docs = _nearest(proj, conn, subject_id)
-        pools = []
-        for text, near in zip(texts, nearest(qm), strict=True):
-            # bounded as recall's is (KeywordIndex.plan): for a subject of many atoms, the
-            # terms most of them hold are dropped, so the cost follows the rare terms
-            kw = [a for a, _ in proj.keyword.search(conn, subject_id, text, POOL,
-                                                    subject_docs=docs)]
-            pools.append(list(dict.fromkeys([*near, *kw])))
+        search = _nearest(proj, conn, subject_id, len(texts))
+        pools = [_pool(proj, conn, subject_id, search, text, q, near, limit - MARGIN)
+                 for text, q, near in zip(texts, qm, search.top(qm), strict=True)]
         wanted = list(dict.fromkeys(a for p in pools for a in p))
         rows = {r["atom_id"]: r for r in proj.atoms.atoms_by_id(conn, wanted)}
     live = {a: r for a, r in rows.items()
@@ -231,22 +235,65 @@ def find_similar(proj: Projections, subject_id: str, texts: Sequence[str], *,
     return out
 
 
-def _nearest(proj: Projections, conn: sa.Connection, subject_id: str
-             ) -> tuple[Callable[[Any], list[list[str]]], int]:
-    """A search of the subject's :data:`POOL` atoms nearest to each of some unit query
-    vectors in the vector index, its vectors read once (a dense embedder's, from the
-    recall index: all the queries in one matrix product, ``vectors_top``); and how many
-    vectors the subject has."""
+@dataclass(frozen=True)
+class _Search:
+    """The vector side of one subject's search (:func:`_nearest`)."""
+
+    top: Callable[[Any], list[list[tuple[str, float]]]]
+    """Each unit query's :data:`POOL` nearest atoms, best first, with their cosines."""
+    docs: int
+    """How many vectors the subject has (bounds the keyword search)."""
+    cosines: Callable[[Any, Sequence[str]], dict[str, float]] | None = None
+    """The cosine of atoms' vectors to a query; None: not known before the texts are
+    embedded (sparse vectors), so no proposal is dropped on its cosine."""
+    exact: bool = False
+    """:attr:`top` scores every vector: an atom it leaves out is no nearer than its last."""
+
+
+def _pool(proj: Projections, conn: sa.Connection, subject_id: str, search: _Search,
+          text: str, q: Any, near: list[tuple[str, float]], floor: float) -> list[str]:
+    """The atoms worth reading for one text: its nearest, and its keyword index matches
+    (bounded as recall's is, KeywordIndex.plan: for a subject of many atoms the terms
+    most of them hold are dropped, so the cost follows the rare terms). With cosines
+    known, only those at ``floor`` or above; and no keyword search when every atom at
+    ``floor`` or above is among the nearest."""
+    if search.cosines is None:
+        return list(dict.fromkeys([*(a for a, _ in near), *_keyword(proj, conn, subject_id,
+                                                                      text, search.docs)]))
+    pool = [a for a, score in near if score >= floor]
+    if search.exact and (len(near) < POOL or near[-1][1] < floor):
+        return pool
+    seen = set(pool)
+    matched = [a for a in _keyword(proj, conn, subject_id, text, search.docs)
+               if a not in seen]
+    cos = search.cosines(q, matched)
+    # an atom without a vector here is kept: its texts' embeddings decide
+    return pool + [a for a in matched if cos.get(a, floor) >= floor]
+
+
+def _keyword(proj: Projections, conn: sa.Connection, subject_id: str, text: str,
+             docs: int) -> list[str]:
+    return [a for a, _ in proj.keyword.search(conn, subject_id, text, POOL,
+                                              subject_docs=docs)]
+
+
+def _nearest(proj: Projections, conn: sa.Connection, subject_id: str,
+             queries: int) -> _Search:
+    """The vector side of a search for ``queries`` texts, the subject's vectors read
+    once: a dense embedder's from the recall index (all the queries in one matrix
+    product, ``vectors_top``), cosines and exactness known; else the sparse vectors'
+    rows, scanned per query."""
     if proj.index.usable():
         t = proj.runner.tracking
         got = dict(conn.execute(sa.select(t.c.name, t.c.position).where(
             t.c.name.in_([proj.atoms.name, proj.vectors.name]))).all())
         entry = proj.index.get(conn, subject_id, (int(got.get(proj.atoms.name, 0)),
                                                   int(got.get(proj.vectors.name, 0))))
-        return (lambda qs: [[a for a, _ in top] for top in entry.vectors_top(qs, POOL)]
-                ), len(entry.ids)
+        return _Search(lambda qs: entry.vectors_top(qs, POOL), len(entry.ids),
+                       lambda q, ids: entry.cosines(q.astype("float32"), ids),
+                       entry.exact(queries))
     vectors = proj.vectors
     rows = vectors._rows(conn, subject_id)  # once for every text (sparse vectors)
     count = sum(len(r.ids) for r in rows) // ID_WIDTH
-    return (lambda qs: [[a for a, _ in vectors._top(rows, [float(x) for x in q], POOL, {ON},
-                                                    None)] for q in qs]), count
+    return _Search(lambda qs: [vectors._top(rows, [float(x) for x in q], POOL, {ON}, None)
+                               for q in qs], count)

@@ -164,3 +164,80 @@ def test_the_best_of_many_scores_are_those_a_full_sort_puts_first() -> None:
             got = recall_module._best(scores, n)
             assert len(got) == n
             assert set(got.tolist()) == set(np.argsort(-scores, kind="stable")[:n].tolist())
+
+
+def _exhaustive_similar(p: object, subject_id: str, atom_ids: list[str],
+                        texts: list[str], k: int = 5) -> list[list[tuple[str, float]]]:
+    """What :func:`projections.similar.find_similar` must answer, found the plain way:
+    every recallable atom of the subject compared with each text (cosine of the two
+    embeddings, then the keyword check)."""
+    from ledger import clock
+    from projections.atoms import is_candidate
+    from projections.embedder import embed_matrix
+    from projections.similar import _unit, keywords_agree, threshold_for
+
+    embedder = p.vectors.embedder  # type: ignore[attr-defined]
+    with p.store.engine.connect() as conn:  # type: ignore[attr-defined]
+        rows = p.atoms.atoms_by_id(conn, atom_ids)  # type: ignore[attr-defined]
+    at = clock.format_instant(clock.now())
+    live = [r for r in rows if r["subject_id"] == subject_id and is_candidate(r, at)]
+    qm = _unit(embed_matrix(embedder, texts))
+    cm = _unit(embed_matrix(embedder, [r["text"] for r in live]))
+    limit = threshold_for(embedder)
+    out = []
+    for text, q in zip(texts, qm, strict=True):
+        found = [(r["atom_id"], min(1.0, float(c @ q))) for r, c in zip(live, cm, strict=True)
+                 if float(c @ q) >= limit and keywords_agree(text, r["text"])]
+        out.append(sorted(found, key=lambda f: (-f[1], f[0]))[:k])
+    return out
+
+
+def test_the_similar_search_reads_only_what_can_pass_and_answers_as_a_full_comparison(
+        app: LedgerApp, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ADR 0077: proposals below the threshold in the recall index are not read, and a
+    text's keyword search is skipped when the exact vector search shows every atom at or
+    above the threshold among its nearest; the answers are those of comparing every
+    memory of the subject. With the vector search not exact, every text is searched by
+    keyword as before."""
+    from projections.similar import POOL, find_similar
+
+    rng = np.random.default_rng(77)
+    words = ["nurse", "clinic", "cat", "peanuts", "sailing", "Oslo", "garden", "violin",
+             "train", "coffee", "marathon", "chess", "kitchen", "umbrella", "printer"]
+    crowd = ["nurse", "clinic", "garden", "violin"]
+    # more near-copies of one memory than the search's pool holds, and varied others
+    texts = [" ".join(rng.permutation(crowd)) for _ in range(POOL + 10)]
+    texts += [" ".join(rng.choice(words, 4, replace=False)) for _ in range(40)]
+    app.register_subject({"ref": "u1"})
+    ids = [str(a) for a in app.add_atoms([{"subject": "u1", "text": t} for t in texts])]
+    probes = ["violin garden clinic nurse", texts[POOL + 12], texts[POOL + 30],
+              "Prefers aisle seats on long flights", "chess kitchen"]
+    searched: list[str] = []
+    with projections(app, embedder=WordLlamaEmbedder()) as p:
+        p.catch_up()
+        sid = str(app.reader.resolve_subject("u1"))
+        plain = p.keyword.search
+
+        def counted(conn: object, subject_id: str, text: str, *a: object,
+                    **kw: object) -> object:
+            searched.append(text)
+            return plain(conn, subject_id, text, *a, **kw)
+
+        monkeypatch.setattr(p.keyword, "search", counted)
+        read: list[int] = []
+        by_id = p.atoms.atoms_by_id
+        monkeypatch.setattr(p.atoms, "atoms_by_id",
+                            lambda conn, wanted: read.append(len(wanted)) or by_id(conn, wanted))
+        got = find_similar(p, sid, probes)
+        want = _exhaustive_similar(p, sid, ids, probes)
+        assert [[(s.atom_id, round(s.score, 5)) for s in found] for found in got] == \
+            [[(a, round(c, 5)) for a, c in found] for found in want]
+        assert len(got[0]) == 5 and got[3] == []  # the crowd found; the stranger alone
+        assert searched == ["violin garden clinic nurse"]  # only the crowded text
+        assert read[0] < len(ids)
+
+        searched.clear()
+        monkeypatch.setattr(recall_module, "EXACT_LIMIT", 8)
+        monkeypatch.setattr(recall_module, "BATCH_EXACT_LIMIT", 8)
+        assert find_similar(p, sid, probes) == got
+        assert searched == probes
