@@ -31,6 +31,7 @@ Guarantees (tested in ``tests/test_projections_contract.py`` on SQLite and Postg
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -299,9 +300,14 @@ class Runner:
     def head(self) -> int:
         return self.reader.head_position()
 
-    def positions(self) -> dict[str, int]:
+    def positions(self, conn: Connection | None = None) -> dict[str, int]:
+        """Each model's position (on ``conn``, in a transaction of its own, if given)."""
         self.setup()
-        with self.store.engine.connect() as conn:
+        with contextlib.ExitStack() as stack:
+            if conn is None:
+                conn = stack.enter_context(self.store.engine.connect())
+            else:
+                stack.enter_context(conn.begin())
             rows = conn.execute(sa.select(self.tracking.c.name, self.tracking.c.position)).all()
         return {str(r.name): int(r.position) for r in rows if r.name in self.models}
 
@@ -328,14 +334,19 @@ class Runner:
 
     # ------------------------------------------------------------------ applying
     def apply_entries(self, model: ReadModel, entries: Sequence[LogEntry],
-                      run: ModelRun | None = None) -> int:
-        """Apply entries to one model in one transaction; returns how many were new.
+                      run: ModelRun | None = None, conn: Connection | None = None) -> int:
+        """Apply entries to one model in one transaction (on ``conn``, if given: a
+        catch-up's connection); returns how many were new.
 
         Entries at or below the stored position are skipped (check-and-skip under the
         tracking row lock), so calling this again with the same entries does nothing.
         """
         t0 = time.perf_counter()
-        with self.store.engine.begin() as conn:
+        with contextlib.ExitStack() as stack:
+            if conn is None:
+                conn = stack.enter_context(self.store.engine.begin())
+            else:
+                stack.enter_context(conn.begin())
             row = self._lock(conn, model.name)
             if row is None:
                 raise RuntimeError(f"read model {model.name} is not set up")
@@ -368,12 +379,27 @@ class Runner:
 
     def catch_up(self, names: Sequence[str] | None = None, progress: Progress | None = None,
                  batch_size: int | None = None) -> RunReport:
-        """Bring models up to the head of the log, batch by batch; then compact if needed."""
+        """Bring models up to the head of the log, batch by batch; then compact if needed.
+
+        One connection serves the positions, every model's transactions and the look for
+        pending compaction: on SQLite each connection's close (the last one open)
+        checkpoints the WAL, which cost more than the applies themselves for the few
+        events that a catch-up after a write brings. It is closed before compaction,
+        whose checkpoint runs with no connection of this process open."""
         self.setup()
         selected = self._names(names)
         report = RunReport(models={n: ModelRun() for n in selected})
         t_start = time.perf_counter()
-        positions = {n: p for n, p in self.positions().items() if n in selected}
+        with self.store.engine.connect() as conn:
+            self._catch_up_on(conn, selected, report, progress, batch_size)
+            pending = self._pending(conn, selected)
+        report.compaction = self.compact(pending) if pending else None
+        report.seconds = time.perf_counter() - t_start
+        return report
+
+    def _catch_up_on(self, conn: Connection, selected: list[str], report: RunReport,
+                     progress: Progress | None, batch_size: int | None) -> None:
+        positions = {n: p for n, p in self.positions(conn).items() if n in selected}
         head = self.head()
         report.head = head
         start = min(positions.values(), default=head) + 1
@@ -392,13 +418,10 @@ class Runner:
                        else self._decode_ahead(decoder, batches, report))
             if start == 1:  # the whole log is replayed: its sequence is checked too
                 decoded = _in_sequence(decoded)
-            self._apply_batches(decoded, selected, positions, report, head, progress)
+            self._apply_batches(decoded, selected, positions, report, head, progress, conn)
         finally:
             if decoder is not None:
                 decoder.close()
-        report.compaction = self.compact_pending(selected)
-        report.seconds = time.perf_counter() - t_start
-        return report
 
     def _batches(self, start: int, head: int, size: int, report: RunReport,
                  first: int) -> Iterator[Sequence[Any]]:
@@ -452,13 +475,14 @@ class Runner:
 
     def _apply_batches(self, decoded: Iterator[Batch], selected: list[str],
                        positions: dict[str, int], report: RunReport, head: int,
-                       progress: Progress | None) -> None:
+                       progress: Progress | None, conn: Connection) -> None:
         for notes, entries in decoded:
             for name in selected:
                 mine = [e for e in entries if e.position > positions[name]]
                 if mine:
                     try:
-                        self.apply_entries(self.models[name], mine, report.models[name])
+                        self.apply_entries(self.models[name], mine, report.models[name],
+                                           conn)
                     except Exception:
                         log.error("projections.apply_failed", model=name,
                                   first=mine[0].position, last=mine[-1].position)
@@ -505,14 +529,20 @@ class Runner:
 
     def compact_pending(self, names: Sequence[str] | None = None) -> CompactionReport | None:
         """Run route and store compaction for models marked ``compact_pending``."""
-        t = self.tracking
         with self.store.engine.connect() as conn:
-            pending = [r.name for r in conn.execute(
-                sa.select(t.c.name).where(t.c.compact_pending == sa.true()))
-                if r.name in self._names(names)]
+            pending = self._pending(conn, self._names(names))
         if not pending:
             return None
         return self.compact(pending)
+
+    def _pending(self, conn: Connection, names: Sequence[str]) -> list[str]:
+        """Which of ``names`` are marked ``compact_pending`` (read in a transaction of
+        its own on ``conn``)."""
+        t = self.tracking
+        with conn.begin():
+            return [r.name for r in conn.execute(
+                sa.select(t.c.name).where(t.c.compact_pending == sa.true()))
+                if r.name in names]
 
     def compact(self, names: Sequence[str]) -> CompactionReport:
         routes = self.registry.for_models(names)
