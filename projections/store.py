@@ -89,7 +89,12 @@ class Store:
         self._held = False
         if self.is_sqlite:
             @sa.event.listens_for(engine, "connect")
-            def _hold(dbapi_conn: Any, _record: Any) -> None:
+            def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+                # the read models are derived from the log: a commit lost to a power cut
+                # is applied again on the next catch-up (position and rows commit
+                # together), and every checkpoint, an erasure's compaction included, still
+                # syncs the file (ADR 0077)
+                dbapi_conn.execute("PRAGMA synchronous=NORMAL")
                 if self._held:  # see checkpoints_held
                     dbapi_conn.execute("PRAGMA wal_autocheckpoint=0")
 
