@@ -45,6 +45,7 @@ def main() -> None:
     ap.add_argument("--texts", default="crowded,varied")
     args = ap.parse_args()
     os.environ.setdefault("LEDGER_LOG_LEVEL", "warning")
+    from benchmarks.memory_texts import TEXTS
     from ledger.application import LedgerApp
     from service.caller import Caller
     from service.models import AtomIn, SubjectIn
@@ -98,30 +99,6 @@ def main() -> None:
         print(f"{'':>17}   nearest vectors of {args.group} texts: all at once "
               f"{med['batched']:.2f} ms, one at a time {med['one by one']:.2f} ms "
               f"({med['one by one'] / med['batched']:.1f}x)", flush=True)
-
-
-def _crowded(i: int, salt: str) -> str:
-    return f"memory {salt} {i} about topic {i % 97}"
-
-
-_VOCABULARY: list[str] = []
-
-
-def _varied(i: int, salt: str) -> str:
-    """Eight words of the project's documentation, drawn by a seed of ``salt`` and ``i``."""
-    import random
-    import re
-
-    if not _VOCABULARY:
-        docs = Path(__file__).resolve().parents[1] / "docs"
-        words = {w.lower() for f in sorted(docs.rglob("*.md"))
-                 for w in re.findall(r"[A-Za-z]{4,}", f.read_text(encoding="utf-8"))}
-        _VOCABULARY.extend(sorted(words))
-    rng = random.Random(f"{salt}/{i}")
-    return " ".join(rng.sample(_VOCABULARY, 8))
-
-
-TEXTS = {"crowded": _crowded, "varied": _varied}
 
 
 def nearest_both_ways(svc: object, group: int, rounds: int) -> dict[str, list[float]]:

@@ -7,8 +7,9 @@ Prints, per storage backend:
   recall p50/p95 (facade called directly);
 * over HTTP (`ledger serve` on loopback): one-atom adds with 1 and 32 concurrent
   keep-alive clients, with ``on_similar`` left at the API's default (``add``: every add
-  searches the subject's memories for similar ones, ADR 0052) and with ``on_similar:
-  null`` (no search); the bulk endpoint (batches of 256, one client, as the in-process
+  searches the subject's memories for similar ones, ADR 0052), with texts that differ by
+  their numbers only and with varied texts (``benchmarks/memory_texts.py``), and with
+  ``on_similar: null`` (no search); the bulk endpoint (batches of 256, one client, as the in-process
   bulk); recall p50/p95 (httpx) and the MCP ``recall`` tool;
 * the same lean client against a FastAPI no-op (validates the body, writes nothing),
   measured before and after the ledger's runs (their mean is the ceiling);
@@ -52,6 +53,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.memory_texts import varied as varied_text
 
 BULK = 256  # atoms per bulk command: the in-process bulk's and the HTTP bulk's
 TICK = os.sysconf("SC_CLK_TCK")
@@ -133,13 +136,15 @@ ON_SIMILAR: dict[str, object] = {}
 
 async def http_adds(url: str, token: str, clients: int, seconds: float,
                     on_similar: dict[str, object] | None = None, batch: int = 0,
-                    pid: int | None = None) -> dict[str, float]:
+                    pid: int | None = None, varied: bool = False) -> dict[str, float]:
     """``clients`` keep-alive connections, each posting one atom (``batch``: a list of
     that many to /v1/atoms/batch) at a time and waiting for its answer. The client is a
     few lines over asyncio streams with the requests built ahead of the clock, not httpx:
     on 2 cores httpx's own cost per request (about 1.5 ms of CPU) was the bound of the
     earlier runs, not the server. ``pid``: the server's process, whose CPU (and its
-    writer process's) is counted over the run, as this client's own is."""
+    writer process's) is counted over the run, as this client's own is. Texts differ by
+    their numbers only (``memory_texts.crowded``'s kind), or (``varied``) are eight words
+    drawn from the project's documentation each."""
     host, port = url.removeprefix("http://").split(":")
     extra = ON_SIMILAR if on_similar is None else on_similar
     lat: list[float] = []
@@ -148,7 +153,8 @@ async def http_adds(url: str, token: str, clients: int, seconds: float,
     path = "/v1/atoms/batch" if batch else "/v1/atoms"
 
     def request(n: int, i: int) -> bytes:
-        one = {"subject": "bench", "text": f"http memory {n}-{i}", **extra}
+        text = varied_text(i, f"http{n}") if varied else f"http memory {n}-{i}"
+        one = {"subject": "bench", "text": text, **extra}
         body = json.dumps([{**one, "text": f"http memory {n}-{i}-{k}"}
                            for k in range(batch)] if batch else one).encode()
         return (f"POST {path} HTTP/1.1\r\nHost: {host}\r\n"
@@ -571,6 +577,8 @@ def one_backend(backend: str, args: argparse.Namespace, pg_url: str | None) -> N
             # the loads below it would first catch up with all of their atoms at once)
             print(f"[{backend}] HTTP adds on_similar add ...", file=sys.stderr)
             many_add = asyncio.run(http_adds(server.url, token, 32, secs, {}, pid=pid))
+            many_varied = asyncio.run(http_adds(server.url, token, 32, secs, {}, pid=pid,
+                                                varied=True))
             for n in range(args.rounds):
                 print(f"[{backend}] round {n + 1}: no-op, writer process, writer thread ...",
                       file=sys.stderr)
@@ -593,7 +601,7 @@ def one_backend(backend: str, args: argparse.Namespace, pg_url: str | None) -> N
         # each command's search for similar memories reads all of them
         print(f"[{backend}] in process bulk, after the loads ...", file=sys.stderr)
         held = int(inproc["added"] + sum(
-            r["ok"] for r in [many_add, one, bulk, *runs["process"], *runs["thread"]]))
+            r["ok"] for r in [many_add, many_varied, one, bulk, *runs["process"], *runs["thread"]]))
         with opened_service(home) as svc:
             # what the server's processes left behind of the read models' catching up
             # is not this bulk's to pay: it is timed on current read models
@@ -620,7 +628,8 @@ def one_backend(backend: str, args: argparse.Namespace, pg_url: str | None) -> N
               f"{r['p95']:6.1f} ms  non-201 {r['errors']:.0f}  (rounds: {rates})")
         print(cpu_line("", r))
     for label, r in (("HTTP add  1 client,  on_similar none        ", one),
-                     ("HTTP add 32 clients, on_similar add (default)", many_add)):
+                     ("HTTP add 32 clients, on_similar add (default)", many_add),
+                     ("  the same, varied texts                     ", many_varied)):
         print(f"{label} {r['rate']:7.0f} req/s  p50 {r['p50']:6.1f} ms  p95 "
               f"{r['p95']:6.1f} ms  non-201 {r['errors']:.0f}")
         print(cpu_line("", r))
@@ -641,7 +650,8 @@ def one_backend(backend: str, args: argparse.Namespace, pg_url: str | None) -> N
           f"{many_none['rate'] / noop['rate']:.3f} (goal >= 0.6); with the writer thread "
           f"{thread['rate'] / noop['rate']:.3f}")
     print(f"ratio HTTP add (32 clients, on_similar add, the default) / FastAPI no-op: "
-          f"{many_add['rate'] / noop['rate']:.3f} (goal >= 0.6)")
+          f"{many_add['rate'] / noop['rate']:.3f} (goal >= 0.6); varied texts "
+          f"{many_varied['rate'] / noop['rate']:.3f}")
     print(f"ratio HTTP add (32 clients, on_similar add) / in-process groups of 32: "
           f"{many_add['rate'] / inproc['group32_add']:.3f}; on_similar none: "
           f"{many_none['rate'] / inproc['group32_none']:.3f} (the writer's own bound)")
