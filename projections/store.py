@@ -234,6 +234,29 @@ class Store:
                             error=e.orig.__class__.__name__ if e.orig else "DBAPIError")
         return done
 
+    @contextlib.contextmanager
+    def kept_open(self) -> Iterator[None]:
+        """While the block runs, one idle connection of this process stays open on the
+        SQLite file, so that no other close of this process is the last one. The last
+        close checkpoints the WAL into the file, syncs it and removes the WAL: on a
+        server's writer process, which catches the read models up and searches them for
+        every group of adds, those closes cost more than the applies (ADR 0077). Kept
+        open, the WAL is checkpointed by SQLite's automatic checkpoint, by compaction's
+        ``TRUNCATE`` after a purge, and when the block ends. The kept connection holds no
+        read snapshot (it ran its one read and ended it), so it blocks no checkpoint, an
+        erasure's included. Nothing on PostgreSQL."""
+        if not self.is_sqlite or self.sqlite_path is None:
+            yield
+            return
+        keep = self.engine.connect()
+        try:
+            # a read opens the WAL; ended at once, so no snapshot is held
+            keep.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar()
+            keep.rollback()
+            yield
+        finally:
+            keep.close()
+
     # ------------------------------------------------------------ page-exact raw scan
     @contextlib.contextmanager
     def checkpoints_held(self) -> Iterator[bool]:

@@ -102,26 +102,34 @@ def _writer_main(home: str, conn: Any, log_level: str | None) -> None:
         return
     conn.send(("ready", None))
     try:
-        while True:
-            try:
-                msg = conn.recv()
-            except EOFError:
-                break
-            if msg is None:
-                break
-            kind, payload = msg
-            out: Any
-            if kind == "adds":
-                out = [r if not isinstance(r, BaseException) else _Carried(_portable(r))
-                       for r in adds(svc, payload)]
-            else:
-                try:
-                    out = bulk(svc, *payload)
-                except Exception as e:
-                    out = _Carried(_portable(e))
-            conn.send(out)
+        # the read models' SQLite file stays open between groups: no close of this
+        # process's is the last one, which would checkpoint the WAL (ADR 0077)
+        with svc.proj.store.kept_open():
+            _answer(svc, conn)
     finally:
         close_service(svc)
+
+
+def _answer(svc: MemoryService, conn: Any) -> None:
+    """Answer the server process's writes in order until ``None`` or the pipe's end."""
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        kind, payload = msg
+        out: Any
+        if kind == "adds":
+            out = [r if not isinstance(r, BaseException) else _Carried(_portable(r))
+                   for r in adds(svc, payload)]
+        else:
+            try:
+                out = bulk(svc, *payload)
+            except Exception as e:
+                out = _Carried(_portable(e))
+        conn.send(out)
 
 
 _early: dict[Path, WriterProcess] = {}  # started by `ledger serve` before its app is built

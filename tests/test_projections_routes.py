@@ -210,6 +210,33 @@ def test_hard_tombstone_and_artifact_deletion_purge_every_route(
             assert p.atoms.atom(conn, str(atom))["status"] == "deleted"  # type: ignore[index]
 
 
+def test_a_file_kept_open_keeps_its_wal_and_an_erasure_still_empties_it(
+        app: LedgerApp) -> None:
+    """ADR 0077: while a server's writer process keeps the read models' file open, the
+    closes of its other connections leave the WAL in place (none is the last), and the
+    compaction after a purge still checkpoints and empties it: the kept connection holds
+    no snapshot. The WAL goes when the last connection closes."""
+    marker = _marker()
+    app.register_subject({"ref": "u1"})
+    atom = app.add_atom({"subject": "u1", "text": f"Has a rare condition {marker}"})
+    with projections(app) as p:
+        wal = p.store.sqlite_path.with_name(p.store.sqlite_path.name + "-wal") \
+            if p.store.sqlite_path is not None else None
+        with p.store.kept_open():
+            p.catch_up()
+            if wal is not None:
+                assert wal.exists() and wal.stat().st_size > 0
+                assert p.store.scan_files([marker.encode()])  # the marker is in the files
+            app.destroy_data_key(atom, "test")
+            report = p.catch_up()
+            assert report.compaction is not None and report.compaction.complete
+            assert p.store.scan_files([marker.encode()]) == {}
+            # emptied by the compaction (not blocked by the kept connection); what is in
+            # it now is the tracking row written after it
+            assert wal is None or 0 < wal.stat().st_size <= 32 + 2 * (24 + 4096)
+    assert wal is None or not wal.exists()
+
+
 def test_projections_database_is_owner_only(app: LedgerApp) -> None:
     """The projections file holds decrypted content: mode 0600, like the event store."""
     with projections(app) as p:
