@@ -93,7 +93,7 @@ class Store:
                 # the read models are derived from the log: a commit lost to a power cut
                 # is applied again on the next catch-up (position and rows commit
                 # together), and every checkpoint, an erasure's compaction included, still
-                # syncs the file (ADR 0077)
+                # syncs the file (ADR 0078)
                 dbapi_conn.execute("PRAGMA synchronous=NORMAL")
                 if self._held:  # see checkpoints_held
                     dbapi_conn.execute("PRAGMA wal_autocheckpoint=0")
@@ -240,7 +240,7 @@ class Store:
         SQLite file, so that no other close of this process is the last one. The last
         close checkpoints the WAL into the file, syncs it and removes the WAL: on a
         server's writer process, which catches the read models up and searches them for
-        every group of adds, those closes cost more than the applies (ADR 0077). Kept
+        every group of adds, those closes cost more than the applies (ADR 0078). Kept
         open, the WAL is checkpointed by SQLite's automatic checkpoint, by compaction's
         ``TRUNCATE`` after a purge, and when the block ends. The kept connection holds no
         read snapshot (it ran its one read and ended it), so it blocks no checkpoint, an

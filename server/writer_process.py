@@ -103,7 +103,7 @@ def _writer_main(home: str, conn: Any, log_level: str | None) -> None:
     conn.send(("ready", None))
     try:
         # the read models' SQLite file stays open between groups: no close of this
-        # process's is the last one, which would checkpoint the WAL (ADR 0077)
+        # process's is the last one, which would checkpoint the WAL (ADR 0078)
         with svc.proj.store.kept_open():
             _answer(svc, conn)
     finally:

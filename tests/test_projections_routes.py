@@ -212,7 +212,7 @@ def test_hard_tombstone_and_artifact_deletion_purge_every_route(
 
 def test_a_file_kept_open_keeps_its_wal_and_an_erasure_still_empties_it(
         app: LedgerApp) -> None:
-    """ADR 0077: while a server's writer process keeps the read models' file open, the
+    """ADR 0078: while a server's writer process keeps the read models' file open, the
     closes of its other connections leave the WAL in place (none is the last), and the
     compaction after a purge still checkpoints and empties it: the kept connection holds
     no snapshot. The WAL goes when the last connection closes."""
