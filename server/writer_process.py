@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from ledger.errors import EnvironmentProblem
-from service.root import close_service, open_service
+from service.root import close_service, open_service, read_models_kept_open
 
 if TYPE_CHECKING:
     from service.caller import Caller
@@ -104,7 +104,7 @@ def _writer_main(home: str, conn: Any, log_level: str | None) -> None:
     try:
         # the read models' SQLite file stays open between groups: no close of this
         # process's is the last one, which would checkpoint the WAL (ADR 0078)
-        with svc.proj.store.kept_open():
+        with read_models_kept_open(svc):
             _answer(svc, conn)
     finally:
         close_service(svc)

@@ -100,3 +100,12 @@ def opened_service(home: Path | None = None, *, lazy: bool = False
         yield svc
     finally:
         close_service(svc)
+
+
+@contextmanager
+def read_models_kept_open(svc: MemoryService) -> Iterator[None]:
+    """For a long-lived process that writes and searches the read models after every
+    write (a server's writer process): their SQLite file kept open while the block runs,
+    so its other connections' closes do not checkpoint the WAL each time (ADR 0078)."""
+    with svc.proj.store.kept_open():
+        yield
