@@ -172,7 +172,7 @@ class WriteSide(Application[UUID]):
         anything is signed with it: another ledger's root key would append roster events
         the verifier rejects, for ever (issue 20, item 5)."""
         root = self.signer("root")
-        roster_root = self.reader.roster().state.root_kid
+        roster_root = self.reader.roster_state().root_kid
         if root.kid != self.config.root_kid or root.kid != roster_root:
             raise InputError(
                 f"the key keys/root.key ({root.kid}) is not this ledger's root key "
@@ -200,12 +200,12 @@ class WriteSide(Application[UUID]):
                     hint=f"unset {clock.ENV} or set it to a later time; history is append-only")
             wanted = (roles,) if isinstance(roles, str) else roles
             if wanted == (ROOT,) and self.reader.exists(self.roster_id) and \
-                    signer.kid != self.reader.roster().state.root_kid:
+                    signer.kid != self.reader.roster_state().root_kid:
                 raise InputError(f"{signer.name} ({signer.kid}) is not the roster's root key; "
                                  "nothing was written", hint="see `ledger keys list`")
             if wanted != (ROOT,):
                 try:
-                    self.reader.roster().state.holds(signer.kid, wanted, at)
+                    self.reader.roster_state().holds(signer.kid, wanted, at)
                 except KeyNotAuthorized as e:
                     raise InputError(f"{signer.name} may not sign this command: {e}",
                                      hint="see `ledger keys list`") from None
@@ -261,7 +261,7 @@ class WriteSide(Application[UUID]):
         checkpoint already recorded for that size, with its cosignatures)."""
         at = clock.now()
         try:
-            self.reader.roster().state.check(signer.kid, "log", at)
+            self.reader.roster_state().check(signer.kid, "log", at)
         except KeyNotAuthorized as e:
             raise InputError(f"the log key may not sign checkpoints: {e}",
                              hint="authorize one with `ledger keys authorize log2 --role log`"

@@ -13,6 +13,7 @@ from keys.datakeys import DataKeyStore, make_engine
 from keys.errors import DataKeyUnavailable, KeyNotAuthorized
 from keys.roster import KeyRoster
 from keys.signing import Signer
+from ledger.application import LedgerApp
 
 from .conftest import PG_URL, drop_schema, files_under
 
@@ -170,3 +171,24 @@ def test_public_key_document_is_read_strictly_wherever_it_comes_from() -> None:
     with pytest.raises(PublicKeyFileError):
         parse_public_key_document(b"\xff not json", "root.pub")
     assert base64.b64decode(doc["public_key"]) == signer.public_key
+
+
+def test_each_command_checks_its_key_against_the_roster_as_of_its_newest_event(
+        app: LedgerApp) -> None:
+    """A command's key check reads the roster state its reader keeps (no copy of the
+    roster aggregate per command), taken again as soon as the roster has a new event: a
+    key authorized signs the next command, a key revoked is refused by the next one, and
+    nothing of the refused command is written."""
+    from ledger.errors import InputError
+
+    first = app.reader.roster_state()
+    assert app.reader.roster_state() is first  # nothing new in the roster: kept
+    kid = app.authorize_key("scribe", "writer")
+    assert kid in app.reader.roster_state().entries
+    app.register_subject({"ref": "u1"}, actor="scribe")
+    app.revoke_key(kid, "writer")
+    head = app.reader.head()
+    with pytest.raises(InputError, match="may not sign this command"):
+        app.register_subject({"ref": "u2"}, actor="scribe")
+    assert app.reader.head() == head
+    assert not app.reader.exists(app.reader.subject_id("u2"))
