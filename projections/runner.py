@@ -527,14 +527,6 @@ class Runner:
                  events=report.notifications)
         return report
 
-    def compact_pending(self, names: Sequence[str] | None = None) -> CompactionReport | None:
-        """Run route and store compaction for models marked ``compact_pending``."""
-        with self.store.engine.connect() as conn:
-            pending = self._pending(conn, self._names(names))
-        if not pending:
-            return None
-        return self.compact(pending)
-
     def _pending(self, conn: Connection, names: Sequence[str]) -> list[str]:
         """Which of ``names`` are marked ``compact_pending`` (read in a transaction of
         its own on ``conn``)."""
