@@ -30,6 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
@@ -86,7 +87,7 @@ def main() -> None:
                     svc.similar_memories(me, "bench", [text(j, f"probe{g}")
                                                        for j in range(args.group)])
                     times["search"].append((time.perf_counter() - t0) / args.group)
-                times.update(nearest_both_ways(svc, args.group, args.groups))
+                times.update(nearest_both_ways(svc, text, args.group, args.groups))
             finally:
                 close_service(svc)
         finally:
@@ -101,7 +102,8 @@ def main() -> None:
               f"({med['one by one'] / med['batched']:.1f}x)", flush=True)
 
 
-def nearest_both_ways(svc: object, group: int, rounds: int) -> dict[str, list[float]]:
+def nearest_both_ways(svc: object, text: Callable[[int, str], str], group: int,
+                      rounds: int) -> dict[str, list[float]]:
     """Seconds per call of the two ways to find the :data:`projections.similar.POOL`
     nearest vectors of ``group`` texts in the subject's recall index, interleaved."""
     import numpy as np
@@ -115,7 +117,7 @@ def nearest_both_ways(svc: object, group: int, rounds: int) -> dict[str, list[fl
     with proj.store.engine.connect() as conn:
         entry = proj.index.get(conn, sid, proj._positions(conn))
     qs = _unit(embed_matrix(proj.vectors.embedder, [  # as find_similar embeds its texts
-        f"memory probe {j} about topic {j}" for j in range(group)])).astype(np.float32)
+        text(j, "probe") for j in range(group)])).astype(np.float32)
     out: dict[str, list[float]] = {"batched": [], "one by one": []}
     for _ in range(rounds):
         t0 = time.perf_counter()

@@ -164,6 +164,12 @@ def _best(scores: Any, n: int) -> Any:
     return near[np.argpartition(-scores[near], n - 1)[:n]]
 
 
+def _batched(live: int, queries: int) -> bool:
+    """Whether :meth:`SubjectIndex.vectors_top` searches ``queries`` queries over
+    ``live`` vectors in matrix products (exact), rather than one at a time."""
+    return queries > 1 and live <= BATCH_EXACT_LIMIT
+
+
 @functools.cache
 def _blas() -> Any:
     """The process's one ``threadpoolctl`` controller (about 2 ms to make)."""
@@ -791,7 +797,7 @@ class SubjectIndex:
 
         if n <= 0 or not len(self.flags) or not len(live := self.live()):
             return [[] for _ in range(len(qs))]
-        if len(live) > BATCH_EXACT_LIMIT or len(qs) == 1:
+        if not _batched(len(live), len(qs)):
             return [self.vector_top(np.asarray(q, dtype=np.float32), n) for q in qs]
         out: list[list[tuple[str, float]]] = []
         rows = self.matrix[:self.used]
@@ -810,7 +816,7 @@ class SubjectIndex:
         """Whether :meth:`vectors_top` of ``queries`` queries scores every retrievable
         slot, so that a slot it leaves out scores no more than the last one it gives."""
         live = len(self.live())
-        return live <= EXACT_LIMIT or (queries > 1 and live <= BATCH_EXACT_LIMIT)
+        return live <= EXACT_LIMIT or _batched(live, queries)
 
     def cosines(self, q: Any, atom_ids: Sequence[str]) -> dict[str, float]:
         """The exact cosine of each of ``atom_ids`` that holds a vector here (recall scores

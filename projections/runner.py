@@ -300,15 +300,21 @@ class Runner:
     def head(self) -> int:
         return self.reader.head_position()
 
+    @contextlib.contextmanager
+    def _transaction(self, conn: Connection | None) -> Iterator[Connection]:
+        """A transaction on ``conn`` (a catch-up's connection), or on a new connection."""
+        if conn is None:
+            with self.store.engine.begin() as new:
+                yield new
+        else:
+            with conn.begin():
+                yield conn
+
     def positions(self, conn: Connection | None = None) -> dict[str, int]:
         """Each model's position (on ``conn``, in a transaction of its own, if given)."""
         self.setup()
-        with contextlib.ExitStack() as stack:
-            if conn is None:
-                conn = stack.enter_context(self.store.engine.connect())
-            else:
-                stack.enter_context(conn.begin())
-            rows = conn.execute(sa.select(self.tracking.c.name, self.tracking.c.position)).all()
+        with self._transaction(conn) as c:
+            rows = c.execute(sa.select(self.tracking.c.name, self.tracking.c.position)).all()
         return {str(r.name): int(r.position) for r in rows if r.name in self.models}
 
     def status(self) -> list[ModelStatus]:
@@ -342,11 +348,7 @@ class Runner:
         tracking row lock), so calling this again with the same entries does nothing.
         """
         t0 = time.perf_counter()
-        with contextlib.ExitStack() as stack:
-            if conn is None:
-                conn = stack.enter_context(self.store.engine.begin())
-            else:
-                stack.enter_context(conn.begin())
+        with self._transaction(conn) as conn:
             row = self._lock(conn, model.name)
             if row is None:
                 raise RuntimeError(f"read model {model.name} is not set up")
@@ -531,7 +533,7 @@ class Runner:
         """Which of ``names`` are marked ``compact_pending`` (read in a transaction of
         its own on ``conn``)."""
         t = self.tracking
-        with conn.begin():
+        with self._transaction(conn):
             return [r.name for r in conn.execute(
                 sa.select(t.c.name).where(t.c.compact_pending == sa.true()))
                 if r.name in names]
