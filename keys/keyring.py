@@ -50,9 +50,19 @@ def private_key_document(signer: Signer) -> dict[str, str]:
 def read_private_key_file(path: Path, name: str) -> Signer:
     """Read a ``.key`` file written by :class:`Keyring` and check its key id."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        data = path.read_bytes()
+    except OSError as e:
+        raise KeyringError(f"cannot read private key {path}: {e}") from e
+    return read_private_key_document(data, path, name)
+
+
+def read_private_key_document(data: bytes, path: Path, name: str) -> Signer:
+    """The key of the bytes of a ``.key`` file (``path`` names it in errors), its key id
+    checked."""
+    try:
+        doc = json.loads(data.decode("utf-8"))
         signer = Signer.from_seed(name, bytes.fromhex(doc["seed"]))
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError) as e:
         raise KeyringError(f"cannot read private key {path}: {e}") from e
     if signer.kid != doc.get("kid"):
         raise KeyringError(f"private key {path}: stored key id does not match the key")
@@ -98,6 +108,10 @@ class Keyring:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
+        # a key read, by name, with the bytes of the file it was read from: every command
+        # loads its signer, and parsing the file and deriving the key again cost more
+        # than reading the file and comparing its bytes (ADR 0080)
+        self._read: dict[str, tuple[bytes, Signer]] = {}
 
     def _key_path(self, name: str) -> Path:
         _check_name(name)
@@ -129,18 +143,28 @@ class Keyring:
     def load(self, name: str) -> Signer:
         path = self._key_path(name)
         try:
-            mode = stat.S_IMODE(path.stat().st_mode)
+            st = path.stat()
         except FileNotFoundError as e:
             raise KeyringError(
                 f"no private key named {name!r} in {self.folder}; "
                 "list keys with `ledger keys list`"
             ) from e
+        mode = stat.S_IMODE(st.st_mode)
         if mode & 0o077:
             raise KeyringError(
                 f"private key {path} is readable by others (mode {oct(mode)}); "
                 f"run `chmod 600 {path}`"
             )
-        return read_private_key_file(path, name)
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise KeyringError(f"cannot read private key {path}: {e}") from e
+        known = self._read.get(name)
+        if known is not None and known[0] == data:  # the same bytes: the same key
+            return known[1]
+        signer = read_private_key_document(data, path, name)
+        self._read[name] = (data, signer)
+        return signer
 
     def public_key_path(self, name: str) -> Path:
         _check_name(name)

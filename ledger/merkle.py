@@ -30,11 +30,14 @@ from ledger.errors import VerificationFailed
 __all__ = [
     "EMPTY_ROOT",
     "HASH_SIZE",
+    "EdgeAppender",
     "MemoryTreeStore",
     "MerkleTree",
     "NodeKey",
     "ProofError",
     "TreeStore",
+    "appended_nodes",
+    "frontier_keys",
     "leaf_hash",
     "node_hash",
     "root_from_leaves",
@@ -141,6 +144,43 @@ class TreeStore(Protocol):
         ...
 
 
+@runtime_checkable
+class EdgeAppender(Protocol):
+    """A :class:`TreeStore` that appends leaves itself, in one transaction, from the right
+    edge it reads (or remembers): :meth:`MerkleTree.extend` hands it the leaves instead
+    of reading the frontier with ``get_many`` and writing with ``put_many``."""
+
+    def append_leaves(self, hashes: Sequence[bytes], size: int | None = None) -> int | None:
+        """Append leaf hashes after the stored ones; the new size. ``size``: the size the
+        tree must have; when it has another, nothing is written and None returned."""
+        ...
+
+
+def frontier_keys(n: int) -> list[NodeKey]:
+    """The right edge of a tree of ``n`` leaves: the last complete node of each level
+    whose bit is set in ``n``, the only left siblings that leaves appended can need."""
+    return [(level, (n >> level) - 1) for level in range(n.bit_length()) if n >> level & 1]
+
+
+def appended_nodes(n: int, frontier: dict[int, bytes], hashes: Sequence[bytes]
+                   ) -> list[tuple[NodeKey, bytes]]:
+    """The complete-subtree nodes that appending leaf ``hashes`` to a tree of ``n`` leaves
+    adds, level by level in index order; ``frontier``: the hash of each node of
+    :func:`frontier_keys` by level (consumed)."""
+    new_nodes: list[tuple[NodeKey, bytes]] = []
+    for value in hashes:
+        level, index, node = 0, n, value
+        while True:
+            new_nodes.append(((level, index), node))
+            if index & 1 == 0:
+                frontier[level] = node
+                break
+            node = node_hash(frontier.pop(level), node)
+            level, index = level + 1, index >> 1
+        n += 1
+    return new_nodes
+
+
 class MemoryTreeStore:
     """In-memory :class:`TreeStore`: one list of hashes per level."""
 
@@ -222,27 +262,19 @@ class MerkleTree:
         for position, value in enumerate(hashes):
             if not _is_hash(value):
                 raise ValueError(f"leaf hash at batch position {position} is not {HASH_SIZE} bytes")
+        if isinstance(self._store, EdgeAppender):  # one read and one write in all
+            appended = self._store.append_leaves(hashes, size)
+            if appended is None:
+                raise ValueError(f"the stored tree no longer has {size} leaves")
+            return appended
         n = self._store.size() if size is None else size
         if not hashes:
             return n
-        # The right edge ("frontier"): the last complete node of each level whose bit is set
-        # in n.  Those are the only left siblings the new leaves can need.
-        levels = [level for level in range(n.bit_length()) if n >> level & 1]
-        stored = self._store.get_many([(level, (n >> level) - 1) for level in levels])
-        frontier: dict[int, bytes] = dict(zip(levels, stored, strict=True))
-        new_nodes: list[tuple[NodeKey, bytes]] = []
-        for value in hashes:
-            level, index, node = 0, n, value
-            while True:
-                new_nodes.append(((level, index), node))
-                if index & 1 == 0:
-                    frontier[level] = node
-                    break
-                node = node_hash(frontier.pop(level), node)
-                level, index = level + 1, index >> 1
-            n += 1
-        self._store.put_many(new_nodes)
-        return n
+        keys = frontier_keys(n)
+        frontier = {level: node for (level, _), node in
+                    zip(keys, self._store.get_many(keys), strict=True)}
+        self._store.put_many(appended_nodes(n, frontier, hashes))
+        return n + len(hashes)
 
     def _size_arg(self, size: int | None, what: str) -> int:
         current = self._store.size()

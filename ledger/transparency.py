@@ -33,7 +33,7 @@ from ledger.checkpoint import Checkpoint, CheckpointError, sign_checkpoint, veri
 from ledger.errors import ConflictError, NotFound, VerificationFailed
 from ledger.home import StorageURL
 from ledger.leaf import leaf_bytes, leaf_of
-from ledger.merkle import HASH_SIZE, MerkleTree, NodeKey, leaf_hash
+from ledger.merkle import HASH_SIZE, MerkleTree, NodeKey, appended_nodes, frontier_keys, leaf_hash
 
 if TYPE_CHECKING:
 
@@ -47,6 +47,16 @@ log = structlog.get_logger("transparency")
 
 TILE_WIDTH = 64  # nodes per stored tile: 2 KiB of hashes, within one 4 KiB page
 _NID = struct.Struct(">q")
+_Tile = tuple[int, bytes, bytes | None]
+"""A stored tile: its index in its level, its hashes, its leaves' notification ids."""
+_TileRow = tuple[int, int, bytes, bytes | None]
+"""A tile as written: level, index, hashes, notification ids (level 0 only)."""
+
+
+def _node(tile: _Tile, index: int) -> bytes:
+    """The hash of node ``index`` of its level, from the tile that holds it."""
+    at = (index - tile[0] * TILE_WIDTH) * HASH_SIZE
+    return tile[1][at:at + HASH_SIZE]
 
 
 class SqlTreeStore:
@@ -101,6 +111,7 @@ class SqlTreeStore:
         )
         md.create_all(engine)
         self.leaf_notifications: dict[int, int] = {}
+        self._edge: dict[int, _Tile] | None = None  # the right edge (append_leaves)
         prep = engine.dialect.identifier_preparer
         table = prep.format_table(self.tiles)
         ph = "?" if engine.dialect.paramstyle == "qmark" else "%s"
@@ -258,27 +269,93 @@ class SqlTreeStore:
                 if indexes[old:] != list(range(have, have + new)):
                     raise ValueError(f"nodes of level {level} are not the next ones "
                                      f"(expected indexes from {have} on, in order)")
-                if not new:
-                    continue
-                data = b"".join(values[old:])
-                nids = b""
-                if level == 0:
-                    get = self.leaf_notifications.get
-                    nids = struct.pack(f">{new}q", *[get(i, 0) for i in range(have, have + new)])
-                pos = have
-                while pos < have + new:
-                    tile = pos // TILE_WIDTH
-                    stop = min((tile + 1) * TILE_WIDTH, have + new)
-                    part = data[(pos - have) * HASH_SIZE:(stop - have) * HASH_SIZE]
-                    prior = stored.get((level, tile)) if pos % TILE_WIDTH else None
-                    nid_part = None
-                    if level == 0:
-                        nid_part = nids[(pos - have) * _NID.size:(stop - have) * _NID.size]
-                        nid_part = (prior[1] or b"") + nid_part if prior else nid_part
-                    rows.append((level, tile, prior[0] + part if prior else part, nid_part))
-                    pos = stop
+                if new:
+                    rows.extend(self._tile_rows(level, have, values[old:],
+                                                stored.get((level, have // TILE_WIDTH))))
             if rows:
                 conn.exec_driver_sql(self._upsert_sql, rows)
+
+    def _tile_rows(self, level: int, have: int, values: Sequence[bytes],
+                   prior: tuple[bytes, bytes | None] | None) -> list[_TileRow]:
+        """The tile rows that store ``values``, the nodes of ``level`` from index ``have``
+        on; ``prior``: the stored tile that holds index ``have`` (partial), if any."""
+        new = len(values)
+        data = b"".join(values)
+        nids = b""
+        if level == 0:
+            get = self.leaf_notifications.get
+            nids = struct.pack(f">{new}q", *[get(i, 0) for i in range(have, have + new)])
+        rows: list[_TileRow] = []
+        pos = have
+        while pos < have + new:
+            tile = pos // TILE_WIDTH
+            stop = min((tile + 1) * TILE_WIDTH, have + new)
+            part = data[(pos - have) * HASH_SIZE:(stop - have) * HASH_SIZE]
+            before = prior if pos % TILE_WIDTH else None
+            nid_part = None
+            if level == 0:
+                nid_part = nids[(pos - have) * _NID.size:(stop - have) * _NID.size]
+                nid_part = (before[1] or b"") + nid_part if before else nid_part
+            rows.append((level, tile, before[0] + part if before else part, nid_part))
+            pos = stop
+        return rows
+
+    def append_leaves(self, hashes: Sequence[bytes], size: int | None = None) -> int | None:
+        """Append leaf hashes in one transaction of the tile writer (the contract of
+        :class:`ledger.merkle.EdgeAppender`): one read of the last leaf tile, the tiles of
+        the right edge read only when this store did not write them last, one write.
+
+        The right edge (the last tile of every level) is kept from one append to the
+        next. It is used only while the stored last leaf tile is the one this store wrote:
+        an append by another process, or a tail of tiles lost in a crash and rebuilt,
+        changes that tile, and the edge is read again. The tiles are derived from the
+        events and never trusted (``ledger verify`` recomputes every leaf), as when they
+        are read."""
+        with self.tile_writer.begin() as conn:
+            last = conn.exec_driver_sql(self._last_leaf_tile_sql).first()
+            leaf_tile = None if last is None else (
+                int(last[1]), bytes(last[2]), None if last[3] is None else bytes(last[3]))
+            n = 0 if leaf_tile is None else \
+                leaf_tile[0] * TILE_WIDTH + len(leaf_tile[1]) // HASH_SIZE
+            if size is not None and n != size:
+                return None
+            if not hashes:
+                return n
+            edge, self._edge = self._edge, None  # until this transaction has committed
+            if edge is None or edge.get(0) != leaf_tile:
+                edge = self._edge_of(conn, n, leaf_tile)
+            frontier = {level: _node(edge[level], index)
+                        for level, index in frontier_keys(n)}
+            levels: dict[int, list[bytes]] = {}
+            for (level, _), value in appended_nodes(n, frontier, hashes):
+                levels.setdefault(level, []).append(value)
+            rows: list[_TileRow] = []
+            for level, values in levels.items():
+                have = n >> level
+                last_tile = edge.get(level)
+                prior = None if last_tile is None or last_tile[0] != have // TILE_WIDTH \
+                    else last_tile[1:]
+                rows.extend(self._tile_rows(level, have, values, prior))
+            conn.exec_driver_sql(self._upsert_sql, rows)
+        for level, tile, blob, nids in rows:  # the last row of each level is its last tile
+            edge[level] = (tile, blob, nids)
+        self._edge = edge
+        return n + len(hashes)
+
+    def _edge_of(self, conn: Connection, n: int, leaf_tile: _Tile | None) -> dict[int, _Tile]:
+        """The last stored tile of each level of a tree of ``n`` leaves, level 0's given."""
+        edge: dict[int, _Tile] = {} if leaf_tile is None else {0: leaf_tile}
+        wanted = {level: {((n >> level) - 1) // TILE_WIDTH}
+                  for level in range(1, n.bit_length())}
+        for (level, tile), (blob, nids) in self._read(conn, wanted).items():
+            edge[level] = (tile, blob, nids)
+        for level in range(n.bit_length()):
+            count = n >> level
+            found = edge.get(level)
+            if found is None or found[0] * TILE_WIDTH + len(found[1]) // HASH_SIZE != count:
+                raise KeyError(f"the stored tiles of level {level} do not end at node "
+                               f"{count - 1}")
+        return edge
 
     def last_notification_id_of(self, index: int) -> int:
         with self.engine.connect() as conn:
@@ -480,7 +557,7 @@ class TransparencyLog:
         """
         if not recorded:
             return self.catch_up(recorder)
-        size = self.store.size()
+        size = recorded[0][0] - 1  # the tree's size before them, checked as they append
         notification_ids: dict[int, int] = {}
         hashes: list[bytes] = []
         for index, (seq, nid, s, signature) in enumerate(recorded, start=size):
@@ -490,7 +567,8 @@ class TransparencyLog:
             hashes.append(leaf_hash(leaf_bytes(seq, s.originator_id, s.originator_version,
                                                s.topic, s.state, signature)))
         self.store.leaf_notifications = notification_ids
-        return self.tree.extend(hashes, size=size)
+        appended = self.store.append_leaves(hashes, size)
+        return self.catch_up(recorder) if appended is None else appended
 
     def checkpoint(self, signer: Signer, at: datetime) -> SignedCheckpoint:
         """Sign the current tree head with the log key and record it (idempotent)."""

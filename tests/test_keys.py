@@ -149,6 +149,36 @@ def test_key_files_one_format_written_0600_and_replaced_whole(tmp_path: Path) ->
     assert not (ring.folder / "writer.key.tmp").exists()
 
 
+def test_a_loaded_key_is_read_again_when_its_file_changes(tmp_path: Path) -> None:
+    """ADR 0080: the keyring keeps a key it read while its file holds the same bytes; a
+    rotation (a new file renamed over it), a rewrite in place and a removal are seen by
+    the next load, and a file made readable by others is refused as before."""
+    import json
+    import os
+
+    from keys.errors import KeyringError
+    from keys.keyring import Keyring, private_key_document
+
+    ring = Keyring(tmp_path / "keys")
+    first = ring.create("writer")
+    assert ring.load("writer") is ring.load("writer")  # kept: read once
+    rotated = Signer.generate("writer")
+    ring.install(rotated)
+    assert ring.load("writer").kid == rotated.kid
+    path = ring.folder / "writer.key"
+    with path.open("r+", encoding="utf-8") as f:  # the same inode, another key
+        f.seek(0)
+        f.write(json.dumps(private_key_document(first)))
+        f.truncate()
+    assert ring.load("writer").kid == first.kid
+    os.chmod(path, 0o644)
+    with pytest.raises(KeyringError, match="readable by others"):
+        ring.load("writer")
+    path.unlink()
+    with pytest.raises(KeyringError, match="no private key"):
+        ring.load("writer")
+
+
 def test_public_key_document_is_read_strictly_wherever_it_comes_from() -> None:
     """One reader for `.pub` documents, a file's or a pack's `keys/root.pub`: the key id
     must match the key, the key must be strict base64."""

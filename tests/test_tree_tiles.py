@@ -90,6 +90,52 @@ class TestSqlTreeStore(TreeStoreContract):
         assert rows == sum(-(-(n >> level) // TILE_WIDTH) for level in range(n.bit_length()))
 
 
+    def test_appends_keep_the_right_edge_and_read_it_again_after_another_writer(self) -> None:
+        """``append_leaves`` (ADR 0080): every node equals the in-memory tree's, across
+        tile boundaries, whether this store wrote the edge last, another store on the same
+        database appended in between, or a lost tail of tiles was written back; one
+        SELECT per append while this store wrote last."""
+        engine, schema = self.engines.new()
+        mine, other = SqlTreeStore(engine, schema), SqlTreeStore(engine, schema)
+        selects: list[str] = []
+        sa.event.listen(engine, "before_cursor_execute",
+                        lambda _c, _cur, stmt, *_a: selects.append(stmt)
+                        if stmt.lstrip().upper().startswith("SELECT") else None)
+        hashes = [leaf_hash(b"%d" % i) for i in range(5 * TILE_WIDTH + 7)]
+        pos = 0
+        plan = [(mine, 1), (mine, 1), (mine, TILE_WIDTH - 3), (mine, 2), (other, 5),
+                (mine, 3), (mine, 2 * TILE_WIDTH), ("lose", 0), (mine, 4), (other, 1),
+                (other, TILE_WIDTH), (mine, 7), (mine, len(hashes))]
+        kept: list[dict[str, object]] = []
+        reads: list[int] = []
+        for who, step in plan:
+            if who == "lose":  # the tiles as they were two appends ago: a lost tail
+                with engine.begin() as conn:
+                    conn.execute(mine.tiles.delete())
+                    conn.execute(mine.tiles.insert(), kept)
+                pos = int(mine.size())
+                continue
+            with engine.connect() as conn:
+                kept = [dict(r._mapping) for r in conn.execute(sa.select(mine.tiles))] \
+                    if who is mine and step == 3 else kept
+            batch = hashes[pos:pos + step]
+            assert isinstance(who, SqlTreeStore)
+            who.leaf_notifications = {i: 7 + i for i in range(pos, pos + len(batch))}
+            selects.clear()
+            assert who.append_leaves(batch, pos) == pos + len(batch)
+            reads.append(len(selects))
+            pos += len(batch)
+            assert who.append_leaves([], pos - 1) is None  # another size: nothing written
+        memory = MemoryTreeStore()
+        MerkleTree(memory).extend(hashes[:pos])
+        keys = [(level, i) for level in range(pos.bit_length()) for i in range(pos >> level)]
+        assert mine.get_many(keys) == memory.get_many(keys)
+        assert mine.last_notification_id_of(pos - 1) == 7 + pos - 1
+        # one read for each append by the store that wrote last; the first append of a
+        # store, one after the other store's, and one after the lost tail read the edge
+        assert reads == [1, 1, 1, 1, 2, 2, 1, 2, 2, 1, 2, 1]
+
+
 def _as_node_rows(app: LedgerApp) -> int:
     """Turn the app's tiles back into a pre-tile ``tlog_nodes`` table; returns its rows."""
     store = app.tlog.store
