@@ -45,6 +45,7 @@ import contextlib
 import glob
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -588,6 +589,9 @@ def one_backend(backend: str, args: argparse.Namespace, pg_url: str | None) -> N
                                                              none, pid=pid)))
                 runs["thread"].append(asyncio.run(http_adds(thread_url, token, 32, secs,
                                                             none, pid=thread_pid)))
+            # one no-op run more, so that every round's ledger runs have one before and
+            # one after them: the machine's speed drifts within a minute
+            closing = asyncio.run(http_adds(noop_url, "x", 32, secs, {}, pid=noop_pid))
             print(f"[{backend}] HTTP adds 1 client, bulk, recall ...", file=sys.stderr)
             one = asyncio.run(http_adds(server.url, token, 1, secs / 2, none, pid=pid))
             bulk = asyncio.run(http_adds(server.url, token, 1, secs, {}, batch=BULK,
@@ -649,6 +653,13 @@ def one_backend(backend: str, args: argparse.Namespace, pg_url: str | None) -> N
     print(f"ratio HTTP add (32 clients, on_similar none) / FastAPI no-op: "
           f"{many_none['rate'] / noop['rate']:.3f} (goal >= 0.6); with the writer thread "
           f"{thread['rate'] / noop['rate']:.3f}")
+    around = [(a["rate"] + b["rate"]) / 2
+              for a, b in zip(runs["noop"], [*runs["noop"][1:], closing], strict=True)]
+    per_round = [r["rate"] / n for r, n in zip(runs["process"], around, strict=True)]
+    print("  the same, each round against the mean of the no-op runs before and after it: "
+          + ", ".join(f"{x:.3f}" for x in per_round)
+          + f" (median {statistics.median(per_round):.3f}; closing no-op run "
+            f"{closing['rate']:.0f} req/s)")
     print(f"ratio HTTP add (32 clients, on_similar add, the default) / FastAPI no-op: "
           f"{many_add['rate'] / noop['rate']:.3f} (goal >= 0.6); varied texts "
           f"{many_varied['rate'] / noop['rate']:.3f}")
