@@ -522,7 +522,7 @@ class TransparencyLog:
                         hint="run `ledger verify` to find the first bad event")
                 self.store.leaf_notifications[size + len(hashes)] = rec.id
                 hashes.append(leaf_hash(leaf_of(rec, opened)))
-            size = self.tree.extend(hashes)
+            size = self.tree.extend(hashes, size=size)  # refused if the tree moved on
             after = rows[-1].id
 
     def append_recorded(self, notifications: Sequence[Any], recorder: Any) -> int:
@@ -543,7 +543,7 @@ class TransparencyLog:
                 return self.catch_up(recorder)
             self.store.leaf_notifications[size + len(hashes)] = n.id
             hashes.append(leaf_hash(leaf_of(n, o)))
-        return self.tree.extend(hashes)
+        return self.tree.extend(hashes, size=size)
 
     def append_sealed(self, recorded: Sequence[tuple[int, int | None, Any, bytes]],
                       recorder: Any) -> int:

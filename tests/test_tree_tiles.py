@@ -126,6 +126,9 @@ class TestSqlTreeStore(TreeStoreContract):
             reads.append(len(selects))
             pos += len(batch)
             assert who.append_leaves([], pos - 1) is None  # another size: nothing written
+        with pytest.raises(ValueError, match="no longer has"):  # a caller's stale size
+            MerkleTree(other).extend([leaf_hash(b"late")], size=pos - 1)
+        assert mine.size() == pos
         memory = MemoryTreeStore()
         MerkleTree(memory).extend(hashes[:pos])
         keys = [(level, i) for level in range(pos.bit_length()) for i in range(pos >> level)]
