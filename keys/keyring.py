@@ -49,11 +49,14 @@ def private_key_document(signer: Signer) -> dict[str, str]:
 
 def read_private_key_file(path: Path, name: str) -> Signer:
     """Read a ``.key`` file written by :class:`Keyring` and check its key id."""
+    return read_private_key_document(_key_bytes(path), path, name)
+
+
+def _key_bytes(path: Path) -> bytes:
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as e:
         raise KeyringError(f"cannot read private key {path}: {e}") from e
-    return read_private_key_document(data, path, name)
 
 
 def read_private_key_document(data: bytes, path: Path, name: str) -> Signer:
@@ -155,10 +158,7 @@ class Keyring:
                 f"private key {path} is readable by others (mode {oct(mode)}); "
                 f"run `chmod 600 {path}`"
             )
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            raise KeyringError(f"cannot read private key {path}: {e}") from e
+        data = _key_bytes(path)
         known = self._read.get(name)
         if known is not None and known[0] == data:  # the same bytes: the same key
             return known[1]

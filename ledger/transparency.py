@@ -53,6 +53,19 @@ _TileRow = tuple[int, int, bytes, bytes | None]
 """A tile as written: level, index, hashes, notification ids (level 0 only)."""
 
 
+def _end(tile: int, hashes: bytes) -> int:
+    """How many nodes its level holds up to the end of tile ``tile``, whose hashes are
+    ``hashes``: on the level's last tile, the level's length."""
+    return tile * TILE_WIDTH + len(hashes) // HASH_SIZE
+
+
+def _last_leaf_tile(conn: Connection, sql: str) -> _Tile | None:
+    """The last tile of level 0 (``sql``: ``SqlTreeStore``'s query for it), if any."""
+    row = conn.exec_driver_sql(sql).first()
+    return None if row is None else (int(row[1]), bytes(row[2]),
+                                     None if row[3] is None else bytes(row[3]))
+
+
 def _node(tile: _Tile, index: int) -> bytes:
     """The hash of node ``index`` of its level, from the tile that holds it."""
     at = (index - tile[0] * TILE_WIDTH) * HASH_SIZE
@@ -195,15 +208,13 @@ class SqlTreeStore:
                         bytes(hashes), None if nids is None else bytes(nids))
         return found
 
-    def _last_leaf_tile(self) -> tuple[int, bytes, bytes | None] | None:
+    def _last_leaf_tile(self) -> _Tile | None:
         with self.engine.connect() as conn:
-            row = conn.exec_driver_sql(self._last_leaf_tile_sql).first()
-        return None if row is None else (int(row[1]), bytes(row[2]),
-                                          None if row[3] is None else bytes(row[3]))
+            return _last_leaf_tile(conn, self._last_leaf_tile_sql)
 
     def size(self) -> int:
         last = self._last_leaf_tile()
-        return 0 if last is None else last[0] * TILE_WIDTH + len(last[1]) // HASH_SIZE
+        return 0 if last is None else _end(last[0], last[1])
 
     def last_notification_id(self) -> int:
         last = self._last_leaf_tile()
@@ -249,8 +260,7 @@ class SqlTreeStore:
                 for level, (indexes, _) in levels.items()})
             length: dict[int, int] = {}
             for (level, tile), (blob, _) in stored.items():
-                length[level] = max(length.get(level, 0),
-                                    tile * TILE_WIDTH + len(blob) // HASH_SIZE)
+                length[level] = max(length.get(level, 0), _end(tile, blob))
             rows = []
             for level, (indexes, values) in levels.items():
                 have = length.get(level, 0)
@@ -312,11 +322,8 @@ class SqlTreeStore:
         events and never trusted (``ledger verify`` recomputes every leaf), as when they
         are read."""
         with self.tile_writer.begin() as conn:
-            last = conn.exec_driver_sql(self._last_leaf_tile_sql).first()
-            leaf_tile = None if last is None else (
-                int(last[1]), bytes(last[2]), None if last[3] is None else bytes(last[3]))
-            n = 0 if leaf_tile is None else \
-                leaf_tile[0] * TILE_WIDTH + len(leaf_tile[1]) // HASH_SIZE
+            leaf_tile = _last_leaf_tile(conn, self._last_leaf_tile_sql)
+            n = 0 if leaf_tile is None else _end(leaf_tile[0], leaf_tile[1])
             if size is not None and n != size:
                 return None
             if not hashes:
@@ -352,7 +359,7 @@ class SqlTreeStore:
         for level in range(n.bit_length()):
             count = n >> level
             found = edge.get(level)
-            if found is None or found[0] * TILE_WIDTH + len(found[1]) // HASH_SIZE != count:
+            if found is None or _end(found[0], found[1]) != count:
                 raise KeyError(f"the stored tiles of level {level} do not end at node "
                                f"{count - 1}")
         return edge
