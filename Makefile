@@ -6,6 +6,11 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_HOME ?= demo-ledger
+# pytest-xdist: three test processes on this project's two cores (the suite waits on
+# servers, subprocesses and PostgreSQL a third of the time), each taking whole files,
+# the longest first (tests/conftest.py HEAVY_FILES; ADR 0081)
+TEST_WORKERS ?= 3
+XDIST = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: demo serve-demo test test-hsm test-fast lint bench startup clean i18n
 
@@ -35,12 +40,12 @@ HSM_SUITES := tests/test_keys.py tests/test_crypto_shred.py tests/test_keystore_
 	tests/test_erasure_scope.py tests/test_governance.py tests/test_residue_repair.py
 
 test: $(VENV)/.dev
-	LEDGER_CHROMIUM="$$(scripts/ensure-chromium.sh)" $(BIN)/python -m pytest -q -n 2 --dist loadfile
+	LEDGER_CHROMIUM="$$(scripts/ensure-chromium.sh)" $(BIN)/python -m pytest -q $(XDIST)
 	$(MAKE) --no-print-directory test-hsm
 
 test-hsm: $(VENV)/.dev
 	@if [ -n "$$CI" ] || [ -f "$${LEDGER_SOFTHSM_MODULE:-/usr/lib/softhsm/libsofthsm2.so}" ]; then \
-	  LEDGER_TEST_KEK=softhsm $(BIN)/python -m pytest -q -n 2 --dist loadfile \
+	  LEDGER_TEST_KEK=softhsm $(BIN)/python -m pytest -q $(XDIST) \
 	    -k "not postgres" $(HSM_SUITES); \
 	else echo "test-hsm: softhsm2 is not installed here (apt-get install softhsm2): the"; \
 	  echo "keystore and erasure suites' pass with the KEK in a token is left to CI"; fi
@@ -48,7 +53,7 @@ test-hsm: $(VENV)/.dev
 # The slow tests (tests/conftest.py SLOW, @pytest.mark.slow) left out, the browser tests
 # among them: no Chromium needed. Under 3 minutes on 2 cores (README "Set up").
 test-fast: $(VENV)/.dev
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow"
+	$(BIN)/python -m pytest -q $(XDIST) -m "not slow"
 
 # The message template of documents for people, extracted again from the code; then
 # each governance/locale/<lang>/LC_MESSAGES/messages.po gets the new ids to translate
