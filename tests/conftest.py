@@ -168,14 +168,15 @@ SLOW = {
 }
 
 
-HEAVY_FILES = ["test_erasure_crash.py", "test_erasure_readers.py", "test_webhooks.py",
-               "test_mcp.py", "test_kek_rotation.py", "test_server_load.py",
-               "test_readme.py", "test_extraction.py", "test_metrics.py",
-               "test_on_similar.py", "test_governance.py", "test_tenants.py"]
-"""The files whose tests take longest in all (``--durations=0``, 2026-12-07), collected
-first: pytest-xdist's ``--dist loadfile`` hands files to workers in collection order, so
-a long file collected last would run alone at the end while the other workers idle.
-Only the order of files changes; a file's own tests keep theirs."""
+HEAVY_FILES = ["test_erasure_crash.py", "test_webhooks.py", "test_mcp.py",
+               "test_kek_rotation.py", "test_erasure_readers.py", "test_server_load.py",
+               "test_extraction.py", "test_readme.py", "test_on_similar.py",
+               "test_metrics.py", "test_governance.py", "test_tenants.py"]
+"""The files whose tests take longest in all, longest first (the sums of a
+``--durations=0`` run on 2026-12-07), collected before the others: pytest-xdist's
+``--dist loadfile`` hands files to workers in collection order, so a long file collected
+last would run alone at the end while the other workers idle. Only the order of files
+changes; a file's own tests keep theirs."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
