@@ -51,7 +51,7 @@ test-hsm: $(VENV)/.dev
 	  echo "keystore and erasure suites' pass with the KEK in a token is left to CI"; fi
 
 # The slow tests (tests/conftest.py SLOW, @pytest.mark.slow) left out, the browser tests
-# among them: no Chromium needed. Under 3 minutes on 2 cores (README "Set up").
+# among them: no Chromium needed. About half of `make test`'s time (README "Set up").
 test-fast: $(VENV)/.dev
 	$(BIN)/python -m pytest -q $(XDIST) -m "not slow"
 
