@@ -184,8 +184,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if f"{item.path.name}::{getattr(item, 'originalname', item.name)}" in SLOW:
             item.add_marker(pytest.mark.slow)
     rank = {name: i for i, name in enumerate(HEAVY_FILES)}
-    order = {id(item): i for i, item in enumerate(items)}
-    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), order[id(item)]))
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files keep order
 
 
 def pytest_report_header(config: pytest.Config) -> str:
